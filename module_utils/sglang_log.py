@@ -1,0 +1,639 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, eagle-deploy contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Follow a growing SGLang server log and decide, line by line, what the server is doing.
+
+Standard library only: this file is shipped to the target with the modules that import it
+(``from ansible.module_utils.sglang_log import ...``) and is also used on the controller by
+``bin/sglang-logcheck`` and the benchmarks.
+
+Two pieces:
+
+* :class:`LogFollower` reads a file by byte offset, never twice, and survives truncation and
+  replacement (rotation) of the file.
+* :class:`LogClassifier` takes bytes (partial lines allowed), splits them into lines on ``\\n``
+  and ``\\r`` (tqdm), drops NUL bytes, and keeps the verdict: ``state`` (loading, ready,
+  crashed), the ``phase`` timeline with shard progress, and for a crash its class, a hint for
+  the operator, the deciding line and the traceback.
+
+The rules were written against real SGLang logs (``tests/data/sglang-logs``, labelled); see
+``docs/DESIGN.md`` and the comments below for why each rule is the way it is.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+
+# --------------------------------------------------------------------------------------------
+# Phases, in the order a healthy start goes through them. A phase never moves backwards:
+# ranks interleave, and a late "Loading ... shards" line from rank 5 does not undo rank 0's
+# "Load weight end".
+PHASES = ("launching", "loading_weights", "kv_cache", "cuda_graph", "warmup", "ready")
+_PHASE_INDEX = {p: i for i, p in enumerate(PHASES)}
+
+CRASH_CLASSES = (
+    "python_exception",
+    "bad_config",
+    "warmup_failed",
+    "first_request_crash",
+    "cuda_graph_capture",
+    "cuda_oom",
+    "kv_pool_oom",
+    "cuda_error",
+    "nccl",
+    "compile_error",
+    "child_sigquit",
+    "killed",
+    "port_in_use",
+)
+
+HINTS = {
+    "python_exception": "a scheduler raised an exception; read the traceback in log_tail",
+    "bad_config": "the server arguments, environment, model config or installed dependencies are wrong; "
+                  "fix what the exception names and re-run",
+    "warmup_failed": "the server's own warm-up request failed (an HTTP proxy in the environment is the usual "
+                     "cause: set no_proxy=127.0.0.1,localhost)",
+    "first_request_crash": "the server crashed on its first request; for \"'EAGLEWorkerV2' object has no "
+                           "attribute\" apply the early-init patch (sglang_patch_enabled: true)",
+    "cuda_graph_capture": "CUDA-graph capture failed: try a smaller --cuda-graph-max-bs, another attention "
+                          "backend, or --disable-cuda-graph to confirm",
+    "cuda_oom": "CUDA out of memory: lower --mem-fraction-static or --cuda-graph-max-bs, or free the GPUs "
+                "(look for foreign processes with nvidia-smi)",
+    "kv_pool_oom": "SGLang's memory-pool check failed: raise --mem-fraction-static, lower --context-length, "
+                   "or use more GPUs",
+    "cuda_error": "a CUDA kernel failed (device-side assert or illegal access); rerun with "
+                  "CUDA_LAUNCH_BLOCKING=1 to locate it",
+    "nccl": "NCCL failed: check NCCL_* variables, /dev/shm size, P2P/IB; rerun with NCCL_DEBUG=INFO",
+    "compile_error": "a JIT kernel build (Triton/FlashInfer/nvcc) failed: check the CUDA toolkit against "
+                     "the GPU architecture and clear the JIT cache",
+    "child_sigquit": "a child process of the server failed and the launcher tore everything down; its own "
+                     "traceback is above in the log (or it was killed: dmesg -T | grep -i oom)",
+    "killed": "a server process died by a signal or exit code (the kernel OOM killer is the common cause: "
+              "dmesg -T | grep -i oom)",
+    "port_in_use": "the port is already taken: stop the other server or choose another port",
+}
+
+# Prefixes that wrap SGLang's own lines: Ray actor tags, container runtime timestamps.
+_OUTER_PREFIX = re.compile(
+    r"^(?:\(\S+ pid=\d+\) ?|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z? |\S+ \| )*"
+)
+# SGLang's logging prefix: [2025-01-01 12:00:00 DP1 TP3 EP3] or [17:43:23 TP6] or [2025-01-01 12:00:00].
+_SGLANG_PREFIX = re.compile(r"^\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:\s+[A-Z]{2,4}\d+)*\]\s?")
+
+# Line signatures that prove a crash on their own. (regex, class, final?) in priority order.
+# "final" classes are not refined by the traceback that follows.
+_SIGNATURES = [
+    (re.compile(r"address already in use|\[Errno 98\]", re.I), "port_in_use", True),
+    (re.compile(r"Initialization failed\. ?warmup error"), "warmup_failed", True),
+    (re.compile(r"scheduler died during initialization|scheduler (?:process )?died\b|"
+                r"(?:Scheduler|Detokenizer|TokenizerManager)\S* (?:process )?(?:exited|is dead)", re.I),
+     "killed", True),
+    (re.compile(r"Capture cuda graph failed.*(?:out of memory)|(?:CUDA|HIP) out of memory|OutOfMemoryError"),
+     "cuda_oom", True),
+    (re.compile(r"Capture cuda graph failed"), "cuda_graph_capture", True),
+    (re.compile(r"Not enough memory\. Please try to increase --mem-fraction-static"), "kv_pool_oom", True),
+    (re.compile(r"NCCL error|ncclUnhandledCudaError|ncclSystemError|ncclInternalError"), "nccl", True),
+    (re.compile(r"\.cuh?:\d+: \w+: block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion .* failed|"
+                r"device-side assert triggered|illegal memory access was encountered|"
+                r"CUDA error: (?!out of memory)|unspecified launch failure"), "cuda_error", True),
+    (re.compile(r"^Error limit reached\.|^Compilation terminated\.|ninja: build stopped|"
+                r"\.cu\(\d+\): error:|CalledProcessError: Command '\['ninja'"), "compile_error", True),
+    (re.compile(r"Scheduler hit an exception"), "python_exception", False),
+    (re.compile(r"Received sigquit from a child proces|SIGQUIT received"), "child_sigquit", False),
+    (re.compile(r"^(?:Killed|已杀死)\s*$"), "killed", True),
+]
+
+# Cheap pre-filter for the bulk scan: a line that matches none of these cannot change the verdict
+# unless a traceback block is open (then every line is looked at).
+_INTERESTING = re.compile(
+    rb"Scheduler hit|Traceback \(most|File \"|sigquit|SIGQUIT|warmup error|died|out of memory|"
+    rb"OutOfMemoryError|Not enough memory|NCCL|ncclU|Assertion|device-side|illegal memory|CUDA error|"
+    rb"launch failure|Error limit|Compilation terminated|ninja: build|\): error:|already in use|Errno 98|"
+    rb"Killed|\xe5\xb7\xb2\xe6\x9d\x80\xe6\xad\xbb|"
+    rb"Load weight|Loading (?:safetensors|pt) checkpoint|Memory pool end|KV Cache is allocated|"
+    rb"Capture (?:draft )?(?:extend )?cuda graph|Capturing batches|Uvicorn running|Started server process|"
+    rb"fired up|Prefill batch|Decode batch|Init torch distributed|server_args=|Capture cuda graph failed"
+)
+
+_PHASE_MARKERS = [
+    (re.compile(r"The server is fired up and ready to roll"), "ready"),
+    (re.compile(r"Uvicorn running on|Started server process|Application startup complete"), "warmup"),
+    (re.compile(r"Capture (?:draft )?(?:extend )?cuda graph begin|Capturing batches"), "cuda_graph"),
+    (re.compile(r"Load weight end|Memory pool end|KV Cache is allocated"), "kv_cache"),
+    (re.compile(r"Load weight begin|Loading (?:safetensors|pt) checkpoint shards"), "loading_weights"),
+]
+_SHARDS = re.compile(r"Loading (?:safetensors|pt) checkpoint shards:\s*\d+% Completed \| (\d+)/(\d+)")
+_PREFILL = re.compile(r"Prefill batch[.,].*?#cached-token: (\d+)")
+
+_TRACEBACK = re.compile(r"^Traceback \(most recent call last\):")
+_FRAME = re.compile(r'^\s+File "([^"]*)", line \d+, in (\S+)')
+_CHAIN = re.compile(r"^(?:During handling of the above exception|The above exception was the direct cause)")
+_EXCEPTION = re.compile(r"^([A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Failure|Iteration))(?::\s?(.*))?$")
+
+_BAD_CONFIG = re.compile(
+    r"does not recognize this architecture|only supports sm\d+|unrecognized arguments|ambiguous option|"
+    r"invalid choice|ModuleNotFoundError|ImportError|got multiple values for argument|"
+    r"is not supported|not supported on|Unsupported|must be (?:one of|divisible)|"
+    r"model type `|KeyError: '[\w.-]+'$"
+)
+_BAD_CONFIG_FRAMES = re.compile(r"^(?:prepare_server_args|from_cli_args|__post_init__|get_open_port|<module>|"
+                                r"check_server_args|_handle_\w+|get_config|_check_\w+)$")
+_LAUNCHER_FRAMES = re.compile(r"^(?:_run_module_as_main|_run_code|<module>)$")
+_MAX_LINE = 64 * 1024
+_MAX_BLOCK = 400
+
+
+def strip_prefix(line):
+    """Return (body, has_sglang_prefix) for a raw log line, whatever wraps it."""
+    body = _OUTER_PREFIX.sub("", line, count=1)
+    m = _SGLANG_PREFIX.match(body)
+    if m:
+        return body[m.end():], True
+    return body, False
+
+
+class _Block(object):
+    """One Python traceback as it appears in the log (possibly chained, possibly a fragment)."""
+
+    __slots__ = ("start_line", "start_lineno", "headed", "prefixed", "scheduler_header", "lines",
+                 "frames", "exception", "closed", "launcher", "scheduler_frame")
+
+    def __init__(self, line, lineno, headed, prefixed=False, scheduler_header=False):
+        self.start_line = line
+        self.start_lineno = lineno
+        self.headed = headed
+        self.prefixed = prefixed
+        self.scheduler_header = scheduler_header
+        self.lines = [line]
+        self.frames = []
+        self.exception = None
+        self.closed = False
+        self.launcher = False
+        self.scheduler_frame = None  # (line, lineno) of a run_scheduler_process frame
+
+
+class LogClassifier(object):
+    """Decide ready / crashed / loading from SGLang log lines.
+
+    Feed it bytes with :meth:`feed` (or whole lines with :meth:`feed_line`); read ``state``,
+    ``phase``, ``phases``, ``shards``, ``crash`` and ``ready``. Call :meth:`finalize` when the
+    log is complete (process gone, or a post-mortem read): it decides traceback fragments that
+    never reached their last line.
+    """
+
+    def __init__(self, clock=time.time, keep_tail=200):
+        self._clock = clock
+        self.state = "loading"
+        self.phase = "launching"
+        self.phases = [{"phase": "launching", "at": clock(), "lineno": 0}]
+        self.shards = None  # (done, total)
+        self.crash = None
+        self.ready = None
+        self.settled = False  # crash class will not change any more
+        self.lineno = 0  # count of "\n"-terminated lines seen (what `sed -n Np` shows)
+        self.bytes_seen = 0
+        self.prefill_batches = 0
+        self.prefill_cached = 0
+        self.decode_batches = 0
+        self.emulator = False
+        self._partial = b""
+        self._block = None
+        self._pending_chain = None  # a closed block that a chained traceback may continue
+        self._tail = []
+        self._keep_tail = keep_tail
+
+    # ---------------------------------------------------------------- bytes in
+    def feed(self, data, final=False):
+        """Feed raw bytes (any chunking). Lines are processed once complete; ``final`` flushes
+        an unterminated last line."""
+        if data:
+            self.bytes_seen += len(data)
+            buf = self._partial + data if self._partial else data
+        else:
+            buf = self._partial
+        self._partial = b""
+        if b"\x00" in buf:
+            buf = buf.replace(b"\x00", b"")
+        end = len(buf)
+        last_nl = max(buf.rfind(b"\n"), buf.rfind(b"\r"))
+        if not final:
+            complete_end = last_nl + 1
+            self._partial = buf[complete_end:]
+            if len(self._partial) > _MAX_LINE:  # a runaway line: take it as it is
+                complete_end = end
+                self._partial = b""
+        else:
+            complete_end = end
+        if complete_end <= 0:
+            return
+        self._scan(buf, complete_end)
+
+    def _scan(self, buf, end):
+        pos = 0
+        finditer = _INTERESTING.finditer
+        while pos < end:
+            if self._block is None and self._pending_chain is None:
+                # Fast path: jump to the next line that can matter; count the lines skipped.
+                m = None
+                for m in finditer(buf, pos, end):
+                    break
+                if m is None:
+                    self.lineno += buf.count(b"\n", pos, end)
+                    self._tail_skip(buf, pos, end)
+                    return
+                start = max(buf.rfind(b"\n", pos, m.start()), buf.rfind(b"\r", pos, m.start())) + 1
+                if start > pos:
+                    self.lineno += buf.count(b"\n", pos, start)
+                    self._tail_skip(buf, pos, start)
+                    pos = start
+            # one line from pos
+            nl = buf.find(b"\n", pos, end)
+            cr = buf.find(b"\r", pos, end)
+            if nl < 0 and cr < 0:
+                stop = end
+                brk = end
+            else:
+                if nl < 0 or (0 <= cr < nl):
+                    stop = cr
+                else:
+                    stop = nl
+                brk = stop + 1
+                if buf[stop:stop + 1] == b"\r" and buf[brk:brk + 1] == b"\n":
+                    brk += 1
+            line = buf[pos:stop].decode("utf-8", "replace")
+            self.feed_line(line)
+            if b"\n" in buf[stop:brk]:
+                self.lineno += 1
+            pos = brk
+
+    def _tail_skip(self, buf, start, end):
+        """Keep the tail of skipped text for log_tail without decoding all of it."""
+        if end - start <= 0:
+            return
+        chunk = buf[max(start, end - 16384):end]
+        lines = chunk.replace(b"\r", b"\n").split(b"\n")
+        for raw in lines[-self._keep_tail:]:
+            if raw.strip():
+                self._tail.append(raw.decode("utf-8", "replace"))
+        del self._tail[:-self._keep_tail]
+
+    # ---------------------------------------------------------------- lines in
+    def feed_line(self, line):
+        """Process one complete line (no line break)."""
+        if not line.strip():
+            if self._block is not None and self._block.exception is None:
+                self._block.lines.append(line)
+            return
+        self._tail.append(line)
+        if len(self._tail) > self._keep_tail * 2:
+            del self._tail[:-self._keep_tail]
+        lineno = self.lineno + 1
+        body, prefixed = strip_prefix(line)
+        if self.lineno == 0 and "[EMULATOR]" in line:
+            self.emulator = True
+
+        # Phases and progress (cheap, and only while not crashed).
+        if self.state != "crashed":
+            self._track_progress(body, line, lineno)
+
+        # Line signatures first (a definite signature on a traceback's last line beats the block's
+        # own header), but not on indented source lines quoted inside a traceback.
+        if body[:1] not in (" ", "\t"):
+            for rx, cls, final in _SIGNATURES:
+                if rx.search(body):
+                    self._on_signature(line, lineno, cls, final, body)
+                    break
+
+        # Traceback blocks.
+        self._track_blocks(line, body, prefixed, lineno)
+
+    def _track_progress(self, body, line, lineno):
+        for rx, phase in _PHASE_MARKERS:
+            if rx.search(body):
+                if phase == "ready":
+                    if self.ready is None:
+                        self.ready = {"line": line, "lineno": lineno}
+                    if self.state == "loading":
+                        self.state = "ready"
+                self._advance(phase, lineno)
+                break
+        if "checkpoint shards" in body:
+            m = _SHARDS.search(body)
+            if m:
+                self.shards = (int(m.group(1)), int(m.group(2)))
+        elif "Prefill batch" in body:
+            self.prefill_batches += 1
+            m = _PREFILL.search(body)
+            if m and int(m.group(1)) > 0:
+                self.prefill_cached += 1
+        elif "Decode batch" in body:
+            self.decode_batches += 1
+
+    def _advance(self, phase, lineno):
+        if _PHASE_INDEX[phase] > _PHASE_INDEX[self.phase]:
+            self.phase = phase
+            self.phases.append({"phase": phase, "at": self._clock(), "lineno": lineno})
+
+    # ---------------------------------------------------------------- tracebacks
+    def _track_blocks(self, line, body, prefixed, lineno):
+        blk = self._block
+        if _TRACEBACK.match(body) or "Scheduler hit an exception" in body or "warmup error: Traceback" in body:
+            if self._pending_chain is not None and not prefixed and _TRACEBACK.match(body):
+                # continuation of a chained exception: keep the chain's first header
+                chain = self._pending_chain
+                self._pending_chain = None
+                nb = _Block(line, lineno, headed=True)
+                nb.start_line, nb.start_lineno = chain.start_line, chain.start_lineno
+                nb.launcher = chain.launcher
+                nb.frames = list(chain.frames)
+                nb.lines = chain.lines + [line]
+                self._block = nb
+                return
+            self._close_pending()
+            if blk is not None:
+                self._end_block(blk, unterminated=True)
+            self._block = _Block(line, lineno, headed=True, prefixed=prefixed,
+                                 scheduler_header="Scheduler hit an exception" in body)
+            return
+        if self._pending_chain is not None:
+            if _CHAIN.match(body):
+                self._pending_chain.lines.append(line)
+                return
+            self._close_pending()
+        fm = _FRAME.match(body)
+        if fm:
+            if blk is None:
+                blk = self._block = _Block(line, lineno, headed=False)
+            else:
+                blk.lines.append(line)
+            func = fm.group(2)
+            blk.frames.append((fm.group(1), func))
+            if _LAUNCHER_FRAMES.match(func) and ("runpy" in fm.group(1) or "launch_server" in fm.group(1)):
+                blk.launcher = True
+            if func == "run_scheduler_process" and blk.scheduler_frame is None:
+                blk.scheduler_frame = (line, lineno)
+                if not blk.headed:
+                    # A fragment: the scheduler's top-level handler only prints on a fatal error.
+                    self._decide(line, lineno, "python_exception", final=False)
+            return
+        if blk is None:
+            return
+        if body[:1] in (" ", "\t") or body.startswith("^") or body.strip().startswith("^"):
+            blk.lines.append(line)
+            if len(blk.lines) > _MAX_BLOCK:
+                self._end_block(blk, unterminated=True)
+            return
+        em = _EXCEPTION.match(body.strip())
+        if em:
+            blk.lines.append(line)
+            blk.exception = (line, lineno, body.strip())
+            self._block = None
+            self._pending_chain = blk
+            self._end_block(blk)
+            return
+        if prefixed:
+            # another rank's ordinary log line in the middle: leave the block open
+            return
+        # Something else: a traceback body we do not understand (cut fragment). Keep it.
+        blk.lines.append(line)
+        if len(blk.lines) > _MAX_BLOCK:
+            self._end_block(blk, unterminated=True)
+
+    def _close_pending(self):
+        self._pending_chain = None
+
+    def _end_block(self, blk, unterminated=False):
+        """A traceback ended (or was cut). Decide whether it proves a crash, and refine the class."""
+        if blk is self._block:
+            self._block = None
+        blk.closed = True
+        exc_text = blk.exception[2] if blk.exception else ""
+        fatal_line = None
+        if blk.scheduler_header or blk.prefixed or "warmup error" in blk.start_line:
+            fatal_line = (blk.start_line, blk.start_lineno)
+        elif blk.headed and (blk.launcher or blk.scheduler_frame):
+            fatal_line = (blk.start_line, blk.start_lineno)
+        elif not blk.headed and blk.scheduler_frame:
+            fatal_line = blk.scheduler_frame
+        elif not blk.headed and blk.exception and not unterminated:
+            fatal_line = (blk.exception[0], blk.exception[1])
+        cls = self._classify_block(blk, exc_text)
+        if self.crash is None:
+            if fatal_line is None:
+                return  # a traceback something recovered from (or a warning): not a crash
+            self._decide(fatal_line[0], fatal_line[1], cls, final=False)
+        if self.crash is not None and (blk.exception is not None or blk.frames):
+            self._refine(blk, cls, exc_text)
+
+    def _classify_block(self, blk, exc_text):
+        text = "\n".join(blk.lines)
+        funcs = [f for _, f in blk.frames]
+        files = [p for p, _ in blk.frames]
+        if re.search(r"address already in use|\[Errno 98\]", text, re.I):
+            return "port_in_use"
+        if "Not enough memory" in text and "mem-fraction" in text:
+            return "kv_pool_oom"
+        if re.search(r"out of memory|OutOfMemoryError", text):
+            return "cuda_oom"
+        if re.search(r"NCCL error|\bnccl\w*Error|ncclCommInit", text):
+            return "nccl"
+        if re.search(r"CUDA error|device-side assert|illegal memory access", text):
+            return "cuda_error"
+        if "warmup error" in blk.start_line or any(f in ("_wait_and_warmup", "_execute_server_warmup") for f in funcs):
+            return "warmup_failed"
+        if (any("cuda_graph_runner" in p for p in files) or "Capture cuda graph" in text
+                or (self.phase == "cuda_graph" and "run_scheduler_process" in funcs)):
+            return "cuda_graph_capture"
+        if _BAD_CONFIG.search(exc_text) or (funcs and any(_BAD_CONFIG_FRAMES.match(f) for f in funcs)
+                                            and not any(f.startswith("event_loop") for f in funcs)):
+            if not any(f.startswith("event_loop") for f in funcs):
+                return "bad_config"
+        if self._is_first_request(funcs, "event_loop" in text):
+            return "first_request_crash"
+        return "python_exception"
+
+    def _is_first_request(self, funcs, in_event_loop=False):
+        runtime = in_event_loop or any(f.startswith("event_loop") or f in ("run_batch", "forward_batch_generation") for f in funcs)
+        served = self.prefill_batches > 0 and self.prefill_cached == 0 and self.decode_batches == 0
+        return served and (runtime or not funcs or self.phase in ("warmup", "ready"))
+
+    def _refine(self, blk, cls, exc_text):
+        crash = self.crash
+        if crash.get("traceback") is None or (crash.get("exception") is None and blk.exception is not None):
+            crash["exception"] = exc_text or None
+            crash["traceback"] = [l for l in blk.lines if l.strip()]
+        if self.settled:
+            return
+        # child_sigquit is refined only by a scheduler's traceback, not by a launching script's.
+        if crash["class"] == "child_sigquit" and not (blk.scheduler_header or blk.scheduler_frame):
+            return
+        crash["class"] = cls
+        crash["hint"] = self._hint(cls, exc_text)
+        self.settled = True
+
+    def _hint(self, cls, exc_text):
+        hint = HINTS[cls]
+        if exc_text:
+            if "'EAGLEWorkerV2' object has no attribute" in exc_text:
+                return ("EAGLEWorkerV2 was only half constructed (its __init__ failed early and the error was "
+                        "swallowed); apply the early-init patch (sglang_patch_enabled: true) so the attribute "
+                        "exists, and look in the log for the original init failure")
+            if "get_open_port" in exc_text or "'str' object cannot be interpreted as an integer" in exc_text:
+                return ("a port variable is not a number; a Kubernetes Service named 'sglang' injects "
+                        "SGLANG_PORT=tcp://...: rename the Service or unset SGLANG_PORT")
+        return hint
+
+    # ---------------------------------------------------------------- decisions
+    def _on_signature(self, line, lineno, cls, final, body):
+        if cls == "port_in_use" and self.state == "ready":
+            return  # a client's bind error after ready is not ours
+        if self.crash is None:
+            self._decide(line, lineno, cls, final)
+        elif not self.settled and final and cls != self.crash["class"]:
+            # a definite signature inside the same crash (e.g. CUDA OOM in the scheduler's traceback)
+            self.crash["class"] = cls
+            self.crash["hint"] = HINTS[cls]
+            self.settled = True
+
+    def _decide(self, line, lineno, cls, final):
+        if self.crash is not None:
+            return
+        self.state = "crashed"
+        self.settled = bool(final)
+        self.crash = {
+            "class": cls,
+            "hint": HINTS[cls],
+            "line": line,
+            "lineno": lineno,
+            "phase": self.phase,
+            "at": self._clock(),
+            "exception": None,
+            "traceback": None,
+        }
+        if cls == "cuda_graph_capture" or (cls == "python_exception" and self.phase == "cuda_graph"):
+            pass
+
+    def finalize(self):
+        """The log is complete: decide what an open traceback fragment proves."""
+        if self._partial:
+            self.feed(b"", final=True)
+        if self._block is not None:
+            self._end_block(self._block, unterminated=True)
+        self._pending_chain = None
+        if self.crash is not None and not self.settled:
+            self.settled = True
+        return self
+
+    # ---------------------------------------------------------------- reading the verdict
+    def tail(self, n=40):
+        return [l for l in self._tail if l.strip()][-n:]
+
+    def summary(self):
+        crash = self.crash or {}
+        return {
+            "state": self.state,
+            "phase": self.phase,
+            "crash_class": crash.get("class"),
+            "hint": crash.get("hint"),
+            "line": crash.get("line") if self.crash else (self.ready or {}).get("line"),
+            "lineno": crash.get("lineno") if self.crash else (self.ready or {}).get("lineno"),
+            "exception": crash.get("exception"),
+            "shards": list(self.shards) if self.shards else None,
+            "emulator": self.emulator,
+        }
+
+
+class LogFollower(object):
+    """Read what was appended to a file since the last call, by byte offset.
+
+    * never reads a byte twice;
+    * truncation (size below our offset, as with ``copytruncate``) restarts at 0;
+    * replacement or rotation (a new inode at ``path``) drains the old file, then follows the new
+      one from its start;
+    * a file that does not exist yet is simply empty.
+    """
+
+    def __init__(self, path, max_read=8 * 1024 * 1024):
+        self.path = path
+        self.offset = 0
+        self.max_read = max_read
+        self._fh = None
+        self._ident = None
+        self.rotations = 0
+        self.truncations = 0
+
+    def _open(self):
+        try:
+            fh = open(self.path, "rb")
+        except (IOError, OSError):
+            return False
+        st = os.fstat(fh.fileno())
+        self._fh = fh
+        self._ident = (st.st_dev, st.st_ino)
+        self.offset = 0
+        return True
+
+    def read(self):
+        """Return the bytes appended since the last call (b"" if none)."""
+        if self._fh is None and not self._open():
+            return b""
+        out = []
+        try:
+            st = os.stat(self.path)
+            ident = (st.st_dev, st.st_ino)
+        except OSError:
+            ident = self._ident  # removed: drain what the open descriptor still has
+            st = None
+        if ident != self._ident:
+            out.append(self._drain())
+            self._fh.close()
+            self._fh = None
+            self.rotations += 1
+            if not self._open():
+                return b"".join(out)
+        else:
+            size = os.fstat(self._fh.fileno()).st_size
+            if size < self.offset:
+                self.truncations += 1
+                self.offset = 0
+        out.append(self._drain())
+        return b"".join(out)
+
+    def _drain(self):
+        self._fh.seek(self.offset)
+        data = self._fh.read(self.max_read)
+        self.offset += len(data)
+        return data
+
+    def close(self):
+        if self._fh is not None:
+            self._fh.close()
+            self._fh = None
+
+
+def classify_bytes(data, final=True):
+    """Classify a whole log given as bytes; returns the finished :class:`LogClassifier`."""
+    clf = LogClassifier()
+    clf.feed(data, final=final)
+    if final:
+        clf.finalize()
+    return clf
+
+
+def classify_file(path, chunk_size=4 * 1024 * 1024, final=True):
+    """Classify a log file by streaming it in chunks (constant memory)."""
+    clf = LogClassifier()
+    with open(path, "rb") as fh:
+        while True:
+            data = fh.read(chunk_size)
+            if not data:
+                break
+            clf.feed(data)
+            if clf.crash is not None and clf.settled:
+                break
+    if final:
+        clf.feed(b"", final=True)
+        clf.finalize()
+    return clf

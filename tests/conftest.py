@@ -1,0 +1,14 @@
+"""Shared test set-up: make the project's module_utils importable as ansible.module_utils.*."""
+from __future__ import annotations
+
+import os
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(ROOT, "library"))
+
+import ansible.module_utils  # noqa: E402
+
+_MU = os.path.join(ROOT, "module_utils")
+if _MU not in ansible.module_utils.__path__:
+    ansible.module_utils.__path__.append(_MU)
