@@ -1,0 +1,584 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+
+# Copyright: (c) 2026, eagle-deploy contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+
+DOCUMENTATION = r"""
+---
+module: gpu_facts
+short_description: Report NVIDIA GPUs and the processes on them, ours or foreign
+description:
+  - Runs C(nvidia-smi --query-gpu) and C(nvidia-smi --query-compute-apps) and returns every GPU with its memory
+    figures and every compute process with its owner, its command line (secrets masked) and whether it belongs to
+    the server that M(wait_for_model) started.
+  - A process is B(ours) when it is in the process tree recorded by M(wait_for_model) in O(run_dir) for server
+    O(name), that is the verified leader, every process in the leader's session, and their descendants. Everything
+    else is foreign, including processes whose PID is not visible in this host's C(/proc).
+  - With O(wait_memory_below_mib) the module polls C(memory.used) until every selected GPU is below that figure,
+    and fails with the per-GPU figures after O(wait_timeout) seconds.
+  - With O(fail_on_foreign) the module fails when foreign processes hold more than O(foreign_limit_mib) MiB on a
+    selected GPU, and names them.
+  - The module only reads. It never signals or kills a process.
+  - When C(nvidia-smi) is not installed the module does not fail; it returns RV(nvidia_smi=missing) and empty
+    lists.
+version_added: "0.1.0"
+options:
+  run_dir:
+    description:
+      - Directory holding the run-state files C(<name>.pid) and C(<name>.json) that M(wait_for_model) writes.
+      - When unset, or when no run state is found there, every process is foreign.
+    type: path
+  name:
+    description:
+      - Name of the server whose run state marks our processes.
+    type: str
+    default: sglang
+  gpu_indices:
+    description:
+      - GPU indices that O(wait_memory_below_mib) and O(fail_on_foreign) look at.
+      - All GPUs when unset. The returned RV(gpus) and RV(processes) always list every GPU.
+    type: list
+    elements: int
+  wait_memory_below_mib:
+    description:
+      - When set, poll C(memory.used) until it is below this many MiB on every selected GPU.
+      - Typically used right after stopping the server, so that a restart does not meet a card still held.
+    type: int
+  wait_timeout:
+    description:
+      - Seconds to wait for O(wait_memory_below_mib) before failing.
+    type: float
+    default: 120
+  poll_interval:
+    description:
+      - Seconds between two polls of C(nvidia-smi) while waiting.
+    type: float
+    default: 0.2
+  fail_on_foreign:
+    description:
+      - Fail when foreign processes hold more than O(foreign_limit_mib) MiB on any selected GPU.
+      - The message lists each such process with PID, owner, command and MiB, per GPU.
+    type: bool
+    default: false
+  foreign_limit_mib:
+    description:
+      - MiB that foreign processes may hold on one GPU before O(fail_on_foreign) fails.
+    type: int
+    default: 0
+extends_documentation_fragment: action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: The module only reads, so it runs the same in check mode.
+  diff_mode:
+    support: none
+  platform:
+    platforms: linux
+requirements:
+  - C(nvidia-smi) on the target for any GPU figure.
+notes:
+  - Run with privileges that can read C(/proc/PID/cmdline) of other users' processes, or their owner and command
+    come back as C(null).
+  - Inside a container C(nvidia-smi) may show PIDs of another PID namespace; such processes are reported as
+    foreign with RV(processes[].ours_reason) saying the PID is not visible.
+seealso:
+  - module: wait_for_model
+author:
+  - eagle-deploy contributors
+"""
+
+EXAMPLES = r"""
+- name: Read GPU facts and which processes belong to our server
+  ansible.legacy.gpu_facts:
+    run_dir: /var/log/sglang
+    name: sglang
+  register: __gpu
+
+- name: Refuse to start while another user's job holds more than 1 GiB on GPUs 0-3
+  ansible.legacy.gpu_facts:
+    run_dir: /var/log/sglang
+    gpu_indices: [0, 1, 2, 3]
+    fail_on_foreign: true
+    foreign_limit_mib: 1024
+
+- name: Wait until the stopped server's memory is back on every GPU
+  ansible.legacy.gpu_facts:
+    wait_memory_below_mib: 1024
+    wait_timeout: 60
+  register: __gpu_release
+
+- name: Show how long the release took
+  ansible.builtin.debug:
+    msg: "GPU memory released after {{ __gpu_release.release_seconds }} s"
+"""
+
+RETURN = r"""
+nvidia_smi:
+  description: Path of the C(nvidia-smi) that was run, or V(missing) when there is none.
+  returned: always
+  type: str
+  sample: /usr/bin/nvidia-smi
+nvidia_smi_message:
+  description: Message C(nvidia-smi) printed instead of figures, such as C(No devices were found); empty otherwise.
+  returned: always
+  type: str
+  sample: ""
+gpus:
+  description: Every GPU C(nvidia-smi) lists. A figure it reports as C([N/A]) or C([Not Supported]) is null.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    index:
+      description: GPU index.
+      type: int
+      sample: 0
+    uuid:
+      description: GPU UUID.
+      type: str
+      sample: GPU-5f3b8b1e-2a4c-9d7e-0c11-3e0f2b6a9d10
+    name:
+      description: Product name.
+      type: str
+      sample: NVIDIA H200
+    memory_total_mib:
+      description: Total memory in MiB.
+      type: int
+      sample: 143771
+    memory_used_mib:
+      description: Used memory in MiB.
+      type: int
+      sample: 20995
+    memory_free_mib:
+      description: Free memory in MiB.
+      type: int
+      sample: 122200
+  sample:
+    - index: 0
+      uuid: GPU-5f3b8b1e-2a4c-9d7e-0c11-3e0f2b6a9d10
+      name: NVIDIA H200
+      memory_total_mib: 143771
+      memory_used_mib: 20995
+      memory_free_mib: 122200
+processes:
+  description: One entry per compute process and GPU.
+  returned: always
+  type: list
+  elements: dict
+  contains:
+    pid:
+      description: Process ID as C(nvidia-smi) reports it.
+      type: int
+      sample: 4242
+    gpu_uuid:
+      description: UUID of the GPU the process uses.
+      type: str
+      sample: GPU-5f3b8b1e-2a4c-9d7e-0c11-3e0f2b6a9d10
+    gpu_index:
+      description: Index of that GPU; null when the UUID is not in RV(gpus).
+      type: int
+      sample: 0
+    used_memory_mib:
+      description: MiB the process holds on that GPU; null when C(nvidia-smi) cannot tell.
+      type: int
+      sample: 20480
+    process_name:
+      description: Process name as C(nvidia-smi) reports it.
+      type: str
+      sample: python3
+    user:
+      description: Owner (real UID) from C(/proc/PID/status), by name when known; null when the PID is not visible.
+      type: str
+      sample: sglang
+    cmdline:
+      description:
+        - Command line from C(/proc/PID/cmdline), with the values of secret flags (C(--api-key X), C(--token=X))
+          replaced by C(********); null when the PID is not visible.
+      type: list
+      elements: str
+      sample: [python3, -m, sglang.launch_server, --api-key, "********"]
+    ours:
+      description: Whether the process is in our server's process tree.
+      type: bool
+      sample: true
+    ours_reason:
+      description: Why the process is, or is not, ours.
+      type: str
+      sample: in the session of our leader PID 4200
+foreign:
+  description: The entries of RV(processes) that are not ours.
+  returned: always
+  type: list
+  elements: dict
+  sample: []
+foreign_mib_by_gpu:
+  description: MiB held by foreign processes, per GPU index (as a string key).
+  returned: always
+  type: dict
+  sample: {"0": 20480}
+run_state_found:
+  description: Whether a run state of O(name) was found in O(run_dir).
+  returned: always
+  type: bool
+  sample: true
+release_seconds:
+  description:
+    - Seconds from the first poll until every selected GPU was below O(wait_memory_below_mib); V(0.0) when it
+      already was.
+  returned: when O(wait_memory_below_mib) is set
+  type: float
+  sample: 0.42
+polls:
+  description: Number of C(nvidia-smi) polls made while waiting.
+  returned: when O(wait_memory_below_mib) is set
+  type: int
+  sample: 3
+elapsed:
+  description: Seconds spent waiting, on success and on timeout.
+  returned: when O(wait_memory_below_mib) is set
+  type: float
+  sample: 0.42
+"""
+
+import os
+import pwd
+import re
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+try:
+    from ansible.module_utils.sglang_proc import our_tree, read_state
+except ImportError:  # pragma: no cover - only while module_utils/sglang_proc.py is absent
+    our_tree = read_state = None
+
+GPU_QUERY = "index,uuid,name,memory.total,memory.used,memory.free"
+APPS_QUERY = "pid,process_name,gpu_uuid,used_memory"
+FORMAT = "--format=csv,noheader,nounits"
+NOT_AVAILABLE = ("[N/A]", "[Not Supported]", "N/A", "[Unknown Error]", "[Insufficient Permissions]", "")
+INFO_LINES = ("No devices were found", "No running processes found", "No running compute processes found")
+SECRET_WORDS = frozenset(("key", "token", "secret", "password", "passwd", "apikey"))
+MASK = "********"
+
+
+class NvidiaSmiError(Exception):
+    """nvidia-smi ran and failed."""
+
+    def __init__(self, msg, rc, stdout, stderr):
+        super().__init__(msg)
+        self.rc = rc
+        self.stdout = stdout
+        self.stderr = stderr
+
+
+def parse_mib(text):
+    """'20480', '20480 MiB', '[N/A]' -> int or None."""
+    text = text.strip()
+    if text in NOT_AVAILABLE:
+        return None
+    if text.endswith("MiB"):
+        text = text[:-3].strip()
+    try:
+        return int(float(text))
+    except ValueError:
+        return None
+
+
+def parse_int(text):
+    text = text.strip()
+    try:
+        return int(text)
+    except ValueError:
+        return None
+
+
+def info_message(text):
+    """nvidia-smi's 'No devices were found' and the like, or ''."""
+    for line in text.splitlines():
+        for known in INFO_LINES:
+            if line.strip().startswith(known):
+                return line.strip()
+    return ""
+
+
+def data_lines(text):
+    return [line for line in text.splitlines() if line.strip() and not info_message(line)]
+
+
+def parse_gpus(text):
+    """Lines of `index, uuid, name, total, used, free` -> list of dicts (a name may hold commas)."""
+    gpus = []
+    for line in data_lines(text):
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) < 6:
+            raise ValueError("unexpected nvidia-smi --query-gpu line: %r" % line)
+        gpus.append({
+            "index": parse_int(fields[0]),
+            "uuid": fields[1],
+            "name": ", ".join(fields[2:-3]),
+            "memory_total_mib": parse_mib(fields[-3]),
+            "memory_used_mib": parse_mib(fields[-2]),
+            "memory_free_mib": parse_mib(fields[-1]),
+        })
+    return gpus
+
+
+def parse_apps(text):
+    """Lines of `pid, process_name, gpu_uuid, used_memory` -> list of dicts (a name may hold commas)."""
+    apps = []
+    for line in data_lines(text):
+        fields = [f.strip() for f in line.split(",")]
+        if len(fields) < 4:
+            raise ValueError("unexpected nvidia-smi --query-compute-apps line: %r" % line)
+        apps.append({
+            "pid": parse_int(fields[0]),
+            "process_name": ", ".join(fields[1:-2]),
+            "gpu_uuid": fields[-2],
+            "used_memory_mib": parse_mib(fields[-1]),
+        })
+    return apps
+
+
+def _is_secret_flag(flag):
+    name = flag.lstrip("-").lower()
+    return any(word in SECRET_WORDS for word in re.split(r"[-_.]", name))
+
+
+def mask_cmdline(argv):
+    """Replace the values of secret flags: `--api-key X`, `--api-key=X`, `HF_TOKEN=X`."""
+    masked = []
+    hide_next = False
+    for arg in argv:
+        if hide_next:
+            masked.append(MASK)
+            hide_next = False
+            continue
+        if "=" in arg:
+            flag, _sep, _value = arg.partition("=")
+            if _is_secret_flag(flag):
+                masked.append(flag + "=" + MASK)
+                continue
+        elif arg.startswith("-") and _is_secret_flag(arg):
+            hide_next = True
+        masked.append(arg)
+    return masked
+
+
+def read_cmdline(pid, proc_root="/proc"):
+    try:
+        with open(os.path.join(proc_root, str(pid), "cmdline"), "rb") as handle:
+            raw = handle.read()
+    except OSError:
+        return None
+    return [part.decode("utf-8", "replace") for part in raw.split(b"\0")[:-1]] if raw else []
+
+
+def read_user(pid, proc_root="/proc"):
+    try:
+        with open(os.path.join(proc_root, str(pid), "status"), "r") as handle:
+            for line in handle:
+                if line.startswith("Uid:"):
+                    uid = int(line.split()[1])
+                    break
+            else:
+                return None
+    except (OSError, ValueError, IndexError):
+        return None
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except KeyError:
+        return str(uid)
+
+
+class GpuFacts:
+    """Runs nvidia-smi, classifies processes, waits for memory release. Clock and sleep are injectable."""
+
+    def __init__(self, module, clock=time.monotonic, sleep=time.sleep, proc_root="/proc"):
+        self.module = module
+        self.clock = clock
+        self.sleep = sleep
+        self.proc_root = proc_root
+        self.params = module.params
+        self.nvidia_smi = module.get_bin_path("nvidia-smi")
+        self.message = ""
+
+    def _query(self, argument):
+        cmd = [self.nvidia_smi, argument, FORMAT]
+        rc, out, err = self.module.run_command(cmd)
+        message = info_message(out) or info_message(err)
+        if rc != 0:
+            if message.startswith("No devices were found"):
+                self.message = message
+                return ""
+            raise NvidiaSmiError(
+                "nvidia-smi failed (rc=%d): %s" % (rc, (err.strip() or out.strip() or "no output")),
+                rc, out, err)
+        if message:
+            self.message = message
+        return out
+
+    def query_gpus(self):
+        return parse_gpus(self._query("--query-gpu=" + GPU_QUERY))
+
+    def query_apps(self):
+        return parse_apps(self._query("--query-compute-apps=" + APPS_QUERY))
+
+    def _selected(self, gpus):
+        wanted = self.params["gpu_indices"]
+        if wanted is None:
+            return gpus
+        return [gpu for gpu in gpus if gpu["index"] in wanted]
+
+    def ownership(self):
+        """-> (run_state_found, {pid: reason}) for our process tree."""
+        run_dir = self.params["run_dir"]
+        if not run_dir:
+            return False, {}
+        if read_state is None:
+            self.module.fail_json(msg="module_utils/sglang_proc.py is missing: cannot tell our processes from "
+                                      "foreign ones (ship the project's module_utils)")
+        state = read_state(run_dir, self.params["name"])
+        if not state:
+            return False, {}
+        leader = state.get("pid")
+        tree = our_tree(state) or {}
+        reasons = {}
+        for pid, info in tree.items():
+            reason = None
+            if isinstance(info, dict):
+                reason = info.get("reason") or info.get("why")
+            if not reason:
+                reason = "our leader PID %s" % leader if pid == leader else "in the process tree of our leader PID %s" % leader
+            reasons[int(pid)] = reason
+        return True, reasons
+
+    def describe(self, apps, gpus):
+        by_uuid = {gpu["uuid"]: gpu["index"] for gpu in gpus}
+        found, ours = self.ownership()
+        processes = []
+        for app in apps:
+            pid = app["pid"]
+            cmdline = read_cmdline(pid, self.proc_root) if pid is not None else None
+            entry = dict(app)
+            entry["gpu_index"] = by_uuid.get(app["gpu_uuid"])
+            entry["user"] = read_user(pid, self.proc_root) if pid is not None else None
+            entry["cmdline"] = mask_cmdline(cmdline) if cmdline is not None else None
+            if pid in ours:
+                entry["ours"], entry["ours_reason"] = True, ours[pid]
+            elif cmdline is None:
+                entry["ours"], entry["ours_reason"] = False, "PID not visible in %s (another PID namespace?)" % self.proc_root
+            elif not self.params["run_dir"]:
+                entry["ours"], entry["ours_reason"] = False, "no run_dir given"
+            elif not found:
+                entry["ours"], entry["ours_reason"] = False, "no run state for %s in %s" % (self.params["name"], self.params["run_dir"])
+            else:
+                entry["ours"], entry["ours_reason"] = False, "not in our process tree"
+            processes.append(entry)
+        return found, processes
+
+    def wait_for_release(self, limit):
+        """Poll memory.used until every selected GPU is below limit. -> (ok, gpus, release_seconds, polls, elapsed)."""
+        timeout = self.params["wait_timeout"]
+        start = self.clock()
+        deadline = start + timeout
+        polls = 0
+        while True:
+            gpus = self.query_gpus()
+            polls += 1
+            now = self.clock()
+            held = [gpu for gpu in self._selected(gpus)
+                    if gpu["memory_used_mib"] is None or gpu["memory_used_mib"] >= limit]
+            if not held:
+                return True, gpus, round(now - start, 3), polls, round(now - start, 3)
+            if now >= deadline:
+                return False, gpus, None, polls, round(now - start, 3)
+            self.sleep(min(self.params["poll_interval"], max(deadline - now, 0)))
+
+    def foreign_report(self, processes, gpus):
+        selected = {gpu["index"] for gpu in self._selected(gpus)}
+        foreign = [p for p in processes if not p["ours"]]
+        by_gpu = {}
+        for proc in foreign:
+            key = str(proc["gpu_index"])
+            by_gpu[key] = by_gpu.get(key, 0) + (proc["used_memory_mib"] or 0)
+        over = sorted(key for key, mib in by_gpu.items()
+                      if mib > self.params["foreign_limit_mib"]
+                      and (key == "None" or int(key) in selected))
+        return foreign, by_gpu, over
+
+    def run(self):
+        result = dict(changed=False, nvidia_smi=self.nvidia_smi or "missing", nvidia_smi_message="",
+                      gpus=[], processes=[], foreign=[], foreign_mib_by_gpu={}, run_state_found=False)
+        limit = self.params["wait_memory_below_mib"]
+        if not self.nvidia_smi:
+            if limit is not None:
+                result.update(release_seconds=0.0, polls=0, elapsed=0.0)
+                self.module.warn("nvidia-smi not found: no GPU memory to wait for")
+            self.module.exit_json(**result)
+        try:
+            if limit is not None:
+                ok, gpus, release, polls, elapsed = self.wait_for_release(limit)
+                result.update(release_seconds=release, polls=polls, elapsed=elapsed)
+            else:
+                ok, gpus = True, self.query_gpus()
+            apps = self.query_apps()
+        except NvidiaSmiError as exc:
+            result.update(rc=exc.rc, stdout=exc.stdout, stderr=exc.stderr)
+            self.module.fail_json(msg=str(exc), **result)
+        except ValueError as exc:
+            self.module.fail_json(msg="cannot parse nvidia-smi output: %s" % exc, **result)
+        found, processes = self.describe(apps, gpus)
+        foreign, by_gpu, over = self.foreign_report(processes, gpus)
+        result.update(nvidia_smi_message=self.message, gpus=gpus, processes=processes, foreign=foreign,
+                      foreign_mib_by_gpu=by_gpu, run_state_found=found)
+        if not ok:
+            figures = "; ".join("GPU %s: %s of %s MiB used" % (g["index"], g["memory_used_mib"], g["memory_total_mib"])
+                                for g in self._selected(gpus)
+                                if g["memory_used_mib"] is None or g["memory_used_mib"] >= limit)
+            holders = ", ".join(_describe_process(p) for p in processes) or "no compute process listed"
+            self.module.fail_json(
+                msg="GPU memory not below %d MiB after %s s: %s (held by: %s)" % (limit, result["elapsed"], figures, holders),
+                **result)
+        if self.params["fail_on_foreign"] and over:
+            lines = []
+            for key in over:
+                procs = [p for p in foreign if str(p["gpu_index"]) == key]
+                lines.append("GPU %s: %d MiB foreign (limit %d MiB): %s" % (
+                    key, by_gpu[key], self.params["foreign_limit_mib"], ", ".join(_describe_process(p) for p in procs)))
+            self.module.fail_json(
+                msg="foreign processes hold GPU memory: %s. Stop them or pick other GPUs (gpu_indices); "
+                    "this module kills nothing" % "; ".join(lines), **result)
+        self.module.exit_json(**result)
+
+
+def _describe_process(proc):
+    command = " ".join(proc["cmdline"]) if proc["cmdline"] else proc["process_name"]
+    if len(command) > 120:
+        command = command[:117] + "..."
+    return "PID %s (user %s, %s MiB, %s: %s)" % (
+        proc["pid"], proc["user"] or "unknown", proc["used_memory_mib"], "ours" if proc["ours"] else "foreign", command)
+
+
+def main(clock=time.monotonic, sleep=time.sleep):
+    module = AnsibleModule(
+        argument_spec=dict(
+            run_dir=dict(type="path"),
+            name=dict(type="str", default="sglang"),
+            gpu_indices=dict(type="list", elements="int"),
+            wait_memory_below_mib=dict(type="int"),
+            wait_timeout=dict(type="float", default=120),
+            poll_interval=dict(type="float", default=0.2),
+            fail_on_foreign=dict(type="bool", default=False),
+            foreign_limit_mib=dict(type="int", default=0),
+        ),
+        supports_check_mode=True,
+    )
+    GpuFacts(module, clock=clock, sleep=sleep).run()
+
+
+if __name__ == "__main__":
+    main()
