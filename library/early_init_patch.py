@@ -1,0 +1,520 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+
+# Copyright: eagle-deploy contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: early_init_patch
+short_description: Give a Python class safe attribute defaults at the very start of a method
+description:
+  - Inserts C(self.<name> = <literal>) assignments as the very first statements of a method
+    (by default C(EAGLEWorkerV2.__init__) in SGLang's C(sglang/srt/speculative/eagle_worker_v2.py)),
+    after the docstring if there is one and before anything that can raise, such as the call to the parent class's C(__init__).
+  - The reason is that when C(EAGLEWorkerV2.__init__) fails partway, SGLang swallows the exception and the first decode
+    request dies with C(AttributeError) on an attribute that was never set. With the defaults set first,
+    a half-built object still has them.
+  - Works on the syntax tree (C(ast) and C(tokenize)), not on line numbers or a fixed diff, so it fits every
+    SGLang release that has the file (0.5.4 and later), whose C(__init__) differ.
+  - The inserted lines are framed by a comment line C(# BEGIN eagle-deploy early-init patch for CLASS.METHOD)
+    ending in C(managed by Ansible) in brackets, and a matching C(# END ...) line. The block is found by these markers, replaced when O(attributes) change,
+    and removed with O(state=absent), which gives back the original bytes exactly.
+  - The file's own indentation (spaces or tabs, taken from the method body) and line endings (LF or CRLF)
+    are kept. Assignments of the same attributes later in the method are left alone; they still set the real values.
+  - Before writing, the patched source must compile. The file is replaced atomically (mode and owner kept)
+    and the matching C(__pycache__/<stem>.*.pyc) files are removed so stale bytecode cannot shadow it.
+  - Nothing is written when any check fails; the file stays byte-for-byte as it was.
+  - Run it with the Python that will import the file (for SGLang, the virtualenv's python, through
+    C(ansible_python_interpreter)), so that the parser and the compile check match that Python's syntax.
+version_added: "1.0.0"
+author:
+  - eagle-deploy contributors
+options:
+  path:
+    description:
+      - The Python source file to patch.
+      - Symbolic links are followed; the file they point to is patched.
+    type: path
+    required: true
+  class_name:
+    description:
+      - Name of the class whose method is patched. The first class with this name (at any nesting level,
+        in source order) is used.
+    type: str
+    default: EAGLEWorkerV2
+  method:
+    description:
+      - Name of the method, defined directly in the class body, that gets the defaults.
+      - The method must take the instance as its first positional parameter (usually C(self)); that name is used.
+    type: str
+    default: __init__
+  attributes:
+    description:
+      - Attributes to set, as a mapping of attribute name to default value.
+      - A value given as a string must be a Python literal that C(ast.literal_eval) accepts, written as it
+        will appear in the source, for example C("0"), C("None"), C("[]"), C("'text'") (a Python string needs
+        its own quotes inside the YAML string).
+      - A value given as a plain YAML number, boolean, null, list or mapping is written as Python's C(repr) gives it.
+      - Names must be Python identifiers and not keywords.
+      - The assignments are written in the order given here.
+      - Ignored when O(state=absent).
+    type: dict
+    default:
+      spec_disable_batch_threshold: "0"
+  state:
+    description:
+      - V(present) inserts the block, or replaces it when its content differs.
+      - V(absent) removes the block, restoring the file's original bytes.
+    type: str
+    choices: [present, absent]
+    default: present
+  backup:
+    description:
+      - Keep a copy of the file, named with a timestamp, next to it before changing it.
+    type: bool
+    default: false
+extends_documentation_fragment:
+  - action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: Reports what would change and the would-be O(path) checksum; writes and removes nothing.
+  diff_mode:
+    support: full
+  platform:
+    platforms: posix
+notes:
+  - Only the module's Python standard library is needed on the target.
+  - O(path) is read and written as bytes; the encoding declared by the file (default UTF-8) is used for the
+    inserted lines.
+  - Two managed blocks for the same O(class_name) and O(method), or a C(BEGIN) marker without its C(END)
+    marker, are refused; restore the file from a backup or reinstall the package.
+seealso:
+  - module: ansible.builtin.blockinfile
+"""
+
+EXAMPLES = r"""
+- name: Give EAGLEWorkerV2 safe defaults before anything in __init__ can raise
+  early_init_patch:
+    path: /opt/sglang/venv/lib/python3.11/site-packages/sglang/srt/speculative/eagle_worker_v2.py
+    backup: true
+  vars:
+    ansible_python_interpreter: /opt/sglang/venv/bin/python
+  register: patch_result
+
+- name: Set several attributes, with Python literals as values
+  early_init_patch:
+    path: /opt/sglang/venv/lib/python3.11/site-packages/sglang/srt/speculative/eagle_worker_v2.py
+    attributes:
+      spec_disable_batch_threshold: "0"
+      adaptive_controller: "None"
+      extra_names: "[]"
+      label: "'eagle'"
+
+- name: Patch another class of the same file
+  early_init_patch:
+    path: /opt/sglang/venv/lib/python3.11/site-packages/sglang/srt/speculative/eagle_worker_v2.py
+    class_name: EagleDraftWorker
+    attributes:
+      draft_ready: false
+
+- name: Remove the patch, restoring the original file
+  early_init_patch:
+    path: /opt/sglang/venv/lib/python3.11/site-packages/sglang/srt/speculative/eagle_worker_v2.py
+    state: absent
+"""
+
+RETURN = r"""
+path:
+  description: The file that was examined (after following symbolic links).
+  returned: always
+  type: str
+  sample: /opt/sglang/venv/lib/python3.11/site-packages/sglang/srt/speculative/eagle_worker_v2.py
+inserted:
+  description: Names the managed block sets, in order. Empty when O(state=absent).
+  returned: success
+  type: list
+  elements: str
+  sample: [spec_disable_batch_threshold]
+sha256:
+  description: SHA-256 of the file after the task (in check mode, of the content it would have).
+  returned: success
+  type: str
+  sample: 3f9d1c0a8b7e4d2f6a5c9e1b0d8f7a6c5b4e3d2c1b0a9f8e7d6c5b4a3f2e1d0c
+original_sha256:
+  description: SHA-256 of the file without the managed block, that is of the file as the package installed it.
+  returned: success
+  type: str
+  sample: 9a8b7c6d5e4f3a2b1c0d9e8f7a6b5c4d3e2f1a0b9c8d7e6f5a4b3c2d1e0f9a8b
+backup_file:
+  description: Name of the backup copy; empty when none was made.
+  returned: success
+  type: str
+  sample: /opt/sglang/venv/lib/python3.11/site-packages/sglang/srt/speculative/eagle_worker_v2.py.12345.2026-12-02@13:30:00~
+at_risk:
+  description:
+    - Attributes that the unpatched method assigns only in or after its first statement that can raise
+      (the first statement containing a call, such as the parent's C(__init__)), and that other methods of the
+      class read as C(self.<name>). Such an attribute is missing from a half-built object.
+    - Attributes already assigned before that statement are not listed. Sorted.
+    - Compare with RV(inserted) to see which of them the block does not cover.
+  returned: success
+  type: list
+  elements: str
+  sample: [_draft_worker, plan_stream, speculative_algorithm]
+first_raising_line:
+  description:
+    - Line number, in the file after the task, of the method's first statement containing a call.
+    - V(null) when the method has no such statement.
+  returned: success
+  type: int
+  sample: 503
+pycache_removed:
+  description:
+    - Stale bytecode files (C(__pycache__/<stem>.*.pyc)) removed after the file was written.
+    - In check mode, the files that would be removed.
+  returned: success
+  type: list
+  elements: str
+  sample: [/opt/sglang/venv/lib/python3.11/site-packages/sglang/srt/speculative/__pycache__/eagle_worker_v2.cpython-311.pyc]
+"""
+
+import ast
+import glob
+import hashlib
+import io
+import keyword
+import os
+import tempfile
+import tokenize
+
+from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.text.converters import to_native, to_text
+
+MARKER_BEGIN = "# BEGIN eagle-deploy early-init patch for {0}.{1} (managed by Ansible)"
+MARKER_NOTE = "# Safe defaults, set before anything in this method can raise."
+MARKER_END = "# END eagle-deploy early-init patch for {0}.{1} (managed by Ansible)"
+
+
+class PatchError(Exception):
+    """A refusal: the message names the option (or the file) at fault."""
+
+
+def sha256_hex(data):
+    return hashlib.sha256(data).hexdigest()
+
+
+def render_literal(name, value):
+    """Return the source text of a default value, or raise PatchError."""
+    if isinstance(value, str):
+        text = value.strip()
+        try:
+            parsed = ast.literal_eval(text)
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError) as exc:
+            raise PatchError(
+                "attributes.%s: %r is not a Python literal (%s); give a literal such as \"0\", \"None\", "
+                "\"[]\" or \"'text'\" (a Python string needs its own quotes)" % (name, value, to_native(exc).splitlines()[0])
+            )
+        if "\n" in text or "\r" in text:
+            text = repr(parsed)
+        return text
+    text = repr(value)
+    try:
+        if ast.literal_eval(text) != value:
+            raise ValueError("value does not survive repr()")
+    except (ValueError, SyntaxError, TypeError) as exc:
+        raise PatchError("attributes.%s: %r cannot be written as a Python literal (%s)" % (name, value, to_native(exc)))
+    return text
+
+
+def check_names(attributes):
+    for name in attributes:
+        if not isinstance(name, str) or not name.isidentifier() or keyword.iskeyword(name):
+            raise PatchError("attributes: %r is not a valid attribute name (a Python identifier that is not a keyword)" % (name,))
+
+
+def find_class(tree, class_name):
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ClassDef) and node.name == class_name:
+            return node
+    return None
+
+
+def find_method(cls, method):
+    for node in cls.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == method:
+            return node
+    return None
+
+
+def self_name(func):
+    positional = list(getattr(func.args, "posonlyargs", [])) + list(func.args.args)
+    return positional[0].arg if positional else None
+
+
+def has_docstring(func):
+    first = func.body[0]
+    return isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str)
+
+
+def header_end_line(data, func):
+    """Line number (1-based) of the end of the def header: the NEWLINE token after `def NAME(...):`."""
+    start = (func.lineno, func.col_offset)
+    for tok in tokenize.tokenize(io.BytesIO(data).readline):
+        if tok.start < start:
+            continue
+        if tok.type == tokenize.NEWLINE:
+            return tok.start[0]
+    return None
+
+
+def _walk_own(node):
+    """ast.walk that does not enter nested functions, lambdas or classes (their code runs later)."""
+    todo = [node]
+    while todo:
+        cur = todo.pop()
+        yield cur
+        for child in ast.iter_child_nodes(cur):
+            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
+                continue
+            todo.append(child)
+
+
+def _self_attrs(node, name, ctx):
+    return set(
+        n.attr for n in _walk_own(node)
+        if isinstance(n, ast.Attribute) and isinstance(n.ctx, ctx) and isinstance(n.value, ast.Name) and n.value.id == name
+    )
+
+
+def analyse_risk(cls, func):
+    """Return (at_risk, first_raising_line) for the unpatched method."""
+    me = self_name(func)
+    body = func.body[1:] if has_docstring(func) else list(func.body)
+    first = None
+    for index, stmt in enumerate(body):
+        if any(isinstance(n, ast.Call) for n in _walk_own(stmt)):
+            first = index
+            break
+    if first is None or me is None:
+        return [], None
+    early = set()
+    for stmt in body[:first]:
+        early |= _self_attrs(stmt, me, ast.Store)
+    late = set()
+    for stmt in body[first:]:
+        late |= _self_attrs(stmt, me, ast.Store)
+    read = set()
+    for node in cls.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node is not func:
+            other = self_name(node)
+            if other:
+                read |= _self_attrs(node, other, ast.Load)
+    return sorted((late - early) & read), body[first].lineno
+
+
+class EarlyInitPatcher:
+    """Compute, check and apply the managed block for one class method of one file."""
+
+    def __init__(self, path, class_name, method, attributes, state):
+        self.path = path
+        self.class_name = class_name
+        self.method = method
+        self.attributes = attributes or {}
+        self.state = state
+        self.begin = MARKER_BEGIN.format(class_name, method).encode("ascii")
+        self.end = MARKER_END.format(class_name, method).encode("ascii")
+
+    def strip_block(self, data):
+        """Return (data without the managed block, True if a block was found)."""
+        lines = data.splitlines(True)
+        begins = [i for i, line in enumerate(lines) if line.strip() == self.begin]
+        ends = [i for i, line in enumerate(lines) if line.strip() == self.end]
+        if not begins and not ends:
+            return data, False
+        if len(begins) != 1 or len(ends) != 1 or ends[0] < begins[0]:
+            raise PatchError(
+                "path: %s has a damaged managed block for %s.%s (%d BEGIN and %d END markers); "
+                "restore it from a backup or reinstall the package" % (self.path, self.class_name, self.method, len(begins), len(ends))
+            )
+        return b"".join(lines[:begins[0]] + lines[ends[0] + 1:]), True
+
+    def parse(self, data):
+        try:
+            return ast.parse(data, filename=self.path)
+        except (SyntaxError, ValueError) as exc:
+            raise PatchError("path: %s does not parse as Python: %s" % (self.path, to_native(exc)))
+
+    def locate(self, tree):
+        cls = find_class(tree, self.class_name)
+        if cls is None:
+            raise PatchError("class_name: class %s not found in %s" % (self.class_name, self.path))
+        func = find_method(cls, self.method)
+        if func is None:
+            raise PatchError("method: %s.%s not found in %s" % (self.class_name, self.method, self.path))
+        return cls, func
+
+    def build_block(self, data, lines, func, newline):
+        me = self_name(func)
+        if me is None:
+            raise PatchError("method: %s.%s takes no positional parameter for the instance" % (self.class_name, self.method))
+        head_end = header_end_line(data, func)
+        first = func.body[0]
+        if head_end is None or first.lineno <= head_end:
+            raise PatchError("method: the body of %s.%s starts on its def line; put it on lines of its own first" % (self.class_name, self.method))
+        prefix = lines[first.lineno - 1][:first.col_offset]
+        if prefix.strip(b" \t"):
+            raise PatchError("method: cannot tell the indentation of %s.%s" % (self.class_name, self.method))
+        at = head_end
+        if has_docstring(func):
+            at = first.end_lineno
+            if len(func.body) > 1 and func.body[1].lineno <= first.end_lineno:
+                raise PatchError("method: a statement shares the docstring's last line in %s.%s" % (self.class_name, self.method))
+        encoding = tokenize.detect_encoding(io.BytesIO(data).readline)[0]
+        if encoding == "utf-8-sig":
+            encoding = "utf-8"
+        text = [MARKER_BEGIN.format(self.class_name, self.method), MARKER_NOTE]
+        for name, value in self.attributes.items():
+            text.append("%s.%s = %s" % (me, name, render_literal(name, value)))
+        text.append(MARKER_END.format(self.class_name, self.method))
+        try:
+            block = [prefix + line.encode(encoding) + newline for line in text]
+        except UnicodeEncodeError as exc:
+            raise PatchError("attributes: a value cannot be written in the file's encoding %s (%s)" % (encoding, to_native(exc)))
+        return at, block
+
+    def compute(self, current):
+        """Return a dict with the new content and the facts about it; raise PatchError on any refusal."""
+        if self.state == "present":
+            if not self.attributes:
+                raise PatchError("attributes: give at least one attribute with state=present (state=absent removes the patch)")
+            check_names(self.attributes)
+        original, _had_block = self.strip_block(current)
+        tree = self.parse(original)
+        cls, func = self.locate(tree)
+        at_risk, raising_line = analyse_risk(cls, func)
+        inserted = []
+        if self.state == "present":
+            lines = original.splitlines(True)
+            head = lines[func.lineno - 1]
+            newline = b"\r\n" if head.endswith(b"\r\n") else b"\n"
+            at, block = self.build_block(original, lines, func, newline)
+            new = b"".join(lines[:at] + block + lines[at:])
+            inserted = list(self.attributes)
+            if raising_line is not None and raising_line > at:
+                raising_line += len(block)
+            self.verify(new, len(inserted))
+        else:
+            new = original
+        return dict(new=new, original=original, inserted=inserted, at_risk=at_risk, first_raising_line=raising_line)
+
+    def verify(self, new, count):
+        """The patched source compiles and the method starts with exactly the inserted assignments."""
+        try:
+            compile(new, self.path, "exec", dont_inherit=True)
+            tree = ast.parse(new, filename=self.path)
+        except (SyntaxError, ValueError) as exc:
+            raise PatchError("attributes: the patched %s does not compile (%s); the file was left unchanged" % (self.path, to_native(exc)))
+        cls, func = self.locate(tree)
+        body = func.body[1:] if has_docstring(func) else func.body
+        got = []
+        for stmt in body[:count]:
+            if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 and isinstance(stmt.targets[0], ast.Attribute):
+                got.append(stmt.targets[0].attr)
+        if got != list(self.attributes):
+            raise PatchError("method: inserting into %s.%s did not give the expected first statements; the file was left unchanged"
+                             % (self.class_name, self.method))
+
+
+def stale_bytecode(path):
+    folder, base = os.path.split(path)
+    stem = os.path.splitext(base)[0]
+    return sorted(glob.glob(os.path.join(glob.escape(folder), "__pycache__", glob.escape(stem) + ".*.pyc")))
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            path=dict(type="path", required=True),
+            class_name=dict(type="str", default="EAGLEWorkerV2"),
+            method=dict(type="str", default="__init__"),
+            attributes=dict(type="dict", default={"spec_disable_batch_threshold": "0"}),
+            state=dict(type="str", default="present", choices=["present", "absent"]),
+            backup=dict(type="bool", default=False),
+        ),
+        supports_check_mode=True,
+    )
+    params = module.params
+    path = os.path.realpath(params["path"])
+    result = dict(changed=False, path=path)
+
+    if not os.path.isfile(path):
+        module.fail_json(msg="path: %s does not exist or is not a regular file" % path, **result)
+    try:
+        with open(path, "rb") as handle:
+            current = handle.read()
+    except (IOError, OSError) as exc:
+        module.fail_json(msg="path: cannot read %s: %s" % (path, to_native(exc)), **result)
+
+    patcher = EarlyInitPatcher(path, params["class_name"], params["method"], params["attributes"], params["state"])
+    try:
+        plan = patcher.compute(current)
+    except PatchError as exc:
+        module.fail_json(msg=to_native(exc), sha256=sha256_hex(current), **result)
+
+    new = plan["new"]
+    changed = new != current
+    result.update(
+        changed=changed,
+        inserted=plan["inserted"],
+        sha256=sha256_hex(new),
+        original_sha256=sha256_hex(plan["original"]),
+        backup_file="",
+        at_risk=plan["at_risk"],
+        first_raising_line=plan["first_raising_line"],
+        pycache_removed=[],
+    )
+    if module._diff:
+        result["diff"] = dict(
+            before=to_text(current, errors="surrogate_or_strict"),
+            after=to_text(new, errors="surrogate_or_strict"),
+            before_header="%s (before)" % path,
+            after_header="%s (after)" % path,
+        )
+    if not changed:
+        result["msg"] = "already in the wanted state"
+        module.exit_json(**result)
+
+    if module.check_mode:
+        result["pycache_removed"] = stale_bytecode(path)
+        result["msg"] = "would %s the early-init block (check mode)" % ("write" if params["state"] == "present" else "remove")
+        module.exit_json(**result)
+
+    if params["backup"]:
+        result["backup_file"] = module.backup_local(path)
+    fd, tmp = tempfile.mkstemp(dir=module.tmpdir)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(new)
+    except (IOError, OSError) as exc:
+        module.fail_json(msg="cannot write a temporary copy of %s: %s" % (path, to_native(exc)), **result)
+    module.atomic_move(tmp, path, unsafe_writes=False)
+
+    removed = []
+    for pyc in stale_bytecode(path):
+        try:
+            os.unlink(pyc)
+            removed.append(pyc)
+        except OSError as exc:
+            module.warn("could not remove stale bytecode %s: %s" % (pyc, to_native(exc)))
+    result["pycache_removed"] = removed
+    result["msg"] = "%s the early-init block; removed %d stale bytecode file(s)" % (
+        "wrote" if params["state"] == "present" else "removed", len(removed))
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()
