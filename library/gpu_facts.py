@@ -244,17 +244,13 @@ elapsed:
   sample: 0.42
 """
 
-import os
 import pwd
 import re
 import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-try:
-    from ansible.module_utils.sglang_proc import our_tree, read_state
-except ImportError:  # pragma: no cover - only while module_utils/sglang_proc.py is absent
-    our_tree = read_state = None
+from ansible.module_utils.sglang_proc import orphans_of, our_tree, proc_cmdline, proc_uid, read_state, why_not_ours
 
 GPU_QUERY = "index,uuid,name,memory.total,memory.used,memory.free"
 APPS_QUERY = "pid,process_name,gpu_uuid,used_memory"
@@ -368,25 +364,8 @@ def mask_cmdline(argv):
     return masked
 
 
-def read_cmdline(pid, proc_root="/proc"):
-    try:
-        with open(os.path.join(proc_root, str(pid), "cmdline"), "rb") as handle:
-            raw = handle.read()
-    except OSError:
-        return None
-    return [part.decode("utf-8", "replace") for part in raw.split(b"\0")[:-1]] if raw else []
-
-
-def read_user(pid, proc_root="/proc"):
-    try:
-        with open(os.path.join(proc_root, str(pid), "status"), "r") as handle:
-            for line in handle:
-                if line.startswith("Uid:"):
-                    uid = int(line.split()[1])
-                    break
-            else:
-                return None
-    except (OSError, ValueError, IndexError):
+def user_name(uid):
+    if uid is None:
         return None
     try:
         return pwd.getpwuid(uid).pw_name
@@ -397,11 +376,10 @@ def read_user(pid, proc_root="/proc"):
 class GpuFacts:
     """Runs nvidia-smi, classifies processes, waits for memory release. Clock and sleep are injectable."""
 
-    def __init__(self, module, clock=time.monotonic, sleep=time.sleep, proc_root="/proc"):
+    def __init__(self, module, clock=time.monotonic, sleep=time.sleep):
         self.module = module
         self.clock = clock
         self.sleep = sleep
-        self.proc_root = proc_root
         self.params = module.params
         self.nvidia_smi = module.get_bin_path("nvidia-smi")
         self.message = ""
@@ -434,49 +412,50 @@ class GpuFacts:
         return [gpu for gpu in gpus if gpu["index"] in wanted]
 
     def ownership(self):
-        """-> (run_state_found, {pid: reason}) for our process tree."""
+        """-> (run_state_found, {pid: reason} of our processes, why the leader is not ours or None)."""
         run_dir = self.params["run_dir"]
         if not run_dir:
-            return False, {}
-        if read_state is None:
-            self.module.fail_json(msg="module_utils/sglang_proc.py is missing: cannot tell our processes from "
-                                      "foreign ones (ship the project's module_utils)")
+            return False, {}, None
         state = read_state(run_dir, self.params["name"])
         if not state:
-            return False, {}
+            return False, {}, None
         leader = state.get("pid")
-        tree = our_tree(state) or {}
         reasons = {}
+        tree = our_tree(state)
         for pid, info in tree.items():
-            reason = None
-            if isinstance(info, dict):
-                reason = info.get("reason") or info.get("why")
-            if not reason:
-                reason = "our leader PID %s" % leader if pid == leader else "in the process tree of our leader PID %s" % leader
-            reasons[int(pid)] = reason
-        return True, reasons
+            if pid == leader:
+                reasons[pid] = "our leader PID %s (start time and command line match the run state)" % leader
+            elif info.get("sid") == leader:
+                reasons[pid] = "in the session of our leader PID %s" % leader
+            else:
+                reasons[pid] = "descendant of our leader PID %s" % leader
+        why = None if tree else why_not_ours(state)
+        if not tree:
+            for pid in orphans_of(state):
+                reasons[pid] = "left over from our leader PID %s (%s; same session, started after it)" % (leader, why)
+        return True, reasons, why
 
     def describe(self, apps, gpus):
         by_uuid = {gpu["uuid"]: gpu["index"] for gpu in gpus}
-        found, ours = self.ownership()
+        found, ours, why = self.ownership()
         processes = []
         for app in apps:
             pid = app["pid"]
-            cmdline = read_cmdline(pid, self.proc_root) if pid is not None else None
+            cmdline = proc_cmdline(pid) if pid is not None else None
             entry = dict(app)
             entry["gpu_index"] = by_uuid.get(app["gpu_uuid"])
-            entry["user"] = read_user(pid, self.proc_root) if pid is not None else None
+            entry["user"] = user_name(proc_uid(pid)) if pid is not None else None
             entry["cmdline"] = mask_cmdline(cmdline) if cmdline is not None else None
             if pid in ours:
                 entry["ours"], entry["ours_reason"] = True, ours[pid]
             elif cmdline is None:
-                entry["ours"], entry["ours_reason"] = False, "PID not visible in %s (another PID namespace?)" % self.proc_root
+                entry["ours"], entry["ours_reason"] = False, "PID not visible in /proc (another PID namespace?)"
             elif not self.params["run_dir"]:
                 entry["ours"], entry["ours_reason"] = False, "no run_dir given"
             elif not found:
                 entry["ours"], entry["ours_reason"] = False, "no run state for %s in %s" % (self.params["name"], self.params["run_dir"])
             else:
-                entry["ours"], entry["ours_reason"] = False, "not in our process tree"
+                entry["ours"], entry["ours_reason"] = False, "not in our process tree" + (" (%s)" % why if why else "")
             processes.append(entry)
         return found, processes
 
