@@ -399,7 +399,7 @@ def _walk_no_nested(node):
             stack.append(child)
 
 
-def _assigns_attribute(stmt, attr):
+def _assigns_attribute(stmt, attr, me="self"):
     for node in _walk_no_nested(stmt):
         targets = []
         if isinstance(node, ast.Assign):
@@ -409,10 +409,10 @@ def _assigns_attribute(stmt, attr):
         for target in targets:
             for sub in ast.walk(target):
                 if (isinstance(sub, ast.Attribute) and sub.attr == attr and isinstance(sub.value, ast.Name)
-                        and sub.value.id == "self"):
+                        and sub.value.id == me):
                     return True
         if (isinstance(node, ast.Call) and isinstance(node.func, ast.Name) and node.func.id == "setattr"
-                and len(node.args) >= 2 and isinstance(node.args[0], ast.Name) and node.args[0].id == "self"
+                and len(node.args) >= 2 and isinstance(node.args[0], ast.Name) and node.args[0].id == me
                 and isinstance(node.args[1], ast.Constant) and node.args[1].value == attr):
             return True
     return False
@@ -442,8 +442,10 @@ def analyse_eagle_worker(source, filename="eagle_worker_v2.py", class_name=EAGLE
     if init is None:
         return result
     result["init_found"] = True
+    params = list(getattr(init.args, "posonlyargs", [])) + list(init.args.args)
+    me = params[0].arg if params else "self"
     for stmt in init.body:
-        if _assigns_attribute(stmt, attr):
+        if _assigns_attribute(stmt, attr, me):
             if result["assigned_lineno"] is None:
                 result["assigned_lineno"] = stmt.lineno
             continue
@@ -735,7 +737,7 @@ class SchedulerEmu:
                 os._exit(0)
             kind = msg.get("type")
             if kind == "server_ready":
-                if self.cfg["scenario"] == "child_dies":
+                if self.cfg["scenario"] == "child_dies" and self.rank == 0:
                     self.die_at = time.monotonic() + self.cfg["child_die_after"]
             elif kind == "generate" and self.rank == 0:
                 self.generate(msg)
@@ -850,9 +852,10 @@ class Engine:
             child_end.close()
             self.children.append(proc)
             self.sched_conns.append(parent_end)
+        # The parent keeps its copy of detok_in_w open: the detokenizer outlives a dead scheduler, as in SGLang.
+        self._detok_in_w = detok_in_w
         detok_in_r.close()
         detok_out_w.close()
-        detok_in_w.close()
         self.detok_out = detok_out_r
         threading.Thread(target=self._collect_outputs, daemon=True).start()
 
@@ -1332,12 +1335,13 @@ def main(argv=None):
                    "yes (line %d)" % eagle["assigned_lineno"] if eagle["assigned_before"] else "no",
                    "path=unpatched: the first decode will crash" if eagle["will_crash"]
                    else "path=patched: decode works"))
-    if args.speculative_algorithm:
-        emit_raw("WARNING:sglang.srt.server_args:Overlap scheduler is disabled because of using eagle "
-                 "speculative decoding.\n")
-    log(server_args_line(args))
     engine = Engine(args, eagle)
     install_parent_signals(engine)
+    if args.emulator_scenario != "replay":  # a replayed log brings its own startup lines
+        if args.speculative_algorithm:
+            emit_raw("WARNING:sglang.srt.server_args:Overlap scheduler is disabled because of using eagle "
+                     "speculative decoding.\n")
+        log(server_args_line(args))
     if args.emulator_scenario == "replay":
         engine.start_children()
         engine.wait_schedulers()
