@@ -481,8 +481,8 @@ def main():
         result["diff"] = dict(
             before=to_text(current, errors="surrogate_or_strict"),
             after=to_text(new, errors="surrogate_or_strict"),
-            before_header="%s (before)" % path,
-            after_header="%s (after)" % path,
+            before_header=path,
+            after_header=path,
         )
     if not changed:
         result["msg"] = "already in the wanted state"
