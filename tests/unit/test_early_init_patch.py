@@ -119,6 +119,11 @@ def assert_patched(original, patched, attributes, class_name="EAGLEWorkerV2", me
     at = next(i for i, (a, b) in enumerate(zip(old_lines, new_lines)) if a != b)
     assert new_lines[:at] == old_lines[:at] and new_lines[at + count:] == old_lines[at:]
     added = new_lines[at:at + count]
+    # The block follows the def header (or the docstring) directly, ahead of any comment before the first statement.
+    if has_doc(before):
+        assert at == before.body[0].end_lineno
+    else:
+        assert new_lines[at - 1].split(b"#")[0].rstrip().endswith(b":")
     assert added[0].strip().startswith(b"# BEGIN eagle-deploy early-init patch for %s.%s" % (class_name.encode(), method.encode()))
     assert added[-1].strip().startswith(b"# END eagle-deploy early-init patch")
     first_added = patched.splitlines().index(added[0].rstrip(b"\r\n")) + 1
@@ -292,6 +297,7 @@ class EAGLEWorkerV2(Base):
         # Parse arguments
         self.server_args = server_args
         super().__init__()
+        self.server_args = server_args.copy()
         self.spec_disable_batch_threshold = server_args.threshold
         self.local_only = 1
 
@@ -310,6 +316,7 @@ def test_late_assignment_is_at_risk_and_kept(run, tmp_path):
     assert_patched(LATE_SOURCE, patched, DEFAULT)
     # The real assignment later in __init__ stays.
     assert b"        self.spec_disable_batch_threshold = server_args.threshold\n" in patched
+    # server_args is reassigned late too, but it already has a value from before the first call.
     assert result["at_risk"] == ["spec_disable_batch_threshold"]
     assert patched.decode().splitlines()[result["first_raising_line"] - 1].strip() == "super().__init__()"
     # The block goes after the docstring, before the comment that precedes the first statement.
