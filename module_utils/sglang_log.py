@@ -111,7 +111,7 @@ _INTERESTING = re.compile(
     rb"Scheduler hit|Traceback \(most|File \"|sigquit|SIGQUIT|warmup error|died|out of memory|"
     rb"OutOfMemoryError|Not enough memory|NCCL|ncclU|Assertion|device-side|illegal memory|CUDA error|"
     rb"launch failure|Error limit|Compilation terminated|ninja: build|\): error:|already in use|Errno 98|"
-    rb"Killed|\xe5\xb7\xb2\xe6\x9d\x80\xe6\xad\xbb|"
+    rb"Killed|\[EMULATOR\]|\xe5\xb7\xb2\xe6\x9d\x80\xe6\xad\xbb|"
     rb"Load weight|Loading (?:safetensors|pt) checkpoint|Memory pool end|KV Cache is allocated|"
     rb"Capture (?:draft )?(?:extend )?cuda graph|Capturing batches|Uvicorn running|Started server process|"
     rb"fired up|Prefill batch|Decode batch|Init torch distributed|server_args=|Capture cuda graph failed"
@@ -291,7 +291,7 @@ class LogClassifier(object):
             del self._tail[:-self._keep_tail]
         lineno = self.lineno + 1
         body, prefixed = strip_prefix(line)
-        if self.lineno == 0 and "[EMULATOR]" in line:
+        if self.lineno < 5 and "[EMULATOR]" in line:
             self.emulator = True
 
         # Phases and progress (cheap, and only while not crashed).

@@ -226,8 +226,13 @@ def orphans_of(state, table=None):
     leader, started after it (so a reused session id cannot match), not zombies."""
     if not state or state.get("unverified") or state.get("boot_id") not in (None, boot_id()):
         return {}
-    table = table if table is not None else process_table()
     leader = state["pid"]
+    if pid_alive(leader):
+        # The leader PID is alive: either it is ours (use our_tree) or it was reused by someone
+        # else, whose session must never be taken for ours. (Linux does not hand out a PID that
+        # is still in use as a session id, so real orphans imply a dead leader PID.)
+        return {}
+    table = table if table is not None else process_table()
     start = state.get("start_time") or 0
     out = {}
     for pid, info in table.items():

@@ -1,0 +1,414 @@
+"""wait_for_model's wait loop, driven with a fake clock, fake launcher, fake HTTP and fake /proc.
+
+No test sleeps: time only moves when the module calls its injected sleep()."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import pytest
+
+from ansible.module_utils import basic
+from ansible.module_utils.testing import patch_module_args
+from ansible.module_utils import sglang_proc
+
+import wait_for_model as wfm
+
+SCHED_CRASH = (
+    "[2026-12-02 10:00:05 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+    '  File "/opt/sglang/srt/managers/scheduler.py", line 2753, in run_scheduler_process\n'
+    "    scheduler.event_loop_overlap()\n"
+    "RuntimeError: NCCL error: unhandled system error\n"
+)
+
+
+class Exit(Exception):
+    def __init__(self, kwargs):
+        super().__init__(kwargs)
+        self.result = kwargs
+
+
+class Fail(Exit):
+    pass
+
+
+@pytest.fixture(autouse=True)
+def _exit_fail(monkeypatch):
+    def exit_json(self, **kw):
+        raise Exit(kw)
+
+    def fail_json(self, **kw):
+        raise Fail(kw)
+    monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
+    monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
+
+
+class World(object):
+    """A fake clock with a timeline of events (log writes, exits, child deaths, health)."""
+
+    def __init__(self, log_dir):
+        self.now = 1000.0
+        self.t0 = None
+        self.events = []  # (t_after_launch, fn)
+        self.log_dir = log_dir
+        self.health = lambda t: None  # t -> status or None
+        self.rc = None
+        self.children = {}
+        self.spawned = []
+        self.http_calls = 0
+
+    # clock & sleep
+    def clock(self):
+        return self.now
+
+    def sleep(self, dt):
+        self.now += dt
+        self._fire()
+
+    def _fire(self):
+        if self.t0 is None:
+            return
+        due = [e for e in self.events if self.t0 + e[0] <= self.now]
+        self.events = [e for e in self.events if self.t0 + e[0] > self.now]
+        for _, fn in sorted(due, key=lambda e: e[0]):
+            fn()
+
+    def at(self, t, fn):
+        self.events.append((t, fn))
+
+    def write(self, t, text):
+        def fn():
+            with open(os.path.join(self.log_dir, "sglang.log"), "a") as fh:
+                fh.write(text)
+        self.at(t, fn)
+
+    # launcher
+    def spawn(self, argv, env, cwd, log_fd, user):
+        self.spawned.append({"argv": argv, "env": env})
+        self.t0 = self.now
+        world = self
+
+        class Handle(object):
+            pid = 4000000 + len(world.spawned)  # above pid_max: never a real process
+
+            def poll(self):
+                return world.rc
+        self._fire()
+        return Handle()
+
+    # http
+    def http(self, url, headers, timeout):
+        self.http_calls += 1
+        if self.t0 is None:
+            return self.health(None)
+        return self.health(self.now - self.t0)
+
+    # /proc view
+    def kids(self, pid):
+        return dict(self.children)
+
+    def alive(self, pid):
+        return self.rc is None
+
+
+class Procs(object):
+    def __init__(self, world):
+        self.w = world
+
+    def children(self, pid):
+        return self.w.kids(pid)
+
+    def alive(self, pid):
+        return self.w.alive(pid)
+
+
+def run(world, check_mode=False, **args):
+    params = {
+        "argv": ["/opt/sglang/bin/python", "-m", "sglang.launch_server", "--config", "/etc/sglang.yaml"],
+        "log_dir": world.log_dir,
+        "timeout": 600,
+        "stall_timeout": 120,
+    }
+    params.update(args)
+    if check_mode:
+        params["_ansible_check_mode"] = True
+    with patch_module_args(params):
+        try:
+            wfm.main(clock=world.clock, sleep=world.sleep, popener=type("P", (), {"spawn": staticmethod(world.spawn)})(),
+                     http=world.http, procs=Procs(world), wall=lambda: 0.0)
+        except Fail as e:
+            return "failed", e.result
+        except Exit as e:
+            return "ok", e.result
+    raise AssertionError("module did not exit")
+
+
+@pytest.fixture
+def world(tmp_path):
+    return World(str(tmp_path))
+
+
+def test_healthy_at_once(world):
+    world.health = lambda t: 200
+    status, r = run(world)
+    assert status == "ok" and r["changed"] is True
+    assert r["attempt"] == 1 and r["log_path"].endswith("sglang_r1.log")
+    assert os.readlink(os.path.join(world.log_dir, "sglang.log")) == "sglang_r1.log"
+    assert r["elapsed"] < 0.5
+    state = json.load(open(os.path.join(world.log_dir, "sglang.json")))
+    assert state["fingerprint"] == r["fingerprint"] and state["attempt"] == 1
+
+
+def test_becomes_healthy_with_phase_timeline(world):
+    world.write(1, "[2026-12-02 10:00:00 TP0] Load weight begin. avail mem=78.00 GB\n")
+    world.write(5, "Loading safetensors checkpoint shards:  50% Completed | 32/64 [01:00<01:00,  1.00it/s]\r")
+    world.write(9, "[2026-12-02 10:00:09 TP0] Load weight end. type=X, dtype=torch.bfloat16, avail mem=10 GB\n")
+    world.write(12, "[2026-12-02 10:00:12 TP0] Capture cuda graph begin. This can take up to several minutes.\n")
+    world.write(20, "[2026-12-02 10:00:20] INFO:     Uvicorn running on http://0.0.0.0:30000 (Press CTRL+C to quit)\n")
+    world.health = lambda t: 200 if t >= 25 else (503 if t >= 20 else None)
+    status, r = run(world)
+    assert status == "ok"
+    assert [p["phase"] for p in r["phases"]] == ["launching", "loading_weights", "kv_cache", "cuda_graph", "warmup"]
+    assert 25 <= r["elapsed"] < 25.5
+    assert r["phases"][2]["elapsed"] == pytest.approx(9, abs=0.2)
+    assert r["shards"] == [32, 64]
+
+
+def test_crash_line_fails_fast_with_class_and_traceback(world):
+    world.write(3, "[2026-12-02 10:00:00 TP0] Load weight begin. avail mem=78.00 GB\n")
+    world.write(30, SCHED_CRASH)
+    world.health = lambda t: None
+    status, r = run(world)
+    assert status == "failed"
+    assert r["crash_class"] == "nccl"
+    assert r["deciding_line"].endswith("Scheduler hit an exception: Traceback (most recent call last):")
+    assert r["crash_exception"].startswith("RuntimeError: NCCL error")
+    assert 30 <= r["elapsed"] <= 30.5
+    assert r["msg"].startswith("server crashed: nccl")
+    assert any("NCCL error" in l for l in r["log_tail"])
+    assert r["phase"] == "loading_weights"
+
+
+def test_parent_exit_without_crash_line(world):
+    world.write(2, "[2026-12-02 10:00:00] server_args=ServerArgs(model_path='/m')\n")
+    world.at(10, lambda: setattr(world, "rc", -9))
+    status, r = run(world)
+    assert status == "failed" and r["crash_class"] == "killed" and r["rc"] == -9
+    assert 10 <= r["elapsed"] <= 10.2
+
+
+def test_parent_exit_with_bare_traceback_is_classified_from_log(world):
+    world.write(1, "Traceback (most recent call last):\n"
+                   '  File "/usr/lib/python3.10/runpy.py", line 196, in _run_module_as_main\n'
+                   "    return _run_code(code, main_globals, None,\n"
+                   "ModuleNotFoundError: No module named 'sgl_kernel'\n")
+    world.at(1.05, lambda: setattr(world, "rc", 1))
+    status, r = run(world)
+    assert status == "failed" and r["crash_class"] == "bad_config"
+    assert r["deciding_line"] == "Traceback (most recent call last):"
+
+
+def test_child_death_while_parent_lives(world):
+    world.children = {4100: 111, 4101: 222}
+    world.write(1, "[2026-12-02 10:00:00 TP0] Load weight begin. avail mem=78.00 GB\n")
+    world.at(40, lambda: world.children.pop(4100))
+    status, r = run(world)
+    assert status == "failed" and r["crash_class"] == "child_died"
+    assert r["dead_child_pid"] == 4100
+    assert 40 <= r["elapsed"] <= 40.7  # detection plus the settle time for the log to explain
+
+
+def test_short_lived_helper_child_is_not_a_crash(world):
+    world.children = {4100: 111}
+    world.at(5, lambda: world.children.update({4200: 999}))  # nvidia-smi, a compiler...
+    world.at(5.5, lambda: world.children.pop(4200))
+    world.health = lambda t: 200 if t >= 8 else None
+    status, r = run(world)
+    assert status == "ok"
+
+
+def test_stall_when_no_output_and_no_http_answer(world):
+    world.write(1, "[2026-12-02 10:00:00 TP0] Load weight begin. avail mem=78.00 GB\n")
+    status, r = run(world, stall_timeout=60)
+    assert status == "failed" and r["crash_class"] == "stalled"
+    assert 61 <= r["elapsed"] <= 61.5
+    assert "loading_weights" in r["msg"]
+
+
+def test_http_answers_keep_a_silent_server_from_stalling(world):
+    world.health = lambda t: 503  # alive, answering, not ready (CUDA-graph capture is silent)
+    status, r = run(world, stall_timeout=30, timeout=100)
+    assert status == "failed" and r["crash_class"] == "timeout"
+    assert r["msg"].startswith("timed out after 100 s in phase 'launching'")
+
+
+def test_timeout(world):
+    world.health = lambda t: None
+    status, r = run(world, stall_timeout=0, timeout=50)
+    assert status == "failed" and r["crash_class"] == "timeout"
+    assert 50 <= r["elapsed"] <= 50.3
+
+
+def test_check_mode_spawns_nothing(world):
+    status, r = run(world, check_mode=True)
+    assert status == "ok" and r["changed"] is True
+    assert world.spawned == []
+    assert not os.path.exists(os.path.join(world.log_dir, "sglang.json"))
+    assert os.listdir(world.log_dir) == []
+
+
+def _real_server_state(world, argv, fingerprint_args):
+    """A real process recorded as ours, with the fingerprint of `fingerprint_args`."""
+    proc = subprocess.Popen(argv, start_new_session=True)
+    parts = wfm.fingerprint_parts(fingerprint_args["argv"], {}, [], {}, None)
+    state = dict(sglang_proc.identity(proc.pid), fingerprint=wfm.fingerprint_of(parts), fingerprint_parts=parts,
+                 attempt=1, log_path=os.path.join(world.log_dir, "sglang_r1.log"))
+    open(state["log_path"], "w").close()
+    sglang_proc.write_state(world.log_dir, "sglang", state)
+    return proc
+
+
+SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
+
+
+def test_already_healthy_same_fingerprint_touches_nothing(world):
+    proc = _real_server_state(world, SLEEPER, {"argv": SLEEPER})
+    try:
+        world.health = lambda t: 200
+        status, r = run(world, argv=SLEEPER)
+        assert status == "ok" and r["changed"] is False
+        assert r["pid"] == proc.pid and proc.poll() is None
+        assert world.spawned == [] and world.http_calls == 1
+    finally:
+        proc.kill()
+        proc.wait()
+
+
+def test_fingerprint_changed_restarts_and_stops_the_old_tree(world):
+    proc = _real_server_state(world, SLEEPER, {"argv": SLEEPER})
+    try:
+        world.health = lambda t: 200
+        new_argv = SLEEPER + ["--changed"]
+        status, r = run(world, argv=new_argv, stop_timeout=5)
+        assert status == "ok" and r["changed"] is True
+        assert r["restart_reason"] == "fingerprint changed: argv"
+        assert proc.pid in r["stopped"]["signalled"]
+        assert proc.wait(timeout=5) == -15
+        assert r["attempt"] == 2
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+
+
+def test_reused_pid_in_stale_pidfile_is_never_signalled(world):
+    # Our recorded server died; its PID now belongs to an unrelated process (same PID, other
+    # start time and command line). Simulate by recording a live foreign process with a wrong
+    # start time.
+    foreign = subprocess.Popen(SLEEPER, start_new_session=True)
+    try:
+        state = dict(sglang_proc.identity(foreign.pid), fingerprint="x", attempt=1,
+                     log_path=os.path.join(world.log_dir, "sglang_r1.log"))
+        state["start_time"] -= 1000
+        state["cmdline"] = ["/opt/sglang/bin/python", "-m", "sglang.launch_server"]
+        sglang_proc.write_state(world.log_dir, "sglang", state)
+        world.health = lambda t: 200
+        status, r = run(world)
+        assert status == "failed"
+        assert "not the server we launched" in r["msg"] and "pidfile" in r["msg"]
+        assert world.spawned == []
+        assert foreign.poll() is None
+        # With on_foreign_pid=ignore the stale record is discarded, the foreign process still untouched.
+        status, r = run(world, on_foreign_pid="ignore")
+        assert status == "ok" and "reused" in r["stale_state"]
+        assert foreign.poll() is None
+        status, r = run(world, state="stopped", on_foreign_pid="ignore")
+        assert foreign.poll() is None
+    finally:
+        foreign.kill()
+        foreign.wait()
+
+
+def test_bare_pidfile_is_not_taken_as_ours(world):
+    foreign = subprocess.Popen(SLEEPER, start_new_session=True)
+    try:
+        with open(os.path.join(world.log_dir, "sglang.pid"), "w") as fh:
+            fh.write("%d\n" % foreign.pid)
+        status, r = run(world, state="stopped")
+        assert status == "failed" and "cannot prove" in r["msg"]
+        assert foreign.poll() is None
+    finally:
+        foreign.kill()
+        foreign.wait()
+
+
+def test_stopped_stops_only_our_tree(world):
+    proc = _real_server_state(world, SLEEPER, {"argv": SLEEPER})
+    bystander = subprocess.Popen(SLEEPER)
+    try:
+        status, r = run(world, state="stopped", stop_timeout=5)
+        assert status == "ok" and r["changed"] is True
+        assert proc.wait(timeout=5) == -15
+        assert bystander.poll() is None
+        assert not os.path.exists(os.path.join(world.log_dir, "sglang.json"))
+        status, r = run(world, state="stopped")
+        assert status == "ok" and r["changed"] is False
+    finally:
+        for p in (proc, bystander):
+            if p.poll() is None:
+                p.kill()
+                p.wait()
+
+
+@pytest.mark.parametrize("args, needle", [
+    ({"argv": []}, "argv is empty"),
+    ({"health_url": "ftp://x/health"}, "health_url"),
+    ({"timeout": 0}, "timeout must be > 0"),
+    ({"log_dir": "/nonexistent/dir"}, "log_dir /nonexistent/dir does not exist"),
+    ({"fingerprint_files": ["/nonexistent/file.yaml"]}, "fingerprint_files: /nonexistent/file.yaml"),
+    ({"environment": {"BAD-NAME": "1"}}, "environment"),
+    ({"run_as": "no-such-user-xyz"}, "run_as"),
+])
+def test_bad_input_fails_naming_the_option_and_launches_nothing(world, args, needle):
+    status, r = run(world, **args)
+    assert status == "failed" and needle in r["msg"]
+    assert world.spawned == []
+
+
+def test_foreign_process_on_port_refuses_before_anything(world):
+    import socket
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    s.listen(1)
+    port = s.getsockname()[1]
+    try:
+        status, r = run(world, port=port)
+        assert status == "failed" and ("port %d is held" % port) in r["msg"]
+        assert world.spawned == []
+    finally:
+        s.close()
+
+
+def test_api_key_is_sent_as_bearer_and_not_in_argv_or_env(world):
+    seen = {}
+
+    def http(url, headers, timeout):
+        seen.update(headers)
+        return 200
+    world.http = http
+    status, r = run(world, api_key="s3cret-key")
+    assert status == "ok"
+    assert seen["Authorization"] == "Bearer s3cret-key"
+    assert all("s3cret" not in a for a in world.spawned[0]["argv"])
+    assert all("s3cret" not in v for v in world.spawned[0]["env"].values())
+
+
+def test_attempt_numbering_and_pruning(world):
+    world.health = lambda t: 200
+    for i in range(1, 4):
+        open(os.path.join(world.log_dir, "sglang_r%d.log" % i), "w").close()
+    status, r = run(world, keep_attempts=2, force_restart=True)
+    assert r["attempt"] == 4
+    assert sorted(f for f in os.listdir(world.log_dir) if f.endswith(".log") and "_r" in f) == ["sglang_r3.log", "sglang_r4.log"]
