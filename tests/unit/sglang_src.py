@@ -1,6 +1,7 @@
 """Real SGLang sources for unit tests: `eagle_worker_v2.py` of several releases, taken from PyPI wheels.
 
-Wheels are fetched once with `pip download --no-deps --only-binary=:all: sglang==X` into a cache
+Wheels are fetched once with `pip download --no-deps --only-binary=:all: sglang==X` (pinned to the
+cp311 manylinux_2_34_x86_64 wheel where a release has per-platform wheels) into a cache
 (`<repo>/.cache/sglang-wheels`, gitignored; override with SGLANG_WHEEL_CACHE) and reused; only the one
 file is read out of the wheel with `zipfile`. If a wheel is not cached and PyPI cannot be reached, the
 test that needs it is skipped with the reason.
@@ -35,7 +36,9 @@ def wheel_path(version):
     if wheel:
         return wheel
     os.makedirs(CACHE, exist_ok=True)
+    # Later releases ship per-platform wheels; pin one so every controller gets the same file.
     cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--disable-pip-version-check",
+           "--platform", "manylinux_2_34_x86_64", "--python-version", "3.11", "--implementation", "cp",
            "sglang==%s" % version, "-d", CACHE]
     try:
         proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
