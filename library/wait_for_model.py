@@ -38,8 +38,12 @@ options:
     description:
       - C(started) launches (or keeps) the server and waits for it.
       - C(stopped) stops our server's process tree, only ours, and removes the run state.
+      - C(watched) launches nothing: it reads our server's whole log so far and keeps watching the log,
+        the process tree and the health URL for O(watch_time) seconds. It fails with the crash class if
+        the server crashed at any time during its life (a first decode request that killed it, say) or
+        is not healthy at the end. Use it after smoke requests.
     type: str
-    choices: [started, stopped]
+    choices: [started, stopped, watched]
     default: started
   argv:
     description:
@@ -141,6 +145,10 @@ options:
     type: str
     choices: [fail, ignore]
     default: fail
+  watch_time:
+    description: Seconds to watch with O(state=watched).
+    type: float
+    default: 3.0
   log_tail_lines:
     description: Lines of log returned in RV(log_tail).
     type: int
@@ -250,7 +258,7 @@ crash_class:
     - Class of the failure. From the log - python_exception, bad_config, warmup_failed,
       first_request_crash, cuda_graph_capture, cuda_oom, kv_pool_oom, cuda_error, nccl,
       compile_error, child_sigquit, killed, port_in_use. From the process or the clock - exited,
-      child_died, stalled, timeout.
+      child_died, stalled, timeout, unhealthy (O(state=watched) only).
   returned: on failure
   type: str
   sample: cuda_oom
@@ -471,13 +479,13 @@ class ModelWaiter(object):
         self.run_dir = p["run_dir"] or log_dir
         if not os.path.isdir(self.run_dir):
             raise WaitError("run_dir %s does not exist: create it first" % self.run_dir)
-        if p["state"] == "stopped":
-            return
-        if not p["argv"] or not p["argv"][0]:
-            raise WaitError("argv is empty: give the server's command as a list, e.g. [python, -m, sglang.launch_server, ...]")
         url = urlparse(p["health_url"])
         if url.scheme not in ("http", "https") or not url.hostname:
             raise WaitError("health_url %r is not an http(s) URL" % p["health_url"])
+        if p["state"] != "started":
+            return
+        if not p["argv"] or not p["argv"][0]:
+            raise WaitError("argv is empty: give the server's command as a list, e.g. [python, -m, sglang.launch_server, ...]")
         if p["timeout"] <= 0:
             raise WaitError("timeout must be > 0 seconds (got %s)" % p["timeout"])
         if p["stall_timeout"] < 0:
@@ -530,7 +538,16 @@ class ModelWaiter(object):
         self.validate()
         if self.p["state"] == "stopped":
             return self.stop_only()
+        if self.p["state"] == "watched":
+            return self.watch()
         return self.start()
+
+    def watch(self):
+        state, ours = self._existing()
+        if state is None or state.get("unverified") or not state.get("log_path"):
+            raise WaitError("no server of ours is recorded in %s (name %s): nothing to watch"
+                            % (self.run_dir, self.p["name"]))
+        return self.wait(state, handle=None, attached=True, watch=self.p["watch_time"])
 
     def _existing(self):
         """(state, ours?) of the recorded server; applies on_foreign_pid for a reused PID."""
@@ -642,10 +659,10 @@ class ModelWaiter(object):
         return self.wait(state, handle=handle, attached=False)
 
     # ---------------------------------------------------------------- the wait loop
-    def wait(self, state, handle, attached):
+    def wait(self, state, handle, attached, watch=None):
         p = self.p
         t0 = self.clock()
-        deadline = t0 + p["timeout"]
+        deadline = t0 + (watch if watch is not None else p["timeout"])
         clf = LogClassifier(clock=lambda: self.clock() - t0, keep_tail=max(p["log_tail_lines"], 40))
         follower = LogFollower(state["log_path"])
         pid = state["pid"]
@@ -697,7 +714,7 @@ class ModelWaiter(object):
                         next_health = self.clock() + p["health_interval"]
                         if code is not None:
                             last_activity = self.clock()
-                        if code == 200:
+                        if code == 200 and watch is None:
                             # one last look at the log: a crash written just before the 200 wins
                             clf.feed(follower.read())
                             if clf.crash is None:
@@ -705,10 +722,17 @@ class ModelWaiter(object):
                                 break
                             continue
                     now = self.clock()
-                    if p["stall_timeout"] and now - last_activity >= p["stall_timeout"]:
+                    if watch is None and p["stall_timeout"] and now - last_activity >= p["stall_timeout"]:
                         verdict = "stalled"
                         break
                     if now >= deadline:
+                        if watch is not None:
+                            code = self.http(p["health_url"], self.headers(), 2.0)
+                            clf.feed(follower.read())
+                            if clf.crash is not None:
+                                continue
+                            verdict = "ready" if code == 200 else "unhealthy"
+                            break
                         verdict = "timeout"
                         break
                 self.sleep(p["poll_interval"])
@@ -725,7 +749,7 @@ class ModelWaiter(object):
             clf.feed(b"", final=True)
             clf.finalize()
         follower.close()
-        return self.report(verdict, clf, state, elapsed, rc, died, attached)
+        return self.report(verdict, clf, state, elapsed, rc, died, attached, watch is not None)
 
     def _tail_of(self, path, n=None):
         n = n or self.p["log_tail_lines"]
@@ -739,7 +763,7 @@ class ModelWaiter(object):
             data = fh.read().replace(b"\x00", b"").replace(b"\r", b"\n")
         return [l for l in data.decode("utf-8", "replace").split("\n") if l.strip()][-n:]
 
-    def report(self, verdict, clf, state, elapsed, rc, died, attached):
+    def report(self, verdict, clf, state, elapsed, rc, died, attached, watch_mode=False):
         p = self.p
         r = self.result
         s = clf.summary()
@@ -750,6 +774,9 @@ class ModelWaiter(object):
             log_tail=clf.tail(p["log_tail_lines"]),
         )
         if verdict == "ready":
+            if watch_mode:
+                r["msg"] = "watched %.1f s: no crash, healthy" % elapsed
+                return r
             if attached:
                 r["msg"] = "attached to our server (same fingerprint) and it became healthy"
             return r
@@ -767,6 +794,9 @@ class ModelWaiter(object):
             hint = ("a long-lived child of the server (PID %d) died while the parent lives on: the server "
                     "cannot serve and would hang (the kernel OOM killer is a common cause: dmesg -T | grep -i oom)" % died[0])
             r["dead_child_pid"] = died[0]
+        elif verdict == "unhealthy":
+            cls = "unhealthy"
+            hint = "the server is running but its health URL does not answer 200: read log_tail"
         elif verdict == "stalled":
             cls = "stalled"
             hint = ("no log output and no HTTP answer for %d s in phase '%s': the server looks hung"
@@ -776,8 +806,8 @@ class ModelWaiter(object):
             hint = ("not healthy after %d s (phase '%s'); raise timeout if the load is just slow"
                     % (p["timeout"], s["phase"]))
         r.update(crash_class=cls, hint=hint, rc=rc)
-        if verdict in ("crashed", "exited", "child_died"):
-            what = "server crashed"
+        if verdict in ("crashed", "exited", "child_died", "unhealthy"):
+            what = "server crashed" if verdict != "unhealthy" else "server unhealthy"
         elif verdict == "stalled":
             what = "server hung"
         else:
@@ -820,7 +850,8 @@ class ModelWaiter(object):
 def argument_spec():
     return dict(
         name=dict(type="str", default="sglang"),
-        state=dict(type="str", default="started", choices=["started", "stopped"]),
+        state=dict(type="str", default="started", choices=["started", "stopped", "watched"]),
+        watch_time=dict(type="float", default=3.0),
         argv=dict(type="list", elements="str"),
         environment=dict(type="dict", default={}),
         chdir=dict(type="path"),

@@ -412,3 +412,37 @@ def test_attempt_numbering_and_pruning(world):
     status, r = run(world, keep_attempts=2, force_restart=True)
     assert r["attempt"] == 4
     assert sorted(f for f in os.listdir(world.log_dir) if f.endswith(".log") and "_r" in f) == ["sglang_r3.log", "sglang_r4.log"]
+
+
+def test_watched_reports_a_crash_from_earlier_in_the_servers_life(world):
+    # The server became healthy, then died on its first decode request; the leader is gone.
+    proc = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
+    state = dict(sglang_proc.identity(proc.pid), fingerprint="f", attempt=1,
+                 log_path=os.path.join(world.log_dir, "sglang_r1.log"))
+    proc.wait()
+    with open(state["log_path"], "w") as fh:
+        fh.write("[2026-12-02 10:00:00] The server is fired up and ready to roll!\n"
+                 "[2026-12-02 10:00:01] Prefill batch. #new-seq: 1, #new-token: 7, #cached-token: 0, token usage: 0.00, "
+                 "#running-req: 0, #queue-req: 0, \n"
+                 "[2026-12-02 10:00:01 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+                 '  File "/x/sglang/srt/managers/scheduler.py", line 2753, in run_scheduler_process\n'
+                 "    scheduler.event_loop_overlap()\n"
+                 "AttributeError: 'EAGLEWorkerV2' object has no attribute 'spec_disable_batch_threshold'\n")
+    sglang_proc.write_state(world.log_dir, "sglang", state)
+    status, r = run(world, state="watched")
+    assert status == "failed" and r["crash_class"] == "first_request_crash"
+    assert "spec_disable_batch_threshold" in r["crash_exception"]
+    assert "early-init patch" in r["hint"]
+    assert world.spawned == []
+
+
+def test_watched_healthy_server_passes_after_the_window(world):
+    proc = _real_server_state(world, SLEEPER, {"argv": SLEEPER})
+    try:
+        world.health = lambda t: 200
+        status, r = run(world, state="watched", watch_time=5)
+        assert status == "ok" and r["changed"] is False
+        assert r["elapsed"] >= 5
+    finally:
+        proc.kill()
+        proc.wait()
