@@ -388,8 +388,13 @@ def find_sglang_root(explicit=None):
 
 
 def _walk_no_nested(node):
-    """ast.walk without descending into nested functions, lambdas and classes."""
-    stack = [node]
+    """ast.walk over what runs when the statement runs: not into the bodies of nested functions and classes."""
+    if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+        stack = node.decorator_list + node.args.defaults + [d for d in node.args.kw_defaults if d is not None]
+    elif isinstance(node, ast.ClassDef):
+        stack = node.decorator_list + node.bases + [k.value for k in node.keywords]
+    else:
+        stack = [node]
     while stack:
         cur = stack.pop()
         yield cur
@@ -698,7 +703,8 @@ class SchedulerEmu:
             '  File "%s/srt/managers/scheduler.py", line %d, in run_scheduler_process'
             % (site, lines["run_scheduler_process"]),
             "    scheduler.run_event_loop()",
-            '  File "%s/srt/managers/scheduler.py", line %d, in event_loop_overlap' % (site, lines["event_loop_overlap"]),
+            '  File "%s/srt/managers/scheduler.py", line %d, in event_loop_overlap'
+            % (site, lines["event_loop_overlap"]),
             "    batch_result = self.run_batch(batch)",
             "                   ^^^^^^^^^^^^^^^^^^^^^",
             '  File "%s/srt/managers/scheduler.py", line %d, in run_batch' % (site, lines["run_batch"]),

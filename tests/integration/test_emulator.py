@@ -1,0 +1,387 @@
+"""Integration tests: the SGLang emulator as a real process tree on a free loopback port, one run per scenario.
+
+Each test starts `sglang_emulator.py` the way the launcher does (own session, stdout+stderr into a log file),
+talks to it over HTTP, reads its log and /proc, and kills its session at the end whatever happened.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import http.client
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+import zipfile
+
+import pytest
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+REPO = os.path.dirname(os.path.dirname(HERE))
+EMULATOR = os.path.join(REPO, "roles", "sglang_emulator", "files", "sglang_emulator.py")
+CORPUS = os.path.join(REPO, "tests", "data", "sglang-logs")
+sys.path.insert(0, os.path.join(REPO, "tests", "unit"))
+import sglang_src  # noqa: E402  (wheel cache helper)
+
+FAST = ["--emulator-load-seconds", "0.3", "--emulator-capture-seconds", "0.1"]
+READY = "The server is fired up and ready to roll!"
+SIGQUIT = "Received sigquit from a child process. It usually means the child failed."
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def proc_children(pid):
+    """PIDs whose parent is pid (from /proc), with their state letter."""
+    found = {}
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name) as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[1]) == pid:
+            found[int(name)] = fields[0]
+    return found
+
+
+def session_members(sid):
+    members = []
+    for name in os.listdir("/proc"):
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name) as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(")") + 2:].split()
+        if int(fields[3]) == sid and fields[0] != "Z":
+            members.append(int(name))
+    return members
+
+
+class Emulator:
+    def __init__(self, tmp_path, *args, port=None):
+        self.port = port or free_port()
+        self.log_path = str(tmp_path / "sglang.log")
+        self.argv = [sys.executable, EMULATOR, "--host", "127.0.0.1", "--port", str(self.port)] + list(args)
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(self.argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True, close_fds=True)
+        self.pid = self.proc.pid
+
+    def text(self):
+        with open(self.log_path, encoding="utf-8", errors="replace", newline="") as handle:
+            return handle.read()
+
+    def wait_for(self, needle, timeout=10.0):
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            if needle in self.text():
+                return
+            if self.proc.poll() is not None and needle not in self.text():
+                raise AssertionError("exited rc=%s before %r:\n%s" % (self.proc.returncode, needle, self.text()))
+            time.sleep(0.05)
+        raise AssertionError("no %r within %ss:\n%s" % (needle, timeout, self.text()))
+
+    def wait_exit(self, timeout=10.0):
+        try:
+            return self.proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            raise AssertionError("still running after %ss:\n%s" % (timeout, self.text()))
+
+    def request(self, path, body=None, headers=None, timeout=5.0):
+        """(status, parsed JSON or None)."""
+        data = json.dumps(body).encode() if body is not None else None
+        headers = dict(headers or {})
+        if data is not None:
+            headers["Content-Type"] = "application/json"
+        req = urllib.request.Request("http://127.0.0.1:%d%s" % (self.port, path), data=data, headers=headers)
+        try:
+            with urllib.request.urlopen(req, timeout=timeout) as resp:
+                raw = resp.read()
+                return resp.status, (json.loads(raw) if raw else None)
+        except urllib.error.HTTPError as exc:
+            raw = exc.read()
+            return exc.code, (json.loads(raw) if raw else None)
+
+    def stop(self):
+        if self.proc.poll() is None:
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except OSError:
+                pass
+            self.proc.wait(5)
+        else:  # leader gone: still reap anything left in its session
+            for pid in session_members(self.pid):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+
+
+@pytest.fixture
+def start(tmp_path):
+    started = []
+
+    def _start(*args, **kwargs):
+        emulator = Emulator(tmp_path, *args, **kwargs)
+        started.append(emulator)
+        return emulator
+
+    yield _start
+    for emulator in started:
+        emulator.stop()
+
+
+@pytest.fixture(scope="module")
+def sglang_root(tmp_path_factory):
+    """An 'installed' sglang package dir holding the real 0.5.23 eagle_worker_v2.py (and scheduler.py)."""
+    root = tmp_path_factory.mktemp("site") / "sglang"
+    with zipfile.ZipFile(sglang_src.wheel_path("0.5.23")) as wheel:
+        for member in ("sglang/srt/speculative/eagle_worker_v2.py", "sglang/srt/managers/scheduler.py"):
+            target = root.parent / member
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(wheel.read(member))
+    return root
+
+
+def _ordered(text, needles):
+    pos = -1
+    for needle in needles:
+        nxt = text.find(needle, pos + 1)
+        assert nxt > pos, "%r missing or out of order in:\n%s" % (needle, text)
+        pos = nxt
+
+
+def test_normal_startup_endpoints_children_and_sigterm(start):
+    emu = start("--tp-size", "2", "--served-model-name", "llama", *FAST)
+    emu.wait_for(READY)
+    text = emu.text()
+    assert text.splitlines()[0].startswith("[EMULATOR] sglang-emulator 1.0: this is NOT SGLang")
+    _ordered(text, [
+        "] server_args=ServerArgs(", " TP0] Load weight begin. avail mem=",
+        "\rLoading safetensors checkpoint shards:  50% Completed | 2/4 [", " TP0] Load weight end. ",
+        " TP0] KV Cache is allocated. #tokens: ", " TP0] Memory pool end. ", " TP0] Capture cuda graph begin. ",
+        " TP0] Capture cuda graph end. ", " TP0] max_total_num_tokens=",
+        "] INFO:     Started server process [%d]" % emu.pid,
+        "] INFO:     Uvicorn running on http://127.0.0.1:%d (Press CTRL+C to quit)" % emu.port,
+        " TP0] Prefill batch. #new-seq: 1, ", '"POST /generate HTTP/1.1" 200 OK', "] " + READY,
+    ])
+    assert " TP1] Load weight begin." in text
+
+    assert emu.request("/health")[0] == 200
+    assert emu.request("/health_generate")[0] == 200
+    status, info = emu.request("/get_model_info")
+    assert status == 200 and info["emulator"] is True
+    assert emu.request("/v1/models")[1]["data"][0]["id"] == "llama"
+    status, out = emu.request("/generate", {"text": "Hello there", "sampling_params": {"max_new_tokens": 7}})
+    assert status == 200 and out["meta_info"]["completion_tokens"] == 7 and len(out["output_ids"]) == 7
+    assert out["meta_info"]["prompt_tokens"] == 2
+    assert emu.request("/generate", {"text": "Hello there", "sampling_params": {"max_new_tokens": 7}})[1]["text"] \
+        == out["text"]
+    status, comp = emu.request("/v1/completions", {"model": "llama", "prompt": "Say hi", "max_tokens": 3})
+    assert status == 200 and comp["usage"] == {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5}
+    emu.wait_for(" TP0] Decode batch. #running-req: 1, ")
+    assert emu.request("/nope")[0] == 404
+
+    children = proc_children(emu.pid)
+    # detokenizer + 2 schedulers (+ multiprocessing's resource tracker), all running Python
+    assert len([pid for pid, state in children.items() if state != "Z"]) >= 3
+    for pid in children:
+        with open("/proc/%d/cmdline" % pid, "rb") as handle:
+            assert b"multiprocessing" in handle.read()
+
+    started = time.monotonic()
+    emu.proc.send_signal(signal.SIGTERM)
+    assert emu.wait_exit(5) == 0
+    assert time.monotonic() - started < 3
+    deadline = time.monotonic() + 3
+    while session_members(emu.pid) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert session_members(emu.pid) == []
+
+
+def test_api_key_from_config_is_enforced_and_cli_overrides_config(start, tmp_path):
+    port = free_port()
+    cfg = tmp_path / "server.yaml"
+    cfg.write_text("model-path: /models/m\napi_key: 's3cret'\nport: 1\nenable-metrics: true\n")
+    emu = start("--config", str(cfg), "--port", str(port), *FAST, port=port)
+    emu.wait_for(READY)
+    assert emu.request("/get_model_info")[0] == 401
+    assert emu.request("/get_model_info", headers={"Authorization": "Bearer wrong"})[0] == 401
+    status, info = emu.request("/get_model_info", headers={"Authorization": "Bearer s3cret"})
+    assert status == 200 and info["model_path"] == "/models/m"
+    assert emu.request("/generate", {"text": "x"})[0] == 401
+    assert emu.request("/health")[0] == 200  # health stays open, as in SGLang
+    text = emu.text()
+    assert "s3cret" not in text
+    assert "ignoring SGLang options the emulator does not model: --enable-metrics true" in text
+
+
+def test_crash_loading_traceback_sigquit_and_exit(start):
+    emu = start("--emulator-scenario", "crash_loading", *FAST)
+    rc = emu.wait_exit(10)
+    text = emu.text()
+    assert rc == -signal.SIGKILL  # SGLang's kill_process_tree includes the parent itself
+    _ordered(text, ["Load weight begin.", " TP0] Scheduler hit an exception: Traceback (most recent call last):",
+                    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate", "] " + SIGQUIT])
+    assert READY not in text and "Uvicorn running" not in text
+    assert session_members(emu.pid) == []
+
+
+def test_eagle_unpatched_crashes_on_first_client_decode(start, sglang_root):
+    emu = start("--emulator-scenario", "eagle", "--speculative-algorithm", "EAGLE3",
+                "--emulator-sglang-root", str(sglang_root), *FAST)
+    emu.wait_for(READY)
+    text = emu.text()
+    digest = hashlib.sha256((sglang_root / "srt/speculative/eagle_worker_v2.py").read_bytes()).hexdigest()
+    assert "sha256=%s" % digest in text
+    assert "path=unpatched" in text
+    assert "WARNING: EAGLE draft worker initialization failed in EAGLEWorkerV2.__init__" in text
+    assert emu.request("/health_generate")[0] == 200  # warm-up and health checks survive
+    with pytest.raises((urllib.error.URLError, http.client.HTTPException, ConnectionError)):
+        emu.request("/generate", {"text": "Hello", "sampling_params": {"max_new_tokens": 8}})
+    assert emu.wait_exit(5) == -signal.SIGKILL
+    _ordered(emu.text(), [READY, " TP0] Scheduler hit an exception: Traceback (most recent call last):",
+                          "AttributeError: 'EAGLEWorkerV2' object has no attribute 'spec_disable_batch_threshold'",
+                          "] " + SIGQUIT])
+
+
+def test_eagle_patched_decodes(start, sglang_root, tmp_path):
+    patch_mod = os.path.join(REPO, "library", "early_init_patch.py")
+    if not os.path.isfile(patch_mod):
+        pytest.skip("library/early_init_patch.py not present")
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("eip_for_emulator_it", patch_mod)
+    eip = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(eip)
+    root = tmp_path / "patched" / "sglang"
+    (root / "srt" / "speculative").mkdir(parents=True)
+    source = (sglang_root / "srt/speculative/eagle_worker_v2.py").read_bytes()
+    new = eip.EarlyInitPatcher("x.py", "EAGLEWorkerV2", "__init__", {"spec_disable_batch_threshold": "0"},
+                               "present").compute(source)["new"]
+    (root / "srt" / "speculative" / "eagle_worker_v2.py").write_bytes(new)
+    emu = start("--emulator-scenario", "eagle", "--speculative-algorithm", "EAGLE3",
+                "--emulator-sglang-root", str(root), *FAST)
+    emu.wait_for(READY)
+    assert "path=patched" in emu.text()
+    for _ in range(2):
+        status, out = emu.request("/generate", {"text": "Hello", "sampling_params": {"max_new_tokens": 8}})
+        assert status == 200 and out["meta_info"]["completion_tokens"] == 8
+    assert emu.proc.poll() is None
+    assert "Scheduler hit an exception" not in emu.text()
+
+
+def test_eagle_without_installed_sglang_fails_clearly(start, tmp_path):
+    emu = start("--emulator-scenario", "eagle", "--speculative-algorithm", "EAGLE3",
+                "--emulator-sglang-root", str(tmp_path / "nowhere"), *FAST)
+    assert emu.wait_exit(10) == 2
+    assert "eagle scenario needs the installed sglang package" in emu.text()
+
+
+def test_child_dies_parent_lives_health_generate_fails(start):
+    emu = start("--emulator-scenario", "child_dies", "--emulator-child-die-after", "0.3", *FAST)
+    emu.wait_for(READY)
+    deadline = time.monotonic() + 5
+    while time.monotonic() < deadline:
+        if emu.request("/health_generate")[0] == 503:
+            break
+        time.sleep(0.1)
+    else:
+        raise AssertionError("health_generate never failed:\n" + emu.text())
+    assert emu.request("/health")[0] == 200  # the trap: plain /health still says fine
+    assert emu.proc.poll() is None
+    assert "Health check failed." in emu.text()
+    assert "Scheduler hit an exception" not in emu.text()
+    states = proc_children(emu.pid)
+    assert "Z" in states.values()  # the dead scheduler, unreaped
+
+
+def test_hang_prints_a_few_lines_then_nothing(start):
+    emu = start("--emulator-scenario", "hang", *FAST)
+    emu.wait_for("Load weight begin.")
+    time.sleep(1.0)
+    text = emu.text()
+    assert "Load weight end." not in text and "Uvicorn running" not in text
+    with pytest.raises(urllib.error.URLError):
+        emu.request("/health", timeout=1)
+    assert emu.proc.poll() is None
+    emu.proc.send_signal(signal.SIGTERM)
+    assert emu.wait_exit(5) == 0
+
+
+def test_health_503_forever(start):
+    emu = start("--emulator-scenario", "health_503", *FAST)
+    emu.wait_for(READY)
+    assert emu.request("/health")[0] == 503
+    assert emu.request("/health_generate")[0] == 503
+    assert emu.request("/generate", {"text": "x", "sampling_params": {"max_new_tokens": 2}})[0] == 200
+
+
+def test_port_taken_scenario_reports_the_real_errno(start):
+    emu = start("--emulator-scenario", "port_taken", *FAST)
+    assert emu.wait_exit(10) == 1
+    assert ("ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', %d): address already in use"
+            % emu.port) in emu.text()
+    assert session_members(emu.pid) == []
+
+
+def test_busy_port_fails_like_uvicorn_in_normal_scenario(start):
+    with socket.socket() as busy:
+        busy.bind(("127.0.0.1", 0))
+        busy.listen(1)
+        emu = start(*FAST, port=busy.getsockname()[1])
+        assert emu.wait_exit(10) == 1
+    assert "[Errno 98] error while attempting to bind on address" in emu.text()
+
+
+def _corpus(name):
+    path = os.path.join(CORPUS, name)
+    if not os.path.isfile(path):
+        pytest.skip("corpus copy missing: %s" % path)
+    return path
+
+
+def test_replay_ready_log_then_serves(start):
+    path = _corpus("041-ready-eagle3-llama31-8b-docs-ci.log")
+    emu = start("--emulator-scenario", "replay", "--emulator-replay", path, "--emulator-replay-speed", "1000")
+    emu.wait_for("[2025-08-11 02:18:47] " + READY)
+    deadline = time.monotonic() + 5
+    while emu.request("/health")[0] != 200 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert emu.request("/health")[0] == 200
+    assert emu.request("/generate", {"text": "x", "sampling_params": {"max_new_tokens": 2}})[0] == 200
+    with open(path, encoding="utf-8") as handle:
+        assert handle.read().splitlines()[-1] in emu.text()
+
+
+def test_replay_crashed_log_exits_1(start):
+    path = _corpus("019-crash-eagle3-tuning-sigquit-exit-minus9.log")
+    emu = start("--emulator-scenario", "replay", "--emulator-replay", path, "--emulator-replay-speed", "1000")
+    assert emu.wait_exit(15) == 1
+    assert "[2025-10-31 02:16:22] " + SIGQUIT in emu.text()
+
+
+def test_replay_loading_log_hangs(start):
+    path = _corpus("049-loading-deepseek-r1-2x8-h800-capture-begin.log")
+    emu = start("--emulator-scenario", "replay", "--emulator-replay", path, "--emulator-replay-speed", "1000")
+    with open(path, encoding="utf-8") as handle:
+        last = handle.read().splitlines()[-1]
+    emu.wait_for(last)
+    time.sleep(0.5)
+    assert emu.proc.poll() is None
+    with pytest.raises(urllib.error.URLError):
+        emu.request("/health", timeout=1)

@@ -1,0 +1,338 @@
+"""Unit tests for the SGLang emulator (roles/sglang_emulator/files/sglang_emulator.py): pure parts, no processes."""
+
+from __future__ import annotations
+
+import hashlib
+import importlib.util
+import os
+import re
+import sys
+import textwrap
+
+import pytest
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sglang_src  # noqa: E402  (test helper next to this file)
+
+EMULATOR_FILE = os.path.join(sglang_src.REPO, "roles", "sglang_emulator", "files", "sglang_emulator.py")
+_spec = importlib.util.spec_from_file_location("sglang_emulator", EMULATOR_FILE)
+emu = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(emu)
+
+PATCH_MODULE_FILE = os.path.join(sglang_src.REPO, "library", "early_init_patch.py")
+CORPUS = os.path.join(sglang_src.REPO, "tests", "data", "sglang-logs")
+
+
+def _patcher():
+    if not os.path.isfile(PATCH_MODULE_FILE):
+        pytest.skip("library/early_init_patch.py not present")
+    spec = importlib.util.spec_from_file_location("early_init_patch_for_emulator", PATCH_MODULE_FILE)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+def patched(source_bytes):
+    """The real patch module's output for the default attribute, as the sglang_patch role applies it."""
+    eip = _patcher()
+    patcher = eip.EarlyInitPatcher("eagle_worker_v2.py", "EAGLEWorkerV2", "__init__",
+                                   {"spec_disable_batch_threshold": "0"}, "present")
+    return patcher.compute(source_bytes)["new"]
+
+
+# --- config file parser ------------------------------------------------------------------------------------------
+
+def test_flat_yaml_scalars_are_typed_like_pyyaml():
+    text = textwrap.dedent("""\
+        ---
+        # a comment line
+        model-path: /models/llama-3.1-8b   # trailing comment
+        port: 30000
+        mem_fraction_static: 0.85
+        trust-remote-code: true
+        disable-radix-cache: no
+        api_key: "s3cr#t: x"
+        served-model-name: 'it''s'
+        context-length: ~
+        empty:
+        """)
+    assert emu.parse_flat_yaml(text) == {
+        "model-path": "/models/llama-3.1-8b", "port": 30000, "mem_fraction_static": 0.85,
+        "trust-remote-code": True, "disable-radix-cache": False, "api_key": "s3cr#t: x",
+        "served-model-name": "it's", "context-length": None, "empty": None,
+    }
+
+
+def test_flat_yaml_flow_lists():
+    text = 'cuda-graph-bs: [1, 2, 4]\nnames: ["a,b", c]\nnone: []\n'
+    assert emu.parse_flat_yaml(text) == {"cuda-graph-bs": [1, 2, 4], "names": ["a,b", "c"], "none": []}
+
+
+def test_flat_yaml_keeps_hash_inside_a_word():
+    assert emu.parse_flat_yaml("model: org/model#rev\n") == {"model": "org/model#rev"}
+
+
+@pytest.mark.parametrize("text, needle", [
+    ("server:\n  port: 1\n", "line 2: nested"),
+    ("- a\n- b\n", "mapping, not a list"),
+    ("port: 1\nport: 2\n", "duplicate key"),
+    ("x: 'open\n", "unterminated"),
+    ("x: [1, 2\n", "unterminated flow list"),
+    ("x: [[1]]\n", "nested collections"),
+    ("x: {a: 1}\n", "only flat scalars"),
+    ("just a line\n", "expected 'key: value'"),
+])
+def test_flat_yaml_refuses_what_it_cannot_read(text, needle):
+    with pytest.raises(emu.ConfigError, match=re.escape(needle)):
+        emu.parse_flat_yaml(text)
+
+
+def test_config_to_argv_follows_sglang_merger_rules():
+    argv = emu.config_to_argv({"model_path": "/m", "trust-remote-code": True, "enable-metrics": False,
+                               "some_bool": True, "bs": [1, 2], "empty": [], "nothing": None},
+                              store_true_keys={"trust_remote_code", "enable_metrics"})
+    assert argv == ["--model-path", "/m", "--trust-remote-code", "--some-bool", "true", "--bs", "1", "2"]
+
+
+# --- command line ------------------------------------------------------------------------------------------------
+
+def _write(tmp_path, name, text):
+    path = tmp_path / name
+    path.write_text(text)
+    return str(path)
+
+
+def test_cli_overrides_config_and_both_key_spellings_work(tmp_path):
+    cfg = _write(tmp_path, "c.yaml", "model_path: /from/config\nport: 31000\ntp-size: 4\napi-key: k1\n"
+                                     "speculative_algorithm: eagle3\n")
+    args, unknown, ignored = emu.parse_args(["--config", cfg, "--port", "32000"])
+    assert (args.model_path, args.port, args.tp_size, args.api_key) == ("/from/config", 32000, 4, "k1")
+    assert args.speculative_algorithm == "EAGLE3"
+    assert args.served_model_name == "/from/config"
+    assert unknown == [] and ignored == []
+
+
+def test_cli_flag_before_config_still_wins(tmp_path):
+    cfg = _write(tmp_path, "c.yml", "port: 31000\n")
+    args, _, _ = emu.parse_args(["--port", "32001", "--config", cfg])
+    assert args.port == 32001
+
+
+def test_unknown_sglang_flags_are_returned_not_fatal(tmp_path):
+    cfg = _write(tmp_path, "c.yaml", "enable-metrics: true\nchunked-prefill-size: 4096\n")
+    args, unknown, _ = emu.parse_args(["--config", cfg, "--tp", "2", "--cuda-graph-max-bs", "8"])
+    assert args.tp_size == 2
+    assert unknown == ["--enable-metrics", "true", "--chunked-prefill-size", "4096", "--cuda-graph-max-bs", "8"]
+
+
+def test_emulator_keys_in_config_are_ignored(tmp_path):
+    cfg = _write(tmp_path, "c.yaml", "emulator-scenario: hang\nemulator_load_seconds: 9\n")
+    args, _, ignored = emu.parse_args(["--config", cfg])
+    assert args.emulator_scenario == "normal" and args.emulator_load_seconds == 3.0
+    assert ignored == ["emulator-scenario", "emulator_load_seconds"]
+
+
+def test_defaults_match_the_contract():
+    args, _, _ = emu.parse_args([])
+    assert (args.host, args.port, args.emulator_scenario, args.emulator_load_seconds, args.emulator_shards,
+            args.emulator_capture_seconds, args.emulator_replay_speed, args.emulator_child_die_after) == \
+        ("127.0.0.1", 30000, "normal", 3.0, 4, 1.0, 100.0, 2.0)
+
+
+@pytest.mark.parametrize("argv", [
+    ["--config", "/tmp/c.json"],
+    ["--config", "/nonexistent/c.yaml"],
+    ["--config"],
+    ["--emulator-scenario", "explode"],
+    ["--emulator-scenario", "replay"],
+    ["--tp-size", "0"],
+])
+def test_bad_command_lines_exit_with_usage_error(argv, capsys):
+    with pytest.raises(SystemExit) as exc:
+        emu.parse_args(argv)
+    assert exc.value.code == 2
+    assert "error:" in capsys.readouterr().err
+
+
+def test_bad_config_content_is_a_usage_error(tmp_path, capsys):
+    cfg = _write(tmp_path, "c.yaml", "server:\n  port: 1\n")
+    with pytest.raises(SystemExit):
+        emu.parse_args(["--config", cfg])
+    assert "nested" in capsys.readouterr().err
+
+
+# --- EAGLEWorkerV2 check -----------------------------------------------------------------------------------------
+
+UNPATCHED = textwrap.dedent('''\
+    class BaseSpecWorker:
+        pass
+
+
+    class EAGLEWorkerV2(BaseSpecWorker):
+        def __init__(self, server_args, gpu_id):
+            """Doc."""
+            def helper():
+                return make_thing()
+            self.gpu_id = gpu_id
+            super().__init__()
+            self.spec_disable_batch_threshold = 0
+    ''')
+
+
+def test_synthetic_unpatched_would_crash():
+    res = emu.analyse_eagle_worker(UNPATCHED)
+    assert res["class_found"] and res["init_found"]
+    assert res["assigned_before"] is False
+    assert res["raising_lineno"] == 11
+    assert res["raising_source"] == "super().__init__()"
+
+
+@pytest.mark.parametrize("early", [
+    "self.spec_disable_batch_threshold = 0",
+    "self.spec_disable_batch_threshold: int = 0",
+    "setattr(self, 'spec_disable_batch_threshold', 0)",
+    "self.spec_disable_batch_threshold = int(server_args.x)",
+    "if True:\n            self.spec_disable_batch_threshold = None",
+])
+def test_synthetic_early_assignment_counts_as_patched(early):
+    source = UNPATCHED.replace('        """Doc."""\n', '        """Doc."""\n        %s\n' % early)
+    res = emu.analyse_eagle_worker(source)
+    assert res["assigned_before"] is True
+    assert res["raising_source"] == "super().__init__()"
+
+
+def test_synthetic_other_instance_name():
+    source = UNPATCHED.replace("(self, server_args", "(me, server_args").replace(
+        "self.gpu_id = gpu_id", "me.spec_disable_batch_threshold = 1")
+    assert emu.analyse_eagle_worker(source)["assigned_before"] is True
+
+
+def test_synthetic_assignment_on_another_object_does_not_count():
+    source = UNPATCHED.replace("self.gpu_id = gpu_id", "other.spec_disable_batch_threshold = 1")
+    assert emu.analyse_eagle_worker(source)["assigned_before"] is False
+
+
+def test_synthetic_missing_class_or_init():
+    assert emu.analyse_eagle_worker("class Other:\n    pass\n")["class_found"] is False
+    res = emu.analyse_eagle_worker("class EAGLEWorkerV2:\n    x = 1\n")
+    assert res["class_found"] is True and res["init_found"] is False
+
+
+def test_real_0_5_23_unpatched_would_crash():
+    source = sglang_src.eagle_worker_v2_source("0.5.23")
+    res = emu.analyse_eagle_worker(source.decode("utf-8"))
+    assert res["init_found"]
+    assert res["assigned_before"] is False
+    assert res["raising_source"] == "super().__init__()"
+    line = source.decode("utf-8").splitlines()[res["raising_lineno"] - 1]
+    assert line.strip() == "super().__init__()"
+
+
+def test_real_0_5_23_patched_by_our_patch_module_decodes():
+    res = emu.analyse_eagle_worker(patched(sglang_src.eagle_worker_v2_source("0.5.23")).decode("utf-8"))
+    assert res["assigned_before"] is True
+    assert res["assigned_lineno"] < res["raising_lineno"]
+
+
+def test_eagle_plan_reads_the_installed_file(tmp_path):
+    data = sglang_src.eagle_worker_v2_source("0.5.23")
+    root = tmp_path / "site-packages" / "sglang"
+    (root / "srt" / "speculative").mkdir(parents=True)
+    (root / "srt" / "speculative" / "eagle_worker_v2.py").write_bytes(data)
+    assert emu.find_sglang_root(str(root)) == str(root)
+    assert emu.find_sglang_root(str(tmp_path / "site-packages")) == str(root)
+    plan = emu.eagle_plan(str(root))
+    assert plan["sha256"] == hashlib.sha256(data).hexdigest()
+    assert plan["will_crash"] is True
+    (root / "srt" / "speculative" / "eagle_worker_v2.py").write_bytes(patched(data))
+    assert emu.eagle_plan(str(root))["will_crash"] is False
+
+
+def test_find_sglang_root_missing(tmp_path):
+    assert emu.find_sglang_root(str(tmp_path)) is None
+
+
+# --- fake model, log formats, replay helpers ---------------------------------------------------------------------
+
+def test_fake_output_is_deterministic_and_honours_max_new_tokens():
+    a = emu.fake_output_ids("Hello there", 37)
+    assert len(a) == 37 and a == emu.fake_output_ids("Hello there", 37)
+    assert a != emu.fake_output_ids("Hello world", 37)
+    assert emu.fake_output_ids("x", 0) == []
+    assert len(emu.detokenize(a).split()) == 37
+
+
+def test_prompt_token_count():
+    assert emu.count_prompt_tokens("The capital city of France is") == 6
+    assert emu.count_prompt_tokens([1, 2, 3]) == 3
+    assert emu.count_prompt_tokens("") == 1
+
+
+def test_shard_progress_is_tqdm_shaped():
+    line = emu._tqdm_line("Loading safetensors checkpoint shards", 2, 4, 1.2, 0.6)
+    assert line.startswith("\r")
+    assert re.match(r"^\rLoading safetensors checkpoint shards:  50% Completed \| 2/4 \[00:01<00:01, +\d", line)
+
+
+def test_log_prefixes(capfd):
+    emu.log("Load weight begin. avail mem=1.00 GB", rank=3)
+    emu.log("The server is fired up and ready to roll!")
+    err = capfd.readouterr().err.splitlines()
+    assert re.match(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d TP3\] Load weight begin\.", err[0])
+    assert re.match(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] The server is fired up", err[1])
+
+
+def test_log_level_warning_hides_info(capfd):
+    emu.set_log_level("warning")
+    try:
+        emu.log("info line")
+        emu.log("warn line", level="warning")
+    finally:
+        emu.set_log_level("info")
+    err = capfd.readouterr().err
+    assert "info line" not in err and "warn line" in err
+
+
+def test_line_time_and_delays():
+    lines = ["[2025-08-11 02:18:09] a\n", "no stamp\n", "[2025-08-11 02:18:19 TP0] b\n", "[17:43:23 TP6] c\n"]
+    assert emu.line_time(lines[1]) is None
+    delays = emu.replay_delays(lines, speed=10, fixed=0.005)
+    assert delays[:3] == [0.0, 0.005, 1.0]
+    assert emu.line_time(lines[3]) is not None
+
+
+@pytest.mark.parametrize("name, label", [
+    ("041-ready-eagle3-llama31-8b-docs-ci.log", "ready"),
+    ("046-ready-eagle3-log-level-warning-no-ready-line.log", "ready"),
+    ("019-crash-eagle3-tuning-sigquit-exit-minus9.log", "crashed"),
+    ("049-loading-deepseek-r1-2x8-h800-capture-begin.log", "loading"),
+])
+def test_replay_outcome_uses_the_manifest(name, label):
+    path = os.path.join(CORPUS, name)
+    if not os.path.isfile(path):
+        pytest.skip("corpus copy missing: %s" % path)
+    with open(path, encoding="utf-8", errors="replace") as handle:
+        assert emu.replay_outcome(path, handle.read()) == label
+
+
+@pytest.mark.parametrize("text, label", [
+    ("[2025-01-01 00:00:00] The server is fired up and ready to roll!\n", "ready"),
+    ("[2025-01-01 00:00:00 TP0] Scheduler hit an exception: Traceback (most recent call last):\n", "crashed"),
+    ("[2025-01-01 00:00:00 TP0] Load weight begin. avail mem=1 GB\n", "loading"),
+])
+def test_replay_outcome_without_manifest(tmp_path, text, label):
+    path = _write(tmp_path, "x.log", text)
+    assert emu.replay_outcome(path, text) == label
+
+
+def test_banner_says_it_is_not_sglang():
+    assert emu.BANNER.startswith("[EMULATOR] sglang-emulator 1.0: this is NOT SGLang")
+
+
+@pytest.mark.parametrize("version", sglang_src.RELEASES)
+def test_every_release_unpatched_crashes_and_patched_decodes(version):
+    source = sglang_src.eagle_worker_v2_source(version)
+    before = emu.analyse_eagle_worker(source.decode("utf-8"))
+    after = emu.analyse_eagle_worker(patched(source).decode("utf-8"))
+    assert before["raising_lineno"] is not None and before["assigned_before"] is False
+    assert after["assigned_before"] is True
