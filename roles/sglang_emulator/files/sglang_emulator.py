@@ -806,6 +806,27 @@ def detokenizer_main(cfg, in_conn, out_conn):
 # Parent: tokenizer manager + HTTP server
 # ---------------------------------------------------------------------------------------------------------------
 
+def direct_children(pid):
+    """PIDs whose parent is pid, read from /proc (empty where there is no /proc)."""
+    found = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return found
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name, "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(b")") + 2:].split()
+        if len(fields) > 1 and int(fields[1]) == pid and fields[0] != b"Z":
+            found.append(int(name))
+    return found
+
+
 class Engine:
     """The main process: owns the children, forwards requests, collects outputs."""
 
@@ -893,12 +914,14 @@ class Engine:
         os._exit(1)
 
     def kill_children(self, sig=signal.SIGKILL):
-        for proc in self.children:
-            if proc.pid is not None and proc.exitcode is None:
-                try:
-                    os.kill(proc.pid, sig)
-                except OSError:
-                    pass
+        """Signal every child: ours, and any other (multiprocessing's resource tracker), like kill_process_tree."""
+        pids = {proc.pid for proc in self.children if proc.pid is not None and proc.exitcode is None}
+        pids.update(direct_children(os.getpid()))
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
 
     def _collect_outputs(self):
         while True:
