@@ -6,10 +6,12 @@ talks to it over HTTP, reads its log and /proc, and kills its session at the end
 
 from __future__ import annotations
 
+import glob
 import hashlib
 import http.client
 import json
 import os
+import shutil
 import signal
 import socket
 import subprocess
@@ -204,6 +206,14 @@ def test_normal_startup_endpoints_children_and_sigterm(start):
         == out["text"]
     status, comp = emu.request("/v1/completions", {"model": "llama", "prompt": "Say hi", "max_tokens": 3})
     assert status == 200 and comp["usage"] == {"prompt_tokens": 2, "completion_tokens": 3, "total_tokens": 5}
+    status, batch = emu.request("/generate", {"text": ["a", "b c"], "sampling_params": {"max_new_tokens": 2}})
+    assert status == 200 and [o["meta_info"]["prompt_tokens"] for o in batch] == [1, 2]
+    stream_req = urllib.request.Request(
+        "http://127.0.0.1:%d/generate" % emu.port, headers={"Content-Type": "application/json"},
+        data=json.dumps({"text": "Hello there", "stream": True, "sampling_params": {"max_new_tokens": 7}}).encode())
+    with urllib.request.urlopen(stream_req, timeout=5) as resp:
+        events = resp.read().decode().split("\n\n")
+    assert json.loads(events[0][len("data: "):])["text"] == out["text"] and events[-2] == "data: [DONE]"
     emu.wait_for(" TP0] Decode batch. #running-req: 1, ")
     assert emu.request("/nope")[0] == 404
 
@@ -392,3 +402,67 @@ def test_replay_loading_log_hangs(start):
     assert emu.proc.poll() is None
     with pytest.raises(urllib.error.URLError):
         emu.request("/health", timeout=1)
+
+
+def test_log_level_warning_never_prints_the_ready_line_but_serves(start):
+    emu = start("--log-level", "warning", *FAST)
+    deadline = time.monotonic() + 10
+    status = None
+    while time.monotonic() < deadline:
+        try:
+            status = emu.request("/health_generate", timeout=2)[0]
+        except (urllib.error.URLError, ConnectionError):
+            status = None
+        if status == 200:
+            break
+        time.sleep(0.1)
+    assert status == 200
+    text = emu.text()
+    assert READY not in text and "Load weight begin" not in text and "Uvicorn running" not in text
+    assert text.startswith("[EMULATOR] sglang-emulator 1.0")
+
+
+def test_children_die_with_a_killed_leader(start):
+    emu = start(*FAST)
+    emu.wait_for(READY)
+    children = [pid for pid, state in proc_children(emu.pid).items() if state != "Z"]
+    assert len(children) >= 2
+    emu.proc.send_signal(signal.SIGKILL)
+    emu.wait_exit(5)
+    assert session_left(emu.pid, timeout=3) == []
+
+
+def _python39():
+    """A Python 3.9 interpreter (the emulator's oldest supported), or None."""
+    candidates = sorted(glob.glob(os.path.expanduser("~/.pyenv/versions/3.9*/bin/python3.9")))
+    candidates += [path for path in (shutil.which("python3.9"),) if path]
+    for path in candidates:
+        try:
+            out = subprocess.run([path, "-c", "import sys; print(sys.version_info[:2] == (3, 9))"],
+                                 capture_output=True, text=True, timeout=10, check=False).stdout
+        except (OSError, subprocess.TimeoutExpired):
+            continue
+        if out.strip() == "True":
+            return path
+    return None
+
+
+def test_runs_on_python_3_9(tmp_path):
+    python = _python39()
+    if python is None:
+        pytest.skip("no Python 3.9 interpreter found")
+    port = free_port()
+    log_path = tmp_path / "py39.log"
+    with open(log_path, "wb") as log:
+        proc = subprocess.Popen([python, EMULATOR, "--port", str(port)] + FAST,
+                                stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+    try:
+        deadline = time.monotonic() + 15
+        while READY not in log_path.read_text(errors="replace"):
+            assert proc.poll() is None and time.monotonic() < deadline, log_path.read_text(errors="replace")
+            time.sleep(0.05)
+        with urllib.request.urlopen("http://127.0.0.1:%d/health_generate" % port, timeout=5) as resp:
+            assert resp.status == 200
+    finally:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait(5)

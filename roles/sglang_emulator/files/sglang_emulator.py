@@ -1136,7 +1136,8 @@ def make_handler(engine):
             return self._send(200)
 
         def _generate(self, body):
-            prompt = body.get("text", body.get("input_ids"))
+            text = body.get("text")
+            prompt = text if text is not None else body.get("input_ids")
             if prompt is None:
                 return self._send(400, {"error": {"message": "Either text or input_ids should be provided."}})
             params = body.get("sampling_params") or {}
@@ -1146,14 +1147,25 @@ def make_handler(engine):
                 return self._send(400, {"error": {"message": "max_new_tokens must be an integer"}})
             if max_new < 0:
                 return self._send(400, {"error": {"message": "max_new_tokens must be at least 0"}})
-            start = time.time()
-            out = engine.submit(prompt, max_new, REQUEST_TIMEOUT, warmup=self._is_warmup())
-            if out is None:
-                return self._send(500, {"error": {"message": "the scheduler did not answer"}})
-            return self._send(200, {"text": out["text"], "output_ids": out["output_ids"], "meta_info": {
-                "id": uuid.uuid4().hex, "finish_reason": {"type": "length", "length": max_new},
-                "prompt_tokens": out["prompt_tokens"], "completion_tokens": out["completion_tokens"],
-                "cached_tokens": 0, "e2e_latency": round(time.time() - start, 6)}})
+            batch = isinstance(text, list) or (isinstance(prompt, list) and prompt and isinstance(prompt[0], list))
+            results = []
+            for one in (prompt if batch else [prompt]):
+                start = time.time()
+                out = engine.submit(one, max_new, REQUEST_TIMEOUT, warmup=self._is_warmup())
+                if out is None:
+                    return self._send(500, {"error": {"message": "the scheduler did not answer"}})
+                results.append({"text": out["text"], "output_ids": out["output_ids"], "meta_info": {
+                    "id": uuid.uuid4().hex, "finish_reason": {"type": "length", "length": max_new},
+                    "prompt_tokens": out["prompt_tokens"], "completion_tokens": out["completion_tokens"],
+                    "cached_tokens": 0, "e2e_latency": round(time.time() - start, 6)}})
+            if body.get("stream"):
+                return self._send_stream(results)
+            return self._send(200, results if batch else results[0])
+
+        def _send_stream(self, chunks):
+            """Server-sent events as SGLang streams them: ``data: {json}`` lines, then ``data: [DONE]``."""
+            body = b"".join(b"data: " + json.dumps(chunk).encode("utf-8") + b"\n\n" for chunk in chunks)
+            self._send(200, body + b"data: [DONE]\n\n", ctype="text/event-stream")
 
         def _completions(self, body):
             prompt = body.get("prompt")
@@ -1166,13 +1178,16 @@ def make_handler(engine):
             out = engine.submit(prompt, max_new, REQUEST_TIMEOUT, warmup=self._is_warmup())
             if out is None:
                 return self._send(500, {"error": {"message": "the scheduler did not answer"}})
-            return self._send(200, {
+            response = {
                 "id": "cmpl-" + uuid.uuid4().hex, "object": "text_completion", "created": int(time.time()),
                 "model": body.get("model") or args.served_model_name,
                 "choices": [{"index": 0, "text": out["text"], "logprobs": None, "finish_reason": "length",
                              "matched_stop": None}],
                 "usage": {"prompt_tokens": out["prompt_tokens"], "completion_tokens": out["completion_tokens"],
-                          "total_tokens": out["prompt_tokens"] + out["completion_tokens"]}})
+                          "total_tokens": out["prompt_tokens"] + out["completion_tokens"]}}
+            if body.get("stream"):
+                return self._send_stream([response])
+            return self._send(200, response)
 
     return Handler
 
