@@ -679,9 +679,13 @@ class ModelWaiter(object):
                 if data:
                     clf.feed(data)
                     last_activity = now
-                # 1. the log says it crashed
+                # 1. the log says it crashed. Keep reading while the traceback is still being
+                #    written (up to a few settle times) so the report has its exception line.
                 if clf.crash is not None:
-                    if clf.settled or now - (clf.crash["at"] + t0) >= p["settle_time"]:
+                    since = now - (clf.crash["at"] + t0)
+                    quiet = now - last_activity
+                    if clf.settled or (since >= p["settle_time"] and quiet >= p["settle_time"]) \
+                            or since >= 5 * p["settle_time"]:
                         verdict = "crashed"
                         break
                 else:

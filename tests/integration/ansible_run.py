@@ -1,0 +1,36 @@
+"""Run a module the way Ansible runs it (ansible ad-hoc, JSON callback) and return its result."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.path.dirname(sys.executable)
+EMULATOR = os.path.join(REPO, "roles", "sglang_emulator", "files", "sglang_emulator.py")
+TARGET_PYTHON = shutil.which("python3", path="/usr/bin") or sys.executable
+
+
+def run_module(module, args, check=False, timeout=300):
+    env = dict(os.environ)
+    env.update({
+        "ANSIBLE_CONFIG": os.path.join(REPO, "ansible.cfg"),
+        "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
+        "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
+        "ANSIBLE_LIBRARY": os.path.join(REPO, "library"),
+        "ANSIBLE_MODULE_UTILS": os.path.join(REPO, "module_utils"),
+        "PATH": BIN + os.pathsep + env.get("PATH", ""),
+    })
+    cmd = [os.path.join(BIN, "ansible"), "localhost", "-i", "localhost,", "-c", "local",
+           "-e", "ansible_python_interpreter=%s" % TARGET_PYTHON, "-m", module, "-a", json.dumps(args)]
+    if check:
+        cmd.append("--check")
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=timeout, check=False)
+    try:
+        out = json.loads(proc.stdout)
+    except ValueError:
+        raise AssertionError("ansible printed no JSON (rc=%s):\n%s\n%s" % (proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:]))
+    result = out["plays"][0]["tasks"][0]["hosts"]["localhost"]
+    return result
