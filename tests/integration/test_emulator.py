@@ -170,6 +170,28 @@ def sglang_root(tmp_path_factory):
     return root
 
 
+def watcher(emu):
+    """The project's log watcher (module_utils/sglang_log.py) on the emulator's log: its summary, or None if absent."""
+    path = os.path.join(REPO, "module_utils", "sglang_log.py")
+    if not os.path.isfile(path):
+        return None
+    import importlib.util
+    spec = importlib.util.spec_from_file_location("sglang_log_for_emulator_it", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod.classify_file(emu.log_path).summary()
+
+
+def assert_watcher(emu, state, crash_class=None):
+    summary = watcher(emu)
+    if summary is None:
+        return
+    assert summary["state"] == state, summary
+    assert summary["emulator"] is True, summary
+    if crash_class:
+        assert summary["crash_class"] == crash_class, summary
+
+
 def _ordered(text, needles):
     pos = -1
     for needle in needles:
@@ -193,6 +215,7 @@ def test_normal_startup_endpoints_children_and_sigterm(start):
         " TP0] Prefill batch. #new-seq: 1, ", '"POST /generate HTTP/1.1" 200 OK', "] " + READY,
     ])
     assert " TP1] Load weight begin." in text
+    assert_watcher(emu, "ready")
 
     assert emu.request("/health")[0] == 200
     assert emu.request("/health_generate")[0] == 200
@@ -257,6 +280,7 @@ def test_crash_loading_traceback_sigquit_and_exit(start):
                     "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate", "] " + SIGQUIT])
     assert READY not in text and "Uvicorn running" not in text
     assert session_left(emu.pid) == []
+    assert_watcher(emu, "crashed", "cuda_oom")
 
 
 def test_eagle_unpatched_crashes_on_first_client_decode(start, sglang_root):
@@ -275,6 +299,7 @@ def test_eagle_unpatched_crashes_on_first_client_decode(start, sglang_root):
     _ordered(emu.text(), [READY, " TP0] Scheduler hit an exception: Traceback (most recent call last):",
                           "AttributeError: 'EAGLEWorkerV2' object has no attribute 'spec_disable_batch_threshold'",
                           "] " + SIGQUIT])
+    assert_watcher(emu, "crashed")
 
 
 def test_eagle_patched_decodes(start, sglang_root, tmp_path):
@@ -336,6 +361,7 @@ def test_hang_prints_a_few_lines_then_nothing(start):
     with pytest.raises(urllib.error.URLError):
         emu.request("/health", timeout=1)
     assert emu.proc.poll() is None
+    assert_watcher(emu, "loading")
     emu.proc.send_signal(signal.SIGTERM)
     assert emu.wait_exit(5) == 0
 
@@ -354,6 +380,7 @@ def test_port_taken_scenario_reports_the_real_errno(start):
     assert ("ERROR:    [Errno 98] error while attempting to bind on address ('127.0.0.1', %d): address already in use"
             % emu.port) in emu.text()
     assert session_left(emu.pid) == []
+    assert_watcher(emu, "crashed")
 
 
 def test_busy_port_fails_like_uvicorn_in_normal_scenario(start):

@@ -564,7 +564,6 @@ class SchedulerEmu:
         self.detok_conn = detok_conn
         self.first_client_request = True
         self.die_at = None
-        self.tokens_in_use = 0
 
     def log(self, msg, level="info"):
         log(msg, rank=self.rank, level=level)
@@ -624,13 +623,15 @@ class SchedulerEmu:
         t0 = time.monotonic()
         steps = 4
         if self.rank == 0:
-            bar = "\r  0%|          | 0/4 [00:00<?, ?it/s]"
+            # tqdm on a file: carriage returns, no newline until the bar closes (a partial line meanwhile)
+            emit_raw("\r  0%|          | 0/4 [00:00<?, ?it/s]")
             for i, bs in enumerate((8, 4, 2, 1), 1):
                 self.sleep(cfg["capture_seconds"] / steps)
                 fill = "\u2588" * (10 * i // steps)
-                bar += "\rCapturing batches (bs=%d avail_mem=%.2f GB): %3d%%|%-10s| %d/%d [00:00<00:00, %5.2fit/s]" % (
-                    bs, avail - 0.05 * i, 100 * i // steps, fill, i, steps, steps / max(cfg["capture_seconds"], 0.01))
-            emit_raw(bar + "\n")
+                emit_raw("\rCapturing batches (bs=%d avail_mem=%.2f GB): %3d%%|%-10s| %d/%d [00:00<00:00, %5.2fit/s]"
+                         % (bs, avail - 0.05 * i, 100 * i // steps, fill, i, steps,
+                            steps / max(cfg["capture_seconds"], 0.01)))
+            emit_raw("\n")
         else:
             self.sleep(cfg["capture_seconds"])
         self.log("%s end. Time elapsed: %.2f s. mem usage=0.54 GB. avail mem=%.2f GB."
@@ -686,7 +687,10 @@ class SchedulerEmu:
             '  File "%s/srt/model_loader/loader.py", line 701, in load_weights_and_postprocess' % site,
             "    model.load_weights(weights)",
             '  File "%s/srt/models/llama.py", line 652, in load_weights' % site,
-            "    param = params_dict[name]",
+            "    weight_loader(param, loaded_weight, shard_id)",
+            '  File "%s/srt/layers/linear.py", line 824, in weight_loader' % site,
+            "    loaded_weight = loaded_weight.narrow(output_dim, start_idx, shard_size).contiguous()",
+            "                    ^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^^",
             "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 1.96 GiB. GPU %d has a total capacity "
             "of 79.19 GiB of which 1.02 GiB is free. Including non-PyTorch memory, this process has 78.16 GiB "
             "memory in use. Of the allocated memory 77.20 GiB is allocated by PyTorch, and 312.45 MiB is reserved "
