@@ -227,8 +227,8 @@ run_state_found:
   sample: true
 release_seconds:
   description:
-    - Seconds from the first poll until every selected GPU was below O(wait_memory_below_mib); V(0.0) when it
-      already was.
+    - Seconds from the start of the wait to the poll that saw every selected GPU below O(wait_memory_below_mib),
+      that poll's C(nvidia-smi) run included. With one poll (RV(polls=1)) the memory was already back.
   returned: when O(wait_memory_below_mib) is set
   type: float
   sample: 0.42

@@ -1,7 +1,8 @@
 #!/usr/bin/env python3
 """A small torch "server" for GPU tests: holds GPU memory, optionally serves /health on 127.0.0.1.
 
-    holder.py --gib 20 [--port 30123] [--children 1 --child-gib 2] [--ready-file F] [--device cuda]
+    holder.py --gib 20 [--port 30123] [--children 1 --child-gib 2] [--ready-file F] [--device cuda|none]
+              [--ignore-term]
 
 The parent allocates --gib GiB with torch.empty(..., dtype=torch.uint8) on the device, starts --children child
 processes of itself that each hold --child-gib GiB (like SGLang's scheduler processes), then writes --ready-file
@@ -55,13 +56,15 @@ def main():
     parser.add_argument("--ready-file")
     parser.add_argument("--device", default="cuda")
     parser.add_argument("--api-key", help="accepted and ignored (tests the secret masking)")
+    parser.add_argument("--ignore-term", action="store_true", help="ignore SIGTERM (only SIGKILL stops it)")
     args = parser.parse_args()
 
-    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    signal.signal(signal.SIGTERM, signal.SIG_IGN if args.ignore_term else (lambda *_: sys.exit(0)))
     kids = []
     for _ in range(args.children):
         kids.append(subprocess.Popen([sys.executable, os.path.abspath(__file__), "--gib", str(args.child_gib),
-                                      "--device", args.device], stdin=subprocess.DEVNULL))
+                                      "--device", args.device] + (["--ignore-term"] if args.ignore_term else []),
+                                     stdin=subprocess.DEVNULL))
         log("started child pid=%d" % kids[-1].pid)
     log("allocating %s GiB on %s" % (args.gib, args.device))
     buf = hold(args.gib, args.device)  # noqa: F841 - kept alive on purpose
