@@ -976,6 +976,7 @@ class Engine:
         log("INFO:     Waiting for application startup.")
         log("INFO:     Application startup complete.")
         handler = make_handler(self)
+        EmulatorHTTPServer.address_family = socket.AF_INET6 if ":" in self.args.host else socket.AF_INET
         blocker = None
         if self.scenario == "port_taken":
             blocker = occupy_port(self.args.host, self.args.port)
@@ -994,12 +995,12 @@ class Engine:
         self.server = server
         threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
         log("INFO:     Uvicorn running on http://%s:%d (Press CTRL+C to quit)"
-            % (self.args.host, server.server_address[1]))
+            % (url_host(self.args.host), server.server_address[1]))
 
     def warmup(self):
         """SGLang's _wait_and_warmup: GET /get_model_info, then one POST /generate through HTTP."""
-        host = self.args.host if self.args.host not in ("0.0.0.0", "::", "") else "127.0.0.1"
-        base = "http://%s:%d" % (host, self.server.server_address[1])
+        host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(self.args.host, self.args.host)
+        base = "http://%s:%d" % (url_host(host), self.server.server_address[1])
         headers = {"X-Emulator-Warmup": self.warmup_token}
         if self.args.api_key:
             headers["Authorization"] = "Bearer %s" % self.args.api_key
@@ -1027,6 +1028,11 @@ class Engine:
         self.warmup()
         while True:
             time.sleep(3600)
+
+
+def url_host(host):
+    """A host as it appears in a URL (IPv6 literals in brackets)."""
+    return "[%s]" % host if ":" in host else host
 
 
 class EmulatorHTTPServer(http.server.ThreadingHTTPServer):
@@ -1278,6 +1284,7 @@ def run_replay(engine, args):
 
 
 def _bind_quiet(self):
+    EmulatorHTTPServer.address_family = socket.AF_INET6 if ":" in self.args.host else socket.AF_INET
     try:
         self.server = EmulatorHTTPServer((self.args.host, self.args.port), make_handler(self))
     except OSError as exc:
