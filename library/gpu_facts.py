@@ -41,6 +41,7 @@ options:
     description:
       - GPU indices that O(wait_memory_below_mib) and O(fail_on_foreign) look at.
       - All GPUs when unset. The returned RV(gpus) and RV(processes) always list every GPU.
+      - An index that C(nvidia-smi) does not list fails the task.
     type: list
     elements: int
   wait_memory_below_mib:
@@ -409,6 +410,11 @@ class GpuFacts:
         wanted = self.params["gpu_indices"]
         if wanted is None:
             return gpus
+        unknown = sorted(set(wanted) - set(gpu["index"] for gpu in gpus))
+        if unknown:
+            self.module.fail_json(msg="GPU index %s not found: nvidia-smi lists %s; fix gpu_indices" % (
+                ", ".join(str(i) for i in unknown), ", ".join(str(g["index"]) for g in gpus) or "no GPU"),
+                gpus=gpus, nvidia_smi=self.nvidia_smi, nvidia_smi_message=self.message)
         return [gpu for gpu in gpus if gpu["index"] in wanted]
 
     def ownership(self):
@@ -435,6 +441,17 @@ class GpuFacts:
                 reasons[pid] = "left over from our leader PID %s (%s; same session, started after it)" % (leader, why)
         return True, reasons, why
 
+    def _classify(self, pid, cmdline, found, ours, why):
+        if pid in ours:
+            return True, ours[pid]
+        if cmdline is None:
+            return False, "PID not visible in /proc (another PID namespace?)"
+        if not self.params["run_dir"]:
+            return False, "no run_dir given"
+        if not found:
+            return False, "no run state for %s in %s" % (self.params["name"], self.params["run_dir"])
+        return False, "not in our process tree" + (" (%s)" % why if why else "")
+
     def describe(self, apps, gpus):
         by_uuid = {gpu["uuid"]: gpu["index"] for gpu in gpus}
         found, ours, why = self.ownership()
@@ -446,16 +463,7 @@ class GpuFacts:
             entry["gpu_index"] = by_uuid.get(app["gpu_uuid"])
             entry["user"] = user_name(proc_uid(pid)) if pid is not None else None
             entry["cmdline"] = mask_cmdline(cmdline) if cmdline is not None else None
-            if pid in ours:
-                entry["ours"], entry["ours_reason"] = True, ours[pid]
-            elif cmdline is None:
-                entry["ours"], entry["ours_reason"] = False, "PID not visible in /proc (another PID namespace?)"
-            elif not self.params["run_dir"]:
-                entry["ours"], entry["ours_reason"] = False, "no run_dir given"
-            elif not found:
-                entry["ours"], entry["ours_reason"] = False, "no run state for %s in %s" % (self.params["name"], self.params["run_dir"])
-            else:
-                entry["ours"], entry["ours_reason"] = False, "not in our process tree" + (" (%s)" % why if why else "")
+            entry["ours"], entry["ours_reason"] = self._classify(pid, cmdline, found, ours, why)
             processes.append(entry)
         return found, processes
 
@@ -504,6 +512,7 @@ class GpuFacts:
                 result.update(release_seconds=release, polls=polls, elapsed=elapsed)
             else:
                 ok, gpus = True, self.query_gpus()
+                self._selected(gpus)
             apps = self.query_apps()
         except NvidiaSmiError as exc:
             result.update(rc=exc.rc, stdout=exc.stdout, stderr=exc.stderr)
@@ -520,7 +529,8 @@ class GpuFacts:
                                 if g["memory_used_mib"] is None or g["memory_used_mib"] >= limit)
             holders = ", ".join(_describe_process(p) for p in processes) or "no compute process listed"
             self.module.fail_json(
-                msg="GPU memory not below %d MiB after %s s: %s (held by: %s)" % (limit, result["elapsed"], figures, holders),
+                msg="GPU memory not below %d MiB after %s s: %s (held by: %s)" % (
+                    limit, result["elapsed"], figures, holders),
                 **result)
         if self.params["fail_on_foreign"] and over:
             lines = []

@@ -142,7 +142,8 @@ LEADER = [sys.executable, "-c",
 # The same, but the leader exits once its child runs: the child is left in the leader's session.
 LEADER_EXITS = [sys.executable, "-c",
                 "import subprocess, sys; "
-                "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); print(c.pid, flush=True)"]
+                "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(120)']); "
+                "print(c.pid, flush=True)"]
 
 
 def start_leader(procs, run_dir, name="sglang", exit_after_child=False):
@@ -345,7 +346,8 @@ def test_parse_mib_accepts_units_and_rejects_markers():
     (["x", "--hf-token", "hf_abc"], ["x", "--hf-token", "********"]),
     (["env", "HF_TOKEN=hf_abc", "python"], ["env", "HF_TOKEN=********", "python"]),
     (["x", "--admin-api-key", "k", "--password", "p"], ["x", "--admin-api-key", "********", "--password", "********"]),
-    (["x", "--tokenizer-path", "/m", "--ssl-keyfile", "/k.pem"], ["x", "--tokenizer-path", "/m", "--ssl-keyfile", "/k.pem"]),
+    (["x", "--tokenizer-path", "/m", "--ssl-keyfile", "/k.pem"],
+     ["x", "--tokenizer-path", "/m", "--ssl-keyfile", "/k.pem"]),
 ])
 def test_mask_cmdline(argv, expected):
     assert gpu_facts.mask_cmdline(argv) == expected
@@ -494,6 +496,20 @@ def test_wait_for_release_looks_only_at_selected_gpus(smi):
     clock = FakeClock()
     result = exits({"wait_memory_below_mib": 1024, "gpu_indices": [1]}, clock)
     assert result["polls"] == 1 and result["release_seconds"] == 0.0
+
+
+@pytest.mark.parametrize("args", [{"gpu_indices": [0, 7]}, {"gpu_indices": [7], "wait_memory_below_mib": 1024}])
+def test_unknown_gpu_index_fails(smi, args):
+    smi("h200-idle")
+    clock = FakeClock()
+    result = fails(args, clock)
+    assert result["msg"] == "GPU index 7 not found: nvidia-smi lists 0; fix gpu_indices"
+    assert clock.sleeps == []
+
+
+def test_gpu_indices_with_no_device_fails(smi):
+    smi("h200-no-such-gpu")
+    assert "lists no GPU" in fails({"gpu_indices": [0]})["msg"]
 
 
 def test_wait_for_release_unknown_figure_counts_as_held(smi):
