@@ -121,12 +121,17 @@ def procs():
     def start(argv, new_session=False):
         proc = subprocess.Popen(argv, start_new_session=new_session, stdin=subprocess.DEVNULL,
                                 stdout=subprocess.PIPE, text=True)
-        started.append(proc)
+        started.append((proc, new_session))
         return proc
 
     yield start
-    for proc in started:
-        if proc.poll() is None:
+    for proc, new_session in started:
+        if new_session:  # the leader's children too (they share its process group)
+            try:
+                os.killpg(proc.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        elif proc.poll() is None:
             proc.kill()
         proc.wait()
         proc.stdout.close()
