@@ -663,7 +663,7 @@ class ModelWaiter(object):
         p = self.p
         t0 = self.clock()
         deadline = t0 + (watch if watch is not None else p["timeout"])
-        clf = LogClassifier(clock=lambda: self.clock() - t0, keep_tail=max(p["log_tail_lines"], 40))
+        clf = LogClassifier(clock=lambda: self.clock() - t0)
         follower = LogFollower(state["log_path"])
         pid = state["pid"]
         last_activity = t0

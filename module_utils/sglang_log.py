@@ -106,16 +106,36 @@ _SIGNATURES = [
 ]
 
 # Cheap pre-filter for the bulk scan: a line that matches none of these cannot change the verdict
-# unless a traceback block is open (then every line is looked at).
-_INTERESTING = re.compile(
+# unless a traceback block is open (then every line is looked at). Progress lines (tqdm bars, batch
+# statistics) are frequent, so they are looked at only while they can still move the phase; their
+# counters are kept with C-speed counts over the skipped text instead.
+_INTERESTING_CORE = (
     rb"Scheduler hit|Traceback \(most|File \"|sigquit|SIGQUIT|warmup error|died|out of memory|"
     rb"OutOfMemoryError|Not enough memory|NCCL|ncclU|Assertion|device-side|illegal memory|CUDA error|"
     rb"launch failure|Error limit|Compilation terminated|ninja: build|\): error:|already in use|Errno 98|"
     rb"Killed|\[EMULATOR\]|\xe5\xb7\xb2\xe6\x9d\x80\xe6\xad\xbb|"
-    rb"Load weight|Loading (?:safetensors|pt) checkpoint|Memory pool end|KV Cache is allocated|"
-    rb"Capture (?:draft )?(?:extend )?cuda graph|Capturing batches|Uvicorn running|Started server process|"
-    rb"fired up|Prefill batch|Decode batch|Init torch distributed|server_args=|Capture cuda graph failed"
+    rb"Load weight|Memory pool end|KV Cache is allocated|"
+    rb"Capture (?:draft )?(?:extend )?cuda graph begin|Uvicorn running|Started server process|Application startup|"
+    rb"fired up"
 )
+_INTERESTING_BY_PHASE = {}
+
+
+def _interesting(phase_index):
+    rx = _INTERESTING_BY_PHASE.get(phase_index)
+    if rx is None:
+        extra = b""
+        if phase_index < _PHASE_INDEX["loading_weights"]:
+            extra += rb"|Loading (?:safetensors|pt) checkpoint"
+        if phase_index < _PHASE_INDEX["cuda_graph"]:
+            extra += rb"|Capturing batches"
+        rx = _INTERESTING_BY_PHASE[phase_index] = re.compile(_INTERESTING_CORE + extra)
+    return rx
+
+
+_CACHED_NONZERO = re.compile(rb"Prefill batch[.,][^\n\r]*?#cached-token: [1-9]")
+_SHARDS_B = re.compile(rb"Loading (?:safetensors|pt) checkpoint shards:\s*\d+% Completed \| (\d+)/(\d+)")
+
 
 _PHASE_MARKERS = [
     (re.compile(r"The server is fired up and ready to roll"), "ready"),
@@ -142,6 +162,7 @@ _BAD_CONFIG_FRAMES = re.compile(r"^(?:prepare_server_args|from_cli_args|__post_i
                                 r"check_server_args|_handle_\w+|get_config|_check_\w+)$")
 _LAUNCHER_FRAMES = re.compile(r"^(?:_run_module_as_main|_run_code|<module>)$")
 _MAX_LINE = 64 * 1024
+_TAIL_BYTES = 64 * 1024
 _MAX_BLOCK = 400
 
 
@@ -183,7 +204,7 @@ class LogClassifier(object):
     never reached their last line.
     """
 
-    def __init__(self, clock=time.time, keep_tail=200):
+    def __init__(self, clock=time.time):
         self._clock = clock
         self.state = "loading"
         self.phase = "launching"
@@ -201,8 +222,7 @@ class LogClassifier(object):
         self._partial = b""
         self._block = None
         self._pending_chain = None  # a closed block that a chained traceback may continue
-        self._tail = []
-        self._keep_tail = keep_tail
+        self._tail_bytes = b""
 
     # ---------------------------------------------------------------- bytes in
     def feed(self, data, final=False):
@@ -210,6 +230,7 @@ class LogClassifier(object):
         an unterminated last line."""
         if data:
             self.bytes_seen += len(data)
+            self._tail_bytes = (self._tail_bytes + data[-_TAIL_BYTES:])[-_TAIL_BYTES:]
             buf = self._partial + data if self._partial else data
         else:
             buf = self._partial
@@ -232,22 +253,16 @@ class LogClassifier(object):
 
     def _scan(self, buf, end):
         pos = 0
-        finditer = _INTERESTING.finditer
         while pos < end:
             if self._block is None and self._pending_chain is None:
-                # Fast path: jump to the next line that can matter; count the lines skipped.
-                m = None
-                for m in finditer(buf, pos, end):
-                    break
-                if m is None:
-                    self.lineno += buf.count(b"\n", pos, end)
-                    self._tail_skip(buf, pos, end)
-                    return
-                start = max(buf.rfind(b"\n", pos, m.start()), buf.rfind(b"\r", pos, m.start())) + 1
+                # Fast path: jump to the next line that can matter; account for the lines skipped.
+                m = _interesting(_PHASE_INDEX[self.phase]).search(buf, pos, end)
+                start = end if m is None else max(buf.rfind(b"\n", pos, m.start()), buf.rfind(b"\r", pos, m.start())) + 1
                 if start > pos:
-                    self.lineno += buf.count(b"\n", pos, start)
-                    self._tail_skip(buf, pos, start)
+                    self._skip(buf, pos, start)
                     pos = start
+                if m is None:
+                    return
             # one line from pos
             nl = buf.find(b"\n", pos, end)
             cr = buf.find(b"\r", pos, end)
@@ -268,16 +283,22 @@ class LogClassifier(object):
                 self.lineno += 1
             pos = brk
 
-    def _tail_skip(self, buf, start, end):
-        """Keep the tail of skipped text for log_tail without decoding all of it."""
-        if end - start <= 0:
+    def _skip(self, buf, start, end):
+        """Lines between start and end cannot change the verdict: count what the counters need."""
+        self.lineno += buf.count(b"\n", start, end)
+        if self.state == "crashed":
             return
-        chunk = buf[max(start, end - 16384):end]
-        lines = chunk.replace(b"\r", b"\n").split(b"\n")
-        for raw in lines[-self._keep_tail:]:
-            if raw.strip():
-                self._tail.append(raw.decode("utf-8", "replace"))
-        del self._tail[:-self._keep_tail]
+        n = buf.count(b"Prefill batch", start, end)
+        if n:
+            self.prefill_batches += n
+            self.prefill_cached += len(_CACHED_NONZERO.findall(buf, start, end))
+        self.decode_batches += buf.count(b"Decode batch", start, end)
+        i = buf.rfind(b"checkpoint shards", start, end)
+        if i >= 0:
+            ls = max(buf.rfind(b"\n", start, i), buf.rfind(b"\r", start, i)) + 1
+            m = _SHARDS_B.search(buf, ls, end)
+            if m:
+                self.shards = (int(m.group(1)), int(m.group(2)))
 
     # ---------------------------------------------------------------- lines in
     def feed_line(self, line):
@@ -286,9 +307,6 @@ class LogClassifier(object):
             if self._block is not None and self._block.exception is None:
                 self._block.lines.append(line)
             return
-        self._tail.append(line)
-        if len(self._tail) > self._keep_tail * 2:
-            del self._tail[:-self._keep_tail]
         lineno = self.lineno + 1
         body, prefixed = strip_prefix(line)
         if self.lineno < 5 and "[EMULATOR]" in line:
@@ -528,7 +546,9 @@ class LogClassifier(object):
 
     # ---------------------------------------------------------------- reading the verdict
     def tail(self, n=40):
-        return [l for l in self._tail if l.strip()][-n:]
+        """The last n non-blank lines fed (NULs dropped, carriage returns as line breaks)."""
+        text = self._tail_bytes.replace(b"\x00", b"").replace(b"\r", b"\n").decode("utf-8", "replace")
+        return [l for l in text.split("\n") if l.strip()][-n:]
 
     def summary(self):
         crash = self.crash or {}

@@ -1,0 +1,168 @@
+#!/usr/bin/env python3
+"""How fast does wait_for_model notice a crash, and readiness? And SGLang's own harness?
+
+For each run the emulator is launched through wait_for_model's own wait loop (ModelWaiter, the code
+the module runs). A watcher thread polls the log file every millisecond and stamps the moment the
+event's line is written ("Scheduler hit an exception" for the crash scenario, "fired up" for the ready
+scenario; the emulator answers /health_generate 200 only after that line). Latency = module return -
+event. In the same run, a second thread applies the strategy of SGLang's test harness
+(popen_launch_server: poll /health_generate every 10 s, look only at whether the parent exited) to the
+same server, and we stamp when it would have noticed.
+
+Prints figures; asserts nothing. Last line:
+crash_p50_s=<f> crash_p99_s=<f> ready_p50_s=<f> ready_p99_s=<f> harness_crash_p50_s=<f>
+"""
+from __future__ import annotations
+
+import argparse
+import os
+import random
+import shutil
+import socket
+import sys
+import tempfile
+import threading
+import time
+import urllib.request
+
+REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+sys.path.insert(0, os.path.join(REPO, "library"))
+import ansible.module_utils  # noqa: E402
+
+ansible.module_utils.__path__.append(os.path.join(REPO, "module_utils"))
+import wait_for_model as wfm  # noqa: E402
+from ansible.module_utils import sglang_proc  # noqa: E402
+
+EMULATOR = os.path.join(REPO, "roles", "sglang_emulator", "files", "sglang_emulator.py")
+
+
+class FakeModule(object):
+    check_mode = False
+
+    def __init__(self, **params):
+        self.params = dict((k, v.get("default")) for k, v in wfm.argument_spec().items())
+        self.params.update(params)
+
+
+def free_port():
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    port = s.getsockname()[1]
+    s.close()
+    return port
+
+
+def stamp_line(path, needle, out, stop):
+    """Poll the log every 1 ms; record when `needle` first appears."""
+    needle = needle.encode()
+    seen = b""
+    while not stop.is_set():
+        try:
+            with open(path, "rb") as fh:
+                fh.seek(len(seen))
+                seen += fh.read()
+        except OSError:
+            pass
+        if needle in seen:
+            out["event"] = time.monotonic()
+            return
+        time.sleep(0.001)
+
+
+def harness(url, pid_alive, out, stop, interval=10.0):
+    """SGLang's popen_launch_server strategy: parent exited? else GET health; sleep 10 s."""
+    while not stop.is_set():
+        if not pid_alive():
+            out["harness"] = time.monotonic()
+            return
+        try:
+            if urllib.request.urlopen(url, timeout=5).status == 200:
+                out["harness_ready"] = time.monotonic()
+                return
+        except Exception:  # pylint: disable=broad-except
+            pass
+        stop.wait(interval)
+
+
+def one_run(scenario, tmp, run_harness):
+    port = free_port()
+    log_dir = tempfile.mkdtemp(dir=tmp)
+    load = random.uniform(0.8, 2.0)
+    url = "http://127.0.0.1:%d/health_generate" % port
+    module = FakeModule(name="bench", log_dir=log_dir, health_url=url, timeout=60, stall_timeout=30,
+                        stop_on_failure=False,
+                        argv=[sys.executable, EMULATOR, "--port", str(port), "--emulator-scenario", scenario,
+                              "--emulator-load-seconds", "%.3f" % load, "--emulator-capture-seconds", "0.2"])
+    marks = {}
+    stop = threading.Event()
+    needle = "Scheduler hit an exception" if scenario == "crash_loading" else "The server is fired up"
+    watcher = threading.Thread(target=stamp_line, args=(os.path.join(log_dir, "bench_r1.log"), needle, marks, stop))
+    watcher.start()
+    hthread = None
+    waiter = wfm.ModelWaiter(module)
+    if run_harness:
+        def start_harness():
+            deadline = time.monotonic() + 5
+            while time.monotonic() < deadline and not os.path.exists(os.path.join(log_dir, "bench.json")):
+                time.sleep(0.001)
+            state = sglang_proc.read_state(log_dir, "bench")
+            harness(url, lambda: sglang_proc.pid_alive(state["pid"]), marks, stop)
+        hthread = threading.Thread(target=start_harness)
+        hthread.start()
+    result = waiter.run()
+    marks["returned"] = time.monotonic()
+    if hthread is not None:
+        hthread.join(timeout=15)
+    stop.set()
+    watcher.join()
+    state = sglang_proc.read_state(log_dir, "bench")
+    if state:
+        sglang_proc.stop_tree(state, grace=5)
+    shutil.rmtree(log_dir, ignore_errors=True)
+    ok = ("event" in marks) and (bool(result.get("failed")) == (scenario == "crash_loading"))
+    if not ok:
+        raise SystemExit("run did not behave: %r %r" % (marks, {k: result.get(k) for k in ("failed", "crash_class", "msg")}))
+    return (marks["returned"] - marks["event"],
+            (marks["harness"] - marks["event"]) if "harness" in marks else None,
+            result.get("crash_class"))
+
+
+def pct(values, q):
+    v = sorted(values)
+    k = (len(v) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(v) - 1)
+    return v[lo] + (v[hi] - v[lo]) * (k - lo)
+
+
+def main():
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("-n", type=int, default=20, help="runs per scenario (>= 20 for the README figures)")
+    ap.add_argument("--harness-runs", type=int, default=None, help="crash runs that also time the harness (default: all)")
+    args = ap.parse_args()
+    random.seed(1)
+    tmp = tempfile.mkdtemp(prefix="detect-latency-")
+    crash, ready, harness_lat, classes = [], [], [], set()
+    hruns = args.n if args.harness_runs is None else args.harness_runs
+    try:
+        for i in range(args.n):
+            lat, h, cls = one_run("crash_loading", tmp, run_harness=i < hruns)
+            crash.append(lat)
+            classes.add(cls)
+            if h is not None:
+                harness_lat.append(h)
+            print("crash run %2d: module %.3f s, harness %s" % (i + 1, lat, "%.3f s" % h if h is not None else "-"), flush=True)
+        for i in range(args.n):
+            lat, _, _ = one_run("normal", tmp, run_harness=False)
+            ready.append(lat)
+            print("ready run %2d: module %.3f s" % (i + 1, lat), flush=True)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    print("crash classes seen: %s" % ", ".join(sorted(c for c in classes if c)))
+    hp50 = pct(harness_lat, 0.5) if harness_lat else float("nan")
+    print("module vs harness, crash p50: %.3f s vs %.3f s (%.0fx faster)" % (pct(crash, 0.5), hp50, hp50 / pct(crash, 0.5)))
+    print("crash_p50_s=%.3f crash_p99_s=%.3f ready_p50_s=%.3f ready_p99_s=%.3f harness_crash_p50_s=%.3f"
+          % (pct(crash, 0.5), pct(crash, 0.99), pct(ready, 0.5), pct(ready, 0.99), hp50))
+
+
+if __name__ == "__main__":
+    main()
