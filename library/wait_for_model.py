@@ -647,11 +647,16 @@ class ModelWaiter(object):
         finally:
             os.close(fd)
         self.result["pruned_logs"] = prune_attempts(log_dir, p["name"], p["keep_attempts"])
+        # Record the command line after exec (a script with a shebang shows its interpreter there):
+        # until exec, the child still shows our own command line.
+        mine = sglang_proc.proc_cmdline(os.getpid())
+        exec_deadline = self.clock() + 2.0
+        cmdline = sglang_proc.proc_cmdline(handle.pid)
+        while cmdline is not None and cmdline == mine and self.clock() < exec_deadline:
+            self.sleep(0.005)
+            cmdline = sglang_proc.proc_cmdline(handle.pid)
         ident = {"pid": handle.pid, "start_time": sglang_proc.proc_start_time(handle.pid),
-                 "boot_id": sglang_proc.boot_id(), "cmdline": sglang_proc.proc_cmdline(handle.pid)}
-        if ident["cmdline"] != list(p["argv"]) and ident["cmdline"] is not None:
-            # exec may not have happened yet; what we launched is what we record
-            ident["cmdline"] = list(p["argv"])
+                 "boot_id": sglang_proc.boot_id(), "cmdline": cmdline}
         state = dict(ident, fingerprint=fp, fingerprint_parts=parts, attempt=attempt, log_path=log_path,
                      started_at=self.wall(), user=self.user_pw.pw_name, port=self.port)
         sglang_proc.write_state(self.run_dir, p["name"], state)

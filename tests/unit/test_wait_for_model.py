@@ -272,6 +272,8 @@ def test_check_mode_spawns_nothing(world):
 def _real_server_state(world, argv, fingerprint_args):
     """A real process recorded as ours, with the fingerprint of `fingerprint_args`."""
     proc = subprocess.Popen(argv, start_new_session=True)
+    while sglang_proc.proc_cmdline(proc.pid) != argv:  # until exec, the child shows our command line
+        pass
     parts = wfm.fingerprint_parts(fingerprint_args["argv"], {}, [], {}, None)
     state = dict(sglang_proc.identity(proc.pid), fingerprint=wfm.fingerprint_of(parts), fingerprint_parts=parts,
                  attempt=1, log_path=os.path.join(world.log_dir, "sglang_r1.log"))
@@ -319,6 +321,8 @@ def test_reused_pid_in_stale_pidfile_is_never_signalled(world):
     # start time.
     foreign = subprocess.Popen(SLEEPER, start_new_session=True)
     try:
+        while sglang_proc.proc_cmdline(foreign.pid) != SLEEPER:
+            pass
         state = dict(sglang_proc.identity(foreign.pid), fingerprint="x", attempt=1,
                      log_path=os.path.join(world.log_dir, "sglang_r1.log"))
         state["start_time"] -= 1000

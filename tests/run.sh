@@ -1,0 +1,36 @@
+#!/usr/bin/env bash
+# The project's test command (README "Tests"): lint, unit + integration tests, then the molecule
+# scenarios on podman test hosts. Needs the controller venv (.venv, README "Set-up").
+#   tests/run.sh              everything
+#   tests/run.sh --quick      lint + unit/integration tests only (no molecule)
+set -euo pipefail
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
+export PATH="${PWD}/.venv/bin:${PATH}"
+export ANSIBLE_CONFIG="${PWD}/ansible.cfg"
+quick=0
+[[ "${1:-}" == "--quick" ]] && quick=1
+
+t0=${SECONDS}
+echo "== yamllint"
+yamllint -s .
+echo "== ansible-lint (production profile)"
+ansible-lint --offline -q
+echo "== ansible-doc renders every module"
+for m in library/*.py; do
+    ansible-doc -M library "$(basename "${m}" .py)" >/dev/null
+done
+echo "== pytest (unit + integration)"
+python -m pytest -q tests
+echo "== pytest took $((SECONDS - t0)) s so far"
+
+if ((quick == 0)); then
+    echo "== molecule (podman test hosts)"
+    bash molecule/setup-host.sh
+    # shellcheck source=molecule/env.sh
+    . molecule/env.sh
+    (cd molecule/.. && molecule test -s default)
+    if [[ -d molecule/sglang-cpu ]] && [[ -f molecule/sglang-cpu/molecule.yml ]]; then
+        (cd molecule/.. && molecule test -s sglang-cpu)
+    fi
+fi
+echo "== all tests passed in $((SECONDS - t0)) s"
