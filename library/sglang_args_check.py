@@ -1,0 +1,565 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+
+# Copyright: (c) 2026, eagle-deploy contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+DOCUMENTATION = r"""
+---
+module: sglang_args_check
+short_description: Check SGLang server arguments against the installed SGLang
+description:
+  - Checks the arguments that will be written into SGLang's C(--config) YAML file against the SGLang
+    that is installed in a virtualenv, before the server is (re)started.
+  - When C(sglang.srt.server_args) imports in the virtualenv's python, the module asks SGLang itself
+    (method C(sglang_parser)) for its option strings and runs C(prepare_server_args) on a temporary
+    config file holding the arguments, so values are checked too (choices, types).
+  - When SGLang cannot be imported there (for example a C(--no-deps) rehearsal install without torch),
+    the module reads the installed sources with C(ast) instead (method C(ast)) and collects every
+    C(parser.add_argument("--x", ...)) string of C(sglang/srt/server_args.py) and every CLI field declared
+    with C(A[T, ...]) in C(sglang/srt/arg_groups/fields/*.py). Only the option names are checked then.
+  - Only exact option strings are accepted. Python's argparse also accepts unambiguous abbreviations
+    (C(--speculative-eagle-top) for C(--speculative-eagle-topk)); this module rejects them, so a
+    renamed flag in a new SGLang release cannot be silently matched to another one.
+  - Rejects secrets (API keys, passwords) in O(args) and O(extra_args); SGLang's API key is passed
+    separately and its value never reaches this module.
+  - Read-only; runs the same in check mode.
+version_added: "1.0.0"
+author:
+  - eagle-deploy contributors
+options:
+  python:
+    description:
+      - Python interpreter of the virtualenv that holds SGLang, for example C(/opt/sglang/venv/bin/python).
+    type: path
+    required: true
+  args:
+    description:
+      - The server arguments as they will be written into the C(--config) YAML file. Keys are option
+        names without the leading dashes, with dashes (C(model-path), C(tp-size)), because SGLang turns
+        each key C(k) into C(--k).
+      - A C(null) value means "not set" and is skipped. Booleans follow SGLang's rules (C(true) adds a
+        C(store_true) flag, C(false) leaves it out).
+    type: dict
+    required: true
+  extra_args:
+    description:
+      - Free-form extra arguments, checked like O(args). A key may not appear in both.
+    type: dict
+    default: {}
+  secret_args:
+    description:
+      - Names of options whose values are supplied separately (for example C(api-key)); only checked to
+        be known to the installed SGLang. Their values never pass through this module.
+    type: list
+    elements: str
+    default: []
+  sglang_root:
+    description:
+      - Directory of the installed C(sglang) package (the one holding C(srt/server_args.py)).
+      - Found with C(importlib.util.find_spec) in O(python) when omitted, without importing SGLang.
+    type: path
+  method:
+    description:
+      - V(auto) uses SGLang's parser when SGLang imports and falls back to V(ast) otherwise.
+      - V(sglang_parser) fails when SGLang does not import; V(ast) never imports SGLang.
+    type: str
+    choices: [auto, sglang_parser, ast]
+    default: auto
+  timeout:
+    description:
+      - Seconds allowed for the interpreter that imports SGLang (importing torch can take a while).
+    type: int
+    default: 300
+attributes:
+  check_mode:
+    support: full
+    details: Read-only; it runs and reports the same in check mode.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+notes:
+  - The API key belongs in the config file only (mode 0600); passing it through O(args) or O(extra_args)
+    fails, so that it can neither reach a process list nor Ansible's output.
+"""
+
+EXAMPLES = r"""
+- name: Check the server arguments against the installed SGLang
+  ansible.legacy.sglang_args_check:
+    python: /opt/sglang/venv/bin/python
+    args:
+      model-path: /data/models/Kimi-K2.5-INT4
+      tp-size: 8
+      speculative-algorithm: EAGLE3
+      speculative-eagle-topk: 1
+    extra_args:
+      enable-metrics: true
+    secret_args: [api-key]
+  register: __sglang_server_args_check
+
+- name: Check names only, never importing SGLang
+  ansible.legacy.sglang_args_check:
+    python: /opt/sglang/venv/bin/python
+    sglang_root: /opt/sglang/venv/lib/python3.11/site-packages/sglang
+    method: ast
+    args:
+      model-path: /data/models/Kimi-K2.5-INT4
+"""
+
+RETURN = r"""
+method:
+  description: How the option names were found, V(sglang_parser) (SGLang imported) or V(ast) (sources read).
+  returned: always
+  type: str
+  sample: ast
+sglang_root:
+  description: Directory of the installed C(sglang) package that was checked.
+  returned: when found
+  type: str
+  sample: /opt/sglang/venv-0.5.23/lib/python3.11/site-packages/sglang
+sglang_version:
+  description: Version of the installed SGLang, read from its dist-info (not imported).
+  returned: when found
+  type: str
+  sample: 0.5.23
+option_count:
+  description: Number of option strings the installed SGLang knows.
+  returned: when the options could be read
+  type: int
+  sample: 561
+checked_args:
+  description: The option strings that were checked, in order.
+  returned: always
+  type: list
+  elements: str
+  sample: ["--model-path", "--tp-size"]
+values_checked:
+  description: Whether the values were checked too (SGLang's own parser ran).
+  returned: always
+  type: bool
+  sample: false
+import_error:
+  description: Why SGLang could not be imported, when the module fell back to V(ast).
+  returned: when SGLang did not import
+  type: str
+  sample: "ModuleNotFoundError: No module named 'torch'"
+unknown_args:
+  description: Options the installed SGLang does not know.
+  returned: on failure
+  type: list
+  elements: str
+  sample: ["--speculative-eagle-tree"]
+abbreviated_args:
+  description: Options that are only a prefix of real options, with the options they abbreviate.
+  returned: on failure
+  type: dict
+  sample: {"--speculative-eagle-top": ["--speculative-eagle-topk"]}
+suggestions:
+  description: Close matches for unknown options.
+  returned: on failure
+  type: dict
+  sample: {"--speculative-num-step": ["--speculative-num-steps"]}
+secret_keys:
+  description: Keys that look like secrets (API keys, passwords); their values are never shown.
+  returned: on failure
+  type: list
+  elements: str
+  sample: ["api-key"]
+parser_error:
+  description: What SGLang's own parser said about the arguments.
+  returned: when SGLang's parser rejected the arguments
+  type: str
+  sample: "argument --tp-size: invalid int value: 'eight'"
+"""
+
+import ast
+import difflib
+import glob
+import json
+import os
+import re
+import tempfile
+
+from ansible.module_utils.basic import AnsibleModule
+
+# Runs inside the virtualenv's python. It imports SGLang only after it has found the package and its
+# version without importing it, and it writes its answer to a file: importing SGLang can print to stdout.
+PROBE_SCRIPT = r"""
+import json, os, sys
+out = {}
+req_path, out_path = sys.argv[1], sys.argv[2]
+with open(req_path) as f:
+    req = json.load(f)
+try:
+    import importlib.util
+    spec = importlib.util.find_spec("sglang")
+    out["sglang_root"] = os.path.dirname(spec.origin) if spec and spec.origin else None
+except Exception as exc:
+    out["sglang_root"] = None
+try:
+    from importlib.metadata import version
+    out["sglang_version"] = version("sglang")
+except Exception:
+    out["sglang_version"] = None
+if req.get("import"):
+    try:
+        import argparse, io, contextlib
+        from sglang.srt.server_args import ServerArgs, prepare_server_args
+    except BaseException as exc:
+        out["import_error"] = "%s: %s" % (type(exc).__name__, exc)
+    else:
+        parser = argparse.ArgumentParser(prog="sglang serve")
+        ServerArgs.add_cli_args(parser)
+        out["options"] = sorted({s for a in parser._actions for s in a.option_strings})
+        if req.get("config_path"):
+            err = io.StringIO()
+            try:
+                with contextlib.redirect_stderr(err):
+                    prepare_server_args(["--config", req["config_path"]])
+            except SystemExit as exc:
+                lines = [l for l in err.getvalue().splitlines() if l.strip()]
+                out["parser_error"] = lines[-1] if lines else "parser exited with %s" % exc.code
+            except BaseException as exc:
+                out["parser_error"] = "%s: %s" % (type(exc).__name__, exc)
+            else:
+                out["parsed"] = True
+with open(out_path, "w") as f:
+    json.dump(out, f)
+"""
+
+# Keys that carry secrets; their values must stay in the 0600 config file.
+SECRET_KEY_RE = re.compile(r"(^|_)(api_key|password|passwd|secret|token)$|_key$")
+
+
+def normalize_key(key):
+    return key.replace("-", "_").lower()
+
+
+def is_secret_key(key):
+    return bool(SECRET_KEY_RE.search(normalize_key(key)))
+
+
+def _call_name(node):
+    func = node.func
+    if isinstance(func, ast.Name):
+        return func.id
+    if isinstance(func, ast.Attribute):
+        return func.attr
+    return None
+
+
+def _is_annotated(node):
+    if isinstance(node, ast.Name):
+        return node.id in ("A", "Annotated")
+    if isinstance(node, ast.Attribute):
+        return node.attr == "Annotated"
+    return False
+
+
+def _is_string_node(node):
+    if isinstance(node, ast.Constant):
+        return isinstance(node.value, str)
+    if isinstance(node, ast.JoinedStr):
+        return True
+    if isinstance(node, ast.BinOp) and isinstance(node.op, ast.Add):
+        return _is_string_node(node.left) or _is_string_node(node.right)
+    return False
+
+
+def _is_boolean_optional(node):
+    """``action=argparse.BooleanOptionalAction``: argparse adds ``--no-x`` for every ``--x``."""
+    if isinstance(node, ast.Attribute):
+        return node.attr == "BooleanOptionalAction"
+    return isinstance(node, ast.Name) and node.id == "BooleanOptionalAction"
+
+
+def _with_negations(names, action):
+    if action is not None and _is_boolean_optional(action):
+        return names + ["--no-" + n[2:] for n in names if n.startswith("--")]
+    return names
+
+
+def _field_option_strings(name, annotation):
+    """Option strings of one ``name: A[T, meta...]`` field, mirroring SGLang's add_cli_args_from_dataclass."""
+    if not isinstance(annotation, ast.Subscript) or not _is_annotated(annotation.value):
+        return []
+    elts = annotation.slice.elts if isinstance(annotation.slice, ast.Tuple) else []
+    for meta in elts[1:]:
+        if isinstance(meta, ast.Call) and _call_name(meta) == "Arg":
+            kwargs = {kw.arg: kw.value for kw in meta.keywords if kw.arg}
+            no_cli = kwargs.get("no_cli")
+            if isinstance(no_cli, ast.Constant) and no_cli.value is True:
+                return []
+            cli_name = kwargs.get("cli_name")
+            if isinstance(cli_name, ast.Constant) and isinstance(cli_name.value, str):
+                names = [cli_name.value]
+            else:
+                names = ["--" + name.replace("_", "-")]
+            aliases = kwargs.get("aliases")
+            if isinstance(aliases, (ast.List, ast.Tuple)):
+                names.extend(e.value for e in aliases.elts if isinstance(e, ast.Constant) and isinstance(e.value, str))
+            return _with_negations(names, kwargs.get("action"))
+        if _is_string_node(meta):
+            return ["--" + name.replace("_", "-")]
+    return []
+
+
+def _class_is_arg_namespace(cls):
+    if cls.name == "ServerArgs":
+        return True
+    for stmt in cls.body:
+        targets = []
+        if isinstance(stmt, ast.Assign):
+            targets = stmt.targets
+        elif isinstance(stmt, ast.AnnAssign):
+            targets = [stmt.target]
+        if any(isinstance(t, ast.Name) and t.id == "_NS_PATH" for t in targets):
+            return True
+    return False
+
+
+def option_strings_from_source(source):
+    """Every option string one Python source declares: add_argument("--x") calls and A[...] CLI fields."""
+    tree = ast.parse(source)
+    found = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and _call_name(node) == "add_argument":
+            names = [a.value for a in node.args
+                     if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("-")]
+            action = next((kw.value for kw in node.keywords if kw.arg == "action"), None)
+            found.update(_with_negations(names, action))
+        elif isinstance(node, ast.ClassDef) and _class_is_arg_namespace(node):
+            for stmt in node.body:
+                if isinstance(stmt, ast.AnnAssign) and isinstance(stmt.target, ast.Name):
+                    found.update(_field_option_strings(stmt.target.id, stmt.annotation))
+    return found
+
+
+def server_args_sources(sglang_root):
+    """The files that declare SGLang's server options: server_args.py and, from 0.5.2x, arg_groups/fields/."""
+    main = os.path.join(sglang_root, "srt", "server_args.py")
+    fields = sorted(glob.glob(os.path.join(sglang_root, "srt", "arg_groups", "fields", "*.py")))
+    return [main] + fields
+
+
+def option_strings_from_tree(sglang_root):
+    options = {"-h", "--help"}  # argparse's own
+    for path in server_args_sources(sglang_root):
+        with open(path, encoding="utf-8") as f:
+            options.update(option_strings_from_source(f.read()))
+    return options
+
+
+def to_yaml_scalar_doc(mapping):
+    # JSON is YAML: SGLang's config reader (yaml.safe_load) reads it unchanged.
+    return json.dumps(mapping, indent=1, sort_keys=False)
+
+
+def check_names(keys, options):
+    """Split keys into (checked flags, unknown flags, abbreviations, suggestions)."""
+    checked, unknown, abbreviated, suggestions = [], [], {}, {}
+    option_list = sorted(options)
+    for key in keys:
+        flag = "--" + key
+        checked.append(flag)
+        if flag in options:
+            continue
+        prefixed = [o for o in option_list if o.startswith(flag)]
+        if prefixed:
+            abbreviated[flag] = prefixed
+            continue
+        unknown.append(flag)
+        close = []
+        dashed = "--" + key.replace("_", "-")
+        if dashed in options:
+            close.append(dashed)
+        close.extend(c for c in difflib.get_close_matches(flag, option_list, n=3, cutoff=0.8) if c not in close)
+        if close:
+            suggestions[flag] = close
+    return checked, unknown, abbreviated, suggestions
+
+
+class SGLangArgsChecker:
+    """Finds the installed SGLang's options and checks the arguments against them."""
+
+    def __init__(self, module, runner=None):
+        self.module = module
+        self.params = module.params
+        self.runner = runner or module.run_command
+        self.result = {"changed": False, "checked_args": [], "values_checked": False}
+
+    def fail(self, msg, **extra):
+        self.result.update(extra)
+        self.module.fail_json(msg=msg, **self.result)
+
+    def merged_args(self):
+        args = self.params["args"] or {}
+        extra = self.params["extra_args"] or {}
+        both = sorted(set(map(normalize_key, args)) & set(map(normalize_key, extra)))
+        if both:
+            self.fail("set in both args and extra_args: %s; set each option once" % ", ".join(both))
+        merged = {}
+        for key, value in list(args.items()) + list(extra.items()):
+            if value is None:
+                continue
+            merged[str(key)] = value
+        return merged
+
+    def check_keys_shape(self, keys):
+        secrets = [k for k in keys if is_secret_key(k)]
+        if secrets:
+            self.fail(
+                "secret in server arguments: %s; pass the API key with sglang_server_api_key "
+                "(it goes only into the 0600 config file, never argv or logs)" % ", ".join(secrets),
+                secret_keys=secrets,
+            )
+        bad = [k for k in keys if not k or k.startswith("-") or k == "config" or any(c.isspace() for c in k)]
+        if bad:
+            self.fail(
+                "malformed argument names: %s; write option names without leading dashes "
+                "(model-path), and never 'config'" % ", ".join(repr(k) for k in bad)
+            )
+
+    def probe(self, want_import, config_path):
+        """Ask the virtualenv's python where SGLang is, its version, and (optionally) SGLang's parser."""
+        python = self.params["python"]
+        if not os.path.exists(python):
+            self.fail("python %s does not exist; install SGLang first (role sglang_install)" % python)
+        fd, req_path = tempfile.mkstemp(prefix="sglang_args_req_", suffix=".json")
+        out_fd, out_path = tempfile.mkstemp(prefix="sglang_args_out_", suffix=".json")
+        os.close(out_fd)
+        try:
+            with os.fdopen(fd, "w") as f:
+                json.dump({"import": want_import, "config_path": config_path}, f)
+            cmd = [python, "-c", PROBE_SCRIPT, req_path, out_path]
+            timeout_bin = self.module.get_bin_path("timeout")
+            if timeout_bin:
+                cmd = [timeout_bin, str(self.params["timeout"])] + cmd
+            rc, stdout, stderr = self.runner(
+                cmd,
+                environ_update={"PYTHONDONTWRITEBYTECODE": "1"},
+            )
+            if rc == 124:
+                self.fail("importing SGLang took longer than %s s; raise timeout or use method=ast" % self.params["timeout"], rc=rc)
+            if rc != 0:
+                self.fail(
+                    "the virtualenv's python failed (rc=%s): %s" % (rc, (stderr or stdout).strip()[-500:]),
+                    rc=rc,
+                )
+            with open(out_path) as f:
+                return json.load(f)
+        finally:
+            for path in (req_path, out_path):
+                if os.path.exists(path):
+                    os.unlink(path)
+
+    def run(self):
+        merged = self.merged_args()
+        keys = list(merged)
+        self.check_keys_shape(keys)
+        secret_args = list(self.params["secret_args"] or [])
+        method = self.params["method"]
+
+        config_path = None
+        tmpdir = None
+        try:
+            if method != "ast":
+                tmpdir = tempfile.mkdtemp(prefix="sglang_args_check_")
+                config_path = os.path.join(tmpdir, "server.yaml")
+                fd = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                with os.fdopen(fd, "w") as f:
+                    f.write(to_yaml_scalar_doc(merged))
+            probe = self.probe(want_import=method != "ast", config_path=config_path)
+        finally:
+            if tmpdir:
+                for name in os.listdir(tmpdir):
+                    os.unlink(os.path.join(tmpdir, name))
+                os.rmdir(tmpdir)
+
+        sglang_root = self.params["sglang_root"] or probe.get("sglang_root")
+        if sglang_root:
+            self.result["sglang_root"] = sglang_root
+        if probe.get("sglang_version"):
+            self.result["sglang_version"] = probe["sglang_version"]
+
+        if "options" in probe:
+            self.result["method"] = "sglang_parser"
+            options = set(probe["options"])
+        else:
+            if probe.get("import_error"):
+                self.result["import_error"] = probe["import_error"]
+            if method == "sglang_parser":
+                self.fail(
+                    "SGLang does not import in %s (%s); install its dependencies or use method=auto"
+                    % (self.params["python"], probe.get("import_error")),
+                    method="sglang_parser",
+                )
+            self.result["method"] = "ast"
+            if not sglang_root or not os.path.isfile(os.path.join(sglang_root, "srt", "server_args.py")):
+                self.fail(
+                    "no installed SGLang found (sglang/srt/server_args.py) for %s; install SGLang first"
+                    % self.params["python"],
+                    method="ast",
+                )
+            try:
+                options = option_strings_from_tree(sglang_root)
+            except (OSError, SyntaxError) as exc:
+                self.fail("cannot read SGLang's server options from %s: %s" % (sglang_root, exc), method="ast")
+            if not options:
+                self.fail("found no server options in %s; this SGLang layout is not understood" % sglang_root)
+
+        self.result["option_count"] = len(options)
+        checked, unknown, abbreviated, suggestions = check_names(keys + secret_args, options)
+        self.result["checked_args"] = checked
+        if unknown or abbreviated:
+            parts = []
+            if unknown:
+                parts.append("unknown to SGLang %s: %s" % (self.result.get("sglang_version", "?"), ", ".join(unknown)))
+            if abbreviated:
+                parts.append(
+                    "abbreviated (only exact option names are allowed): %s"
+                    % ", ".join("%s (%s)" % (k, " or ".join(v)) for k, v in sorted(abbreviated.items()))
+                )
+            if suggestions:
+                parts.append(
+                    "did you mean: %s" % ", ".join("%s -> %s" % (k, v[0]) for k, v in sorted(suggestions.items()))
+                )
+            self.fail("; ".join(parts), unknown_args=unknown, abbreviated_args=abbreviated, suggestions=suggestions)
+
+        if self.result["method"] == "sglang_parser":
+            if probe.get("parser_error"):
+                self.fail("SGLang's parser rejected the arguments: %s" % probe["parser_error"],
+                          parser_error=probe["parser_error"])
+            self.result["values_checked"] = bool(probe.get("parsed"))
+
+        self.result["msg"] = "%d arguments known to SGLang %s (method %s%s)" % (
+            len(checked),
+            self.result.get("sglang_version", "?"),
+            self.result["method"],
+            ", values checked" if self.result["values_checked"] else ", names only",
+        )
+        return self.result
+
+
+def main():
+    module = AnsibleModule(
+        argument_spec=dict(
+            python=dict(type="path", required=True),
+            args=dict(type="dict", required=True),
+            extra_args=dict(type="dict", default={}),
+            secret_args=dict(type="list", elements="str", default=[], no_log=False),
+            sglang_root=dict(type="path"),
+            method=dict(type="str", default="auto", choices=["auto", "sglang_parser", "ast"]),
+            timeout=dict(type="int", default=300),
+        ),
+        supports_check_mode=True,
+    )
+    checker = SGLangArgsChecker(module)
+    module.exit_json(**checker.run())
+
+
+if __name__ == "__main__":
+    main()
