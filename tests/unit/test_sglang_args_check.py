@@ -1,0 +1,347 @@
+"""Unit tests for library/sglang_args_check.py, against the real server options of SGLang releases.
+
+The `ast` method is tested on the sources of real wheels (`.cache/sglang-wheels`, see sglang_src.py).
+The `sglang_parser` method runs a real interpreter on a small stand-in `sglang` package (the real one
+needs torch); with SGLANG_FULL_PYTHON pointing at a venv where SGLang 0.5.23 imports, it also runs
+against the real parser and checks that both methods see the same options.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import stat
+import sys
+import textwrap
+import zipfile
+
+import pytest
+
+from ansible.module_utils import basic
+from ansible.module_utils.testing import patch_module_args
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import sglang_src  # noqa: E402  (test helper next to this file)
+
+MODULE_FILE = os.path.join(sglang_src.REPO, "library", "sglang_args_check.py")
+_spec = importlib.util.spec_from_file_location("sglang_args_check", MODULE_FILE)
+sac = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(sac)
+
+# What roles/sglang_server renders for the Kimi-K2.5 EAGLE-3 deployment.
+SERVER_ARGS = {
+    "model-path": "/data/models/Kimi-K2.5-INT4",
+    "speculative-draft-model-path": "/data/models/Kimi-K2.5-EAGLE3",
+    "tp-size": 8,
+    "speculative-algorithm": "EAGLE3",
+    "speculative-num-steps": 3,
+    "speculative-eagle-topk": 1,
+    "speculative-num-draft-tokens": 4,
+    "mem-fraction-static": 0.85,
+    "cuda-graph-max-bs-decode": 64,
+    "attention-backend": "trtllm_mla",
+    "context-length": 131072,
+    "trust-remote-code": True,
+    "host": "0.0.0.0",
+    "port": 30000,
+}
+
+
+class ExitJson(Exception):
+    pass
+
+
+class FailJson(Exception):
+    pass
+
+
+def _exit_json(self, **kwargs):
+    kwargs.setdefault("changed", False)
+    raise ExitJson(kwargs)
+
+
+def _fail_json(self, msg, **kwargs):
+    kwargs["failed"] = True
+    kwargs["msg"] = msg
+    raise FailJson(kwargs)
+
+
+def _extract_server_sources(version, dest):
+    """The files that declare SGLang's server options, out of the real wheel."""
+    with zipfile.ZipFile(sglang_src.wheel_path(version)) as wheel:
+        for member in wheel.namelist():
+            if member == "sglang/srt/server_args.py" or (
+                member.startswith("sglang/srt/arg_groups/fields/") and member.endswith(".py")
+            ):
+                wheel.extract(member, dest)
+    return os.path.join(dest, "sglang")
+
+
+@pytest.fixture(scope="session")
+def sglang_root(tmp_path_factory):
+    """Installed-like sglang package dir of SGLang 0.5.23 (sources only)."""
+    return _extract_server_sources("0.5.23", str(tmp_path_factory.mktemp("sglang-0.5.23")))
+
+
+@pytest.fixture
+def run(monkeypatch, tmp_path):
+    """Drive main() with the given module args; return the result dict of exit_json or fail_json."""
+    monkeypatch.setattr(basic.AnsibleModule, "exit_json", _exit_json)
+    monkeypatch.setattr(basic.AnsibleModule, "fail_json", _fail_json)
+    remote_tmp = tmp_path / "remote_tmp"
+    remote_tmp.mkdir()
+
+    def _run(check_mode=False, **args):
+        args = dict(args, _ansible_check_mode=check_mode, _ansible_remote_tmp=str(remote_tmp))
+        with patch_module_args(args):
+            try:
+                sac.main()
+            except ExitJson as exc:
+                return exc.args[0]
+            except FailJson as exc:
+                return exc.args[0]
+        raise AssertionError("module returned without exit_json or fail_json")
+
+    return _run
+
+
+# A python in which `import sglang` fails: this test runner's own (no SGLang installed here).
+NO_SGLANG_PYTHON = sys.executable
+
+FAKE_SERVER_ARGS = '''
+import argparse, json
+
+class ServerArgs:
+    @staticmethod
+    def add_cli_args(parser):
+        parser.add_argument("--model-path", "--model", required=True)
+        parser.add_argument("--tp-size", type=int, default=1)
+        parser.add_argument("--speculative-algorithm", choices=["EAGLE", "EAGLE3"])
+        parser.add_argument("--speculative-eagle-topk", type=int)
+        parser.add_argument("--trust-remote-code", action="store_true")
+        parser.add_argument("--api-key")
+        parser.add_argument("--config")
+
+def prepare_server_args(argv):
+    # SGLang reads the YAML file; this stand-in reads the same file as JSON (the module writes JSON, which is YAML).
+    parser = argparse.ArgumentParser(prog="sglang serve")
+    ServerArgs.add_cli_args(parser)
+    with open(argv[argv.index("--config") + 1]) as f:
+        config = json.load(f)
+    args = []
+    for key, value in config.items():
+        if value is True:
+            args.append("--" + key)
+        elif value is not False:
+            args += ["--" + key, str(value)]
+    return parser.parse_args(args)
+'''
+
+
+@pytest.fixture
+def fake_sglang_python(tmp_path):
+    """A `python` in which a small stand-in sglang (argparse-based ServerArgs) imports fully."""
+    site = tmp_path / "site"
+    pkg = site / "sglang" / "srt"
+    pkg.mkdir(parents=True)
+    (site / "sglang" / "__init__.py").write_text("")
+    (pkg / "__init__.py").write_text("")
+    (pkg / "server_args.py").write_text(FAKE_SERVER_ARGS)
+    wrapper = tmp_path / "python"
+    wrapper.write_text('#!/bin/sh\nPYTHONPATH=%s exec %s "$@"\n' % (site, sys.executable))
+    wrapper.chmod(wrapper.stat().st_mode | stat.S_IXUSR)
+    return str(wrapper)
+
+
+# --------------------------------------------------------------------------------------------------
+# The ast method on real SGLang sources
+# --------------------------------------------------------------------------------------------------
+
+def test_ast_finds_every_option_the_deployment_renders(sglang_root):
+    options = sac.option_strings_from_tree(sglang_root)
+    missing = ["--" + k for k in SERVER_ARGS if "--" + k not in options]
+    assert missing == []
+    assert "--api-key" in options and "--config" in options
+    # 0.5.23 declares most options as A[...] fields in arg_groups/fields/, not add_argument calls.
+    assert len(options) > 500
+
+
+def test_ast_knows_that_cuda_graph_max_bs_is_gone_in_0_5_23(sglang_root):
+    options = sac.option_strings_from_tree(sglang_root)
+    assert "--cuda-graph-max-bs" not in options
+    assert {"--cuda-graph-max-bs-decode", "--cuda-graph-max-bs-prefill"} <= options
+
+
+def test_ast_follows_aliases_negations_and_skips_no_cli_fields(sglang_root):
+    options = sac.option_strings_from_tree(sglang_root)
+    assert "--speculative-draft-model" in options  # Arg(aliases=[...])
+    assert "--no-dllm-fdfo" in options  # action=argparse.BooleanOptionalAction
+    assert "--speculative-boundary-reduction" not in options  # Arg(no_cli=True)
+    assert "--disable-cuda-graph" in options  # a manual parser.add_argument in server_args.py
+
+
+def test_ast_reads_an_older_release_that_only_uses_add_argument(tmp_path):
+    root = _extract_server_sources("0.5.9", str(tmp_path))
+    assert not os.path.isdir(os.path.join(root, "srt", "arg_groups"))
+    options = sac.option_strings_from_tree(root)
+    assert {"--speculative-eagle-topk", "--cuda-graph-max-bs", "--model-path"} <= options
+
+
+def test_field_annotation_rules_mirror_add_cli_args_from_dataclass():
+    source = textwrap.dedent('''
+        class Ns(msgspec.Struct):
+            _NS_PATH = "x"
+            plain: A[int, "help"] = 1
+            joined: A[int, "help " f"{x}"] = 1
+            renamed: A[str, Arg(help="h", cli_name="--other-name", aliases=["--alias"])] = ""
+            hidden: A[str, Arg(no_cli=True)] = ""
+            derived_only: A[int, Derived(fn="f")] = 0
+            no_meta: int = 0
+
+        class Helper:
+            not_an_option: A[int, "help"] = 1
+    ''')
+    assert sac.option_strings_from_source(source) == {"--plain", "--joined", "--other-name", "--alias"}
+
+
+# --------------------------------------------------------------------------------------------------
+# The module, falling back to ast (SGLang does not import)
+# --------------------------------------------------------------------------------------------------
+
+def test_module_falls_back_to_ast_and_accepts_the_deployment(run, sglang_root):
+    result = run(python=NO_SGLANG_PYTHON, sglang_root=sglang_root, args=SERVER_ARGS, secret_args=["api-key"])
+    assert not result.get("failed"), result["msg"]
+    assert result["method"] == "ast"
+    assert "sglang" in result["import_error"]
+    assert result["values_checked"] is False
+    assert result["checked_args"] == ["--" + k for k in SERVER_ARGS] + ["--api-key"]
+
+
+def test_module_rejects_an_abbreviation_argparse_would_accept(run, sglang_root):
+    args = dict(SERVER_ARGS)
+    args["speculative-eagle-top"] = args.pop("speculative-eagle-topk")
+    result = run(python=NO_SGLANG_PYTHON, sglang_root=sglang_root, args=args)
+    assert result["failed"]
+    assert result["abbreviated_args"] == {"--speculative-eagle-top": ["--speculative-eagle-topk"]}
+    assert "--speculative-eagle-top" in result["msg"]
+
+
+def test_module_rejects_the_removed_cuda_graph_max_bs_as_ambiguous(run, sglang_root):
+    result = run(python=NO_SGLANG_PYTHON, sglang_root=sglang_root, args={"cuda-graph-max-bs": 64})
+    assert result["failed"]
+    assert result["abbreviated_args"]["--cuda-graph-max-bs"] == ["--cuda-graph-max-bs-decode", "--cuda-graph-max-bs-prefill"]
+
+
+def test_module_rejects_unknown_flags_with_suggestions(run, sglang_root):
+    result = run(python=NO_SGLANG_PYTHON, sglang_root=sglang_root,
+                 args={"model-path": "/m"}, extra_args={"speculative-eagle-tokp": 3, "zz-frobnicate": 1, "tp_size": 8})
+    assert result["failed"]
+    assert result["unknown_args"] == ["--speculative-eagle-tokp", "--zz-frobnicate", "--tp_size"]
+    assert result["suggestions"]["--tp_size"][0] == "--tp-size"
+    assert result["suggestions"]["--speculative-eagle-tokp"][0] == "--speculative-eagle-topk"
+    assert "--zz-frobnicate" not in result["suggestions"]
+
+
+@pytest.mark.parametrize("key", ["api-key", "api_key", "admin-api-key", "ssl-keyfile-password"])
+def test_module_rejects_secrets_in_extra_args_without_echoing_them(run, sglang_root, key):
+    result = run(python=NO_SGLANG_PYTHON, sglang_root=sglang_root, args={"model-path": "/m"},
+                 extra_args={key: "sk-very-secret"})
+    assert result["failed"]
+    assert result["secret_keys"] == [key]
+    assert "sglang_server_api_key" in result["msg"]
+    assert "sk-very-secret" not in repr(result)
+
+
+def test_module_rejects_an_option_set_in_args_and_extra_args(run, sglang_root):
+    result = run(python=NO_SGLANG_PYTHON, sglang_root=sglang_root, args={"tp-size": 8}, extra_args={"tp_size": 4})
+    assert result["failed"]
+    assert "tp_size" in result["msg"]
+
+
+def test_module_skips_null_values(run, sglang_root):
+    result = run(python=NO_SGLANG_PYTHON, sglang_root=sglang_root, args={"model-path": "/m", "no-such-flag": None})
+    assert not result.get("failed"), result["msg"]
+    assert result["checked_args"] == ["--model-path"]
+
+
+@pytest.mark.parametrize("key", ["--model-path", "config", "model path"])
+def test_module_rejects_malformed_names(run, sglang_root, key):
+    result = run(python=NO_SGLANG_PYTHON, sglang_root=sglang_root, args={key: "x"})
+    assert result["failed"]
+    assert "malformed" in result["msg"]
+
+
+def test_module_fails_when_no_sglang_is_installed(run, tmp_path):
+    result = run(python=NO_SGLANG_PYTHON, args={"model-path": "/m"})
+    assert result["failed"]
+    assert result["method"] == "ast"
+    assert "install SGLang first" in result["msg"]
+
+
+def test_module_fails_when_the_python_is_missing(run, tmp_path):
+    result = run(python=str(tmp_path / "venv" / "bin" / "python"), args={"model-path": "/m"})
+    assert result["failed"]
+    assert "does not exist" in result["msg"]
+
+
+def test_sglang_parser_method_refuses_to_fall_back(run, sglang_root):
+    result = run(python=NO_SGLANG_PYTHON, sglang_root=sglang_root, args={"model-path": "/m"}, method="sglang_parser")
+    assert result["failed"]
+    assert "does not import" in result["msg"]
+
+
+def test_check_mode_checks_the_same(run, sglang_root):
+    args = {"model-path": "/m", "speculative-eagle-top": 1}
+    assert run(check_mode=True, python=NO_SGLANG_PYTHON, sglang_root=sglang_root, args=args)["failed"]
+    ok = run(check_mode=True, python=NO_SGLANG_PYTHON, sglang_root=sglang_root, args=SERVER_ARGS)
+    assert not ok.get("failed") and ok["changed"] is False
+
+
+# --------------------------------------------------------------------------------------------------
+# The module with SGLang's own parser (SGLang imports)
+# --------------------------------------------------------------------------------------------------
+
+def test_parser_method_checks_values_too(run, fake_sglang_python):
+    args = {"model-path": "/m", "tp-size": 8, "speculative-algorithm": "EAGLE3", "trust-remote-code": True}
+    result = run(python=fake_sglang_python, args=args, secret_args=["api-key"])
+    assert not result.get("failed"), result["msg"]
+    assert result["method"] == "sglang_parser"
+    assert result["values_checked"] is True
+    assert result["option_count"] == 10  # -h, --help and the eight option strings of the stand-in
+
+
+def test_parser_method_reports_sglang_parser_errors(run, fake_sglang_python):
+    result = run(python=fake_sglang_python, args={"model-path": "/m", "tp-size": "eight"})
+    assert result["failed"]
+    assert result["method"] == "sglang_parser"
+    assert "invalid int value: 'eight'" in result["parser_error"]
+
+
+def test_parser_method_still_rejects_abbreviations(run, fake_sglang_python):
+    # The stand-in's argparse (allow_abbrev=True, like SGLang's) would take --speculative-eagle-top.
+    result = run(python=fake_sglang_python, args={"model-path": "/m", "speculative-eagle-top": 1})
+    assert result["failed"]
+    assert list(result["abbreviated_args"]) == ["--speculative-eagle-top"]
+
+
+def test_ast_method_never_imports_sglang(run, fake_sglang_python):
+    result = run(python=fake_sglang_python, args={"model-path": "/m", "tp-size": "eight"}, method="ast")
+    # The stand-in has no arg_groups: only its add_argument calls count; values are not checked.
+    assert not result.get("failed"), result["msg"]
+    assert result["method"] == "ast"
+    assert result["values_checked"] is False
+    assert "import_error" not in result
+
+
+FULL_PYTHON = os.environ.get("SGLANG_FULL_PYTHON", "/tmp/sgl-scratch/bin/python")
+
+
+@pytest.mark.skipif(not os.path.exists(FULL_PYTHON),
+                    reason="no venv where SGLang 0.5.23 imports (set SGLANG_FULL_PYTHON)")
+def test_real_sglang_parser_and_ast_agree(run, sglang_root):
+    real = run(python=FULL_PYTHON, args=SERVER_ARGS, method="sglang_parser")
+    assert real["method"] == "sglang_parser", real
+    ast_only = run(python=FULL_PYTHON, args=SERVER_ARGS, method="ast")
+    assert ast_only["option_count"] == real["option_count"]
+    assert not real.get("failed"), real["msg"]
+    assert real["values_checked"] is True
