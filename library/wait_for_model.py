@@ -38,7 +38,7 @@ options:
     description:
       - C(started) launches (or keeps) the server and waits for it.
       - C(stopped) stops our server's process tree, only ours, and removes the run state.
-      - C(watched) launches nothing: it reads our server's whole log so far and keeps watching the log,
+      - C(watched) launches nothing; it reads our server's whole log so far and keeps watching the log,
         the process tree and the health URL for O(watch_time) seconds. It fails with the crash class if
         the server crashed at any time during its life (a first decode request that killed it, say) or
         is not healthy at the end. Use it after smoke requests.
