@@ -109,28 +109,53 @@ _SIGNATURES = [
 # unless a traceback block is open (then every line is looked at). Progress lines (tqdm bars, batch
 # statistics) are frequent, so they are looked at only while they can still move the phase; their
 # counters are kept with C-speed counts over the skipped text instead.
-_INTERESTING_CORE = (
-    rb"Scheduler hit|Traceback \(most|File \"|sigquit|SIGQUIT|warmup error|died|out of memory|"
-    rb"OutOfMemoryError|Not enough memory|NCCL|ncclU|Assertion|device-side|illegal memory|CUDA error|"
-    rb"launch failure|Error limit|Compilation terminated|ninja: build|\): error:|already in use|Errno 98|"
-    rb"Killed|\[EMULATOR\]|\xe5\xb7\xb2\xe6\x9d\x80\xe6\xad\xbb|"
-    rb"Load weight|Memory pool end|KV Cache is allocated|"
-    rb"Capture (?:draft )?(?:extend )?cuda graph begin|Uvicorn running|Started server process|Application startup|"
-    rb"fired up"
+# Literal anchors: a line that holds none of them cannot change the verdict (unless a traceback block
+# is open: then every line is read). Each anchor is searched with bytes.find (C, GB/s), once per
+# buffer, and its next position is cached; this is what makes a multi-GB post-mortem scan fast.
+_CRASH_ANCHORS = (
+    # Long anchors skip faster (bytes.find is Horspool-like). Exception lines inside a traceback need no
+    # anchor of their own: an open block makes every line count.
+    # "scheduler died", "out of memory", "NCCL error" are raised as exceptions, i.e. inside a traceback.
+    # "CUDA error" keeps its anchor: a C++ abort (c10::Error) prints it with no Python traceback.
+    b"Traceback (most", b'  File "', b"sigquit", b"SIGQUIT", b"Assertion `", b"Killed\n",
+    b"\xe5\xb7\xb2\xe6\x9d\x80\xe6\xad\xbb", b"CUDA error", b"Error limit reached", b".cu(", b"already in use",
 )
-_INTERESTING_BY_PHASE = {}
+# Phase markers, looked for only while their phase is still ahead.
+_PHASE_ANCHORS = (
+    ("loading_weights", (b"Load weight begin", b"checkpoint shards")),
+    ("kv_cache", (b"Load weight end", b"Memory pool end", b"KV Cache is allocated")),
+    ("cuda_graph", (b"cuda graph begin", b"Capturing batches")),
+    ("warmup", (b"Uvicorn running", b"Started server process", b"Application startup")),
+    ("ready", (b"fired up",)),
+)
+_ANCHORS_BY_PHASE = {}
 
 
-def _interesting(phase_index):
-    rx = _INTERESTING_BY_PHASE.get(phase_index)
-    if rx is None:
-        extra = b""
-        if phase_index < _PHASE_INDEX["loading_weights"]:
-            extra += rb"|Loading (?:safetensors|pt) checkpoint"
-        if phase_index < _PHASE_INDEX["cuda_graph"]:
-            extra += rb"|Capturing batches"
-        rx = _INTERESTING_BY_PHASE[phase_index] = re.compile(_INTERESTING_CORE + extra)
-    return rx
+def _anchors(phase_index):
+    found = _ANCHORS_BY_PHASE.get(phase_index)
+    if found is None:
+        extra = ()
+        for phase, anchors in _PHASE_ANCHORS:
+            if _PHASE_INDEX[phase] > phase_index:
+                extra += anchors
+        found = _ANCHORS_BY_PHASE[phase_index] = _CRASH_ANCHORS + extra
+    return found
+
+
+def _next_anchor(buf, pos, end, anchors, cache):
+    """Smallest position >= pos of any anchor in buf[:end] (end if none). cache: anchor -> last answer."""
+    best = end
+    find = buf.find
+    for a in anchors:
+        p = cache.get(a, -1)
+        if p < pos:
+            p = find(a, pos, end)
+            if p < 0:
+                p = end
+            cache[a] = p
+        if p < best:
+            best = p
+    return best
 
 
 _CACHED_NONZERO = re.compile(rb"Prefill batch[.,][^\n\r]*?#cached-token: [1-9]")
@@ -253,15 +278,18 @@ class LogClassifier(object):
 
     def _scan(self, buf, end):
         pos = 0
+        cache = {}
+        if self.lineno < 5 and not self.emulator and b"[EMULATOR]" in buf[:4096]:
+            self.emulator = True
         while pos < end:
             if self._block is None and self._pending_chain is None:
                 # Fast path: jump to the next line that can matter; account for the lines skipped.
-                m = _interesting(_PHASE_INDEX[self.phase]).search(buf, pos, end)
-                start = end if m is None else max(buf.rfind(b"\n", pos, m.start()), buf.rfind(b"\r", pos, m.start())) + 1
+                hit = _next_anchor(buf, pos, end, _anchors(_PHASE_INDEX[self.phase]), cache)
+                start = end if hit >= end else max(buf.rfind(b"\n", pos, hit), buf.rfind(b"\r", pos, hit)) + 1
                 if start > pos:
                     self._skip(buf, pos, start)
                     pos = start
-                if m is None:
+                if hit >= end:
                     return
             # one line from pos
             nl = buf.find(b"\n", pos, end)
@@ -284,21 +312,24 @@ class LogClassifier(object):
             pos = brk
 
     def _skip(self, buf, start, end):
-        """Lines between start and end cannot change the verdict: count what the counters need."""
+        """Lines between start and end cannot change the verdict: keep what the counters need."""
         self.lineno += buf.count(b"\n", start, end)
         if self.state == "crashed":
             return
-        n = buf.count(b"Prefill batch", start, end)
-        if n:
-            self.prefill_batches += n
-            self.prefill_cached += len(_CACHED_NONZERO.findall(buf, start, end))
-        self.decode_batches += buf.count(b"Decode batch", start, end)
-        i = buf.rfind(b"checkpoint shards", start, end)
-        if i >= 0:
-            ls = max(buf.rfind(b"\n", start, i), buf.rfind(b"\r", start, i)) + 1
-            m = _SHARDS_B.search(buf, ls, end)
-            if m:
-                self.shards = (int(m.group(1)), int(m.group(2)))
+        if not self.decode_batches:
+            # Batch statistics matter only until the first decode batch (first_request_crash).
+            n = buf.count(b"Prefill batch", start, end)
+            if n:
+                self.prefill_batches += n
+                self.prefill_cached += len(_CACHED_NONZERO.findall(buf, start, end))
+            self.decode_batches += buf.count(b"Decode batch", start, end)
+        if _PHASE_INDEX[self.phase] < _PHASE_INDEX["cuda_graph"]:
+            i = buf.rfind(b"checkpoint shards", start, end)
+            if i >= 0:
+                ls = max(buf.rfind(b"\n", start, i), buf.rfind(b"\r", start, i)) + 1
+                m = _SHARDS_B.search(buf, ls, end)
+                if m:
+                    self.shards = (int(m.group(1)), int(m.group(2)))
 
     # ---------------------------------------------------------------- lines in
     def feed_line(self, line):
