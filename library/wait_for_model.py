@@ -682,8 +682,11 @@ class ModelWaiter(object):
                 now = self.clock()
                 data = follower.read()
                 if data:
+                    before = (clf.phase, clf.ready is None)
                     clf.feed(data)
                     last_activity = now
+                    if (clf.phase, clf.ready is None) != before and clf.phase in ("warmup", "ready"):
+                        next_health = now  # the log says it may be up: ask now, not at the next tick
                 # 1. the log says it crashed. Keep reading while the traceback is still being
                 #    written (up to a few settle times) so the report has its exception line.
                 if clf.crash is not None:

@@ -460,3 +460,12 @@ def test_watched_healthy_server_passes_after_the_window(world):
     finally:
         proc.kill()
         proc.wait()
+
+
+def test_ready_line_triggers_an_immediate_health_check(world):
+    # Health is polled every 0.25 s; when the log says "fired up" the module asks at once.
+    world.write(10.01, "[2026-12-02 10:00:10] The server is fired up and ready to roll!\n")
+    world.health = lambda t: 200 if t >= 10.01 else None
+    status, r = run(world, health_interval=5.0)
+    assert status == "ok"
+    assert r["elapsed"] <= 10.15
