@@ -99,7 +99,8 @@ _SIGNATURES = [
                 r"device-side assert triggered|illegal memory access was encountered|"
                 r"CUDA error: (?!out of memory)|unspecified launch failure"), "cuda_error", True),
     (re.compile(r"^Error limit reached\.|^Compilation terminated\.|ninja: build stopped|"
-                r"\.cu\(\d+\): error:|CalledProcessError: Command '\['ninja'"), "compile_error", True),
+                r"\.cu\(\d+\): error:|errors? detected in the compilation of|"
+                r"CalledProcessError: Command '\['ninja'"), "compile_error", True),
     (re.compile(r"Scheduler hit an exception"), "python_exception", False),
     (re.compile(r"Received sigquit from a child proces|SIGQUIT received"), "child_sigquit", False),
     (re.compile(r"^(?:Killed|已杀死)\s*$"), "killed", True),
@@ -117,8 +118,12 @@ _CRASH_ANCHORS = (
     # anchor of their own: an open block makes every line count.
     # "scheduler died", "out of memory", "NCCL error" are raised as exceptions, i.e. inside a traceback.
     # "CUDA error" keeps its anchor: a C++ abort (c10::Error) prints it with no Python traceback.
-    b"Traceback (most", b'  File "', b"sigquit", b"SIGQUIT", b"Assertion `", b"Killed\n",
-    b"\xe5\xb7\xb2\xe6\x9d\x80\xe6\xad\xbb", b"CUDA error", b"Error limit reached", b".cu(", b"already in use",
+    # Both sigquit wordings ("Received sigquit from a child proces(s). It usually means the child failed.",
+    # "SIGQUIT received. ... It usually means one child failed.") end in "child failed".
+    # nvcc ends its errors with "N error(s) detected in the compilation of ...".
+    b"Traceback (most", b'  File "', b"child failed", b"Assertion `", b"\nKilled\n",
+    b"\xe5\xb7\xb2\xe6\x9d\x80\xe6\xad\xbb", b"CUDA error: ", b"Error limit reached",
+    b"detected in the compilation", b"already in use",
 )
 # Phase markers, looked for only while their phase is still ahead.
 _PHASE_ANCHORS = (
@@ -149,9 +154,13 @@ def _next_anchor(buf, pos, end, anchors, cache):
     for a in anchors:
         p = cache.get(a, -1)
         if p < pos:
-            p = find(a, pos, end)
-            if p < 0:
-                p = end
+            if a[:1] == b"\n":  # anchored at a line start: the hit is the byte after the newline
+                p = find(a, pos - 1 if pos else 0, end)
+                p = end if p < 0 else p + 1
+            else:
+                p = find(a, pos, end)
+                if p < 0:
+                    p = end
             cache[a] = p
         if p < best:
             best = p
@@ -281,11 +290,14 @@ class LogClassifier(object):
         cache = {}
         if self.lineno < 5 and not self.emulator and b"[EMULATOR]" in buf[:4096]:
             self.emulator = True
+        if buf.startswith(b"Killed"):
+            # A buffer always starts at a line start; the "\nKilled\n" anchor cannot see this one.
+            cache[b"\nKilled\n"] = 0
         while pos < end:
             if self._block is None and self._pending_chain is None:
                 # Fast path: jump to the next line that can matter; account for the lines skipped.
                 hit = _next_anchor(buf, pos, end, _anchors(_PHASE_INDEX[self.phase]), cache)
-                start = end if hit >= end else max(buf.rfind(b"\n", pos, hit), buf.rfind(b"\r", pos, hit)) + 1
+                start = end if hit >= end else max(buf.rfind(b"\n", pos, hit), buf.rfind(b"\r", pos, hit), pos - 1) + 1
                 if start > pos:
                     self._skip(buf, pos, start)
                     pos = start
@@ -316,17 +328,19 @@ class LogClassifier(object):
         self.lineno += buf.count(b"\n", start, end)
         if self.state == "crashed":
             return
-        if not self.decode_batches:
-            # Batch statistics matter only until the first decode batch (first_request_crash).
-            n = buf.count(b"Prefill batch", start, end)
-            if n:
-                self.prefill_batches += n
-                self.prefill_cached += len(_CACHED_NONZERO.findall(buf, start, end))
-            self.decode_batches += buf.count(b"Decode batch", start, end)
+        if not self.decode_batches and not self.prefill_cached:
+            # Batch statistics matter only until a decode batch or a cache hit (first_request_crash):
+            # whether there was one is enough, so find() stops at the first.
+            if buf.find(b"Prefill batch", start, end) >= 0:
+                self.prefill_batches += 1
+                if _CACHED_NONZERO.search(buf, start, end):
+                    self.prefill_cached += 1
+            if buf.find(b"Decode batch", start, end) >= 0:
+                self.decode_batches += 1
         if _PHASE_INDEX[self.phase] < _PHASE_INDEX["cuda_graph"]:
             i = buf.rfind(b"checkpoint shards", start, end)
             if i >= 0:
-                ls = max(buf.rfind(b"\n", start, i), buf.rfind(b"\r", start, i)) + 1
+                ls = max(buf.rfind(b"\n", start, i), buf.rfind(b"\r", start, i), start - 1) + 1
                 m = _SHARDS_B.search(buf, ls, end)
                 if m:
                     self.shards = (int(m.group(1)), int(m.group(2)))
