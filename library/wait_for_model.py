@@ -57,6 +57,12 @@ options:
         Part of the fingerprint.
     type: dict
     default: {}
+  secret_environment:
+    description:
+      - Variables for the server that are secrets (C(HF_TOKEN), say). Like O(environment), but masked in
+        Ansible's output and only their hash enters the fingerprint.
+    type: dict
+    default: {}
   chdir:
     description: Working directory of the server.
     type: path
@@ -349,8 +355,10 @@ def _h(value):
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode("utf-8")).hexdigest()
 
 
-def fingerprint_parts(argv, environment, files, data, run_as):
+def fingerprint_parts(argv, environment, files, data, run_as, secret_environment=None):
     parts = {"argv": _h(argv), "environment": _h(environment), "run_as": _h(run_as or "")}
+    if secret_environment:
+        parts["secret_environment"] = _h(secret_environment)
     for path in files:
         parts["file " + path] = sha256_file(path)
     for key in sorted(data):
@@ -496,9 +504,10 @@ class ModelWaiter(object):
         for path in p["fingerprint_files"]:
             if not os.path.isfile(path) or not os.access(path, os.R_OK):
                 raise WaitError("fingerprint_files: %s does not exist or is not readable" % path)
-        for key, value in p["environment"].items():
-            if not isinstance(key, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
-                raise WaitError("environment: %r is not a valid variable name" % (key,))
+        for source in ("environment", "secret_environment"):
+            for key in p[source]:
+                if not isinstance(key, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+                    raise WaitError("%s: %r is not a valid variable name" % (source, key))
         self.user = None
         if p["run_as"]:
             try:
@@ -523,8 +532,9 @@ class ModelWaiter(object):
             "LOGNAME": pw.pw_name,
             "PYTHONUNBUFFERED": "1",
         }
-        for key, value in self.p["environment"].items():
-            env[key] = "" if value is None else str(value)
+        for source in ("environment", "secret_environment"):
+            for key, value in self.p[source].items():
+                env[key] = "" if value is None else str(value)
         return env
 
     def headers(self):
@@ -572,7 +582,8 @@ class ModelWaiter(object):
 
     def start(self):
         p = self.p
-        parts = fingerprint_parts(p["argv"], p["environment"], p["fingerprint_files"], p["fingerprint_data"], p["run_as"])
+        parts = fingerprint_parts(p["argv"], p["environment"], p["fingerprint_files"], p["fingerprint_data"], p["run_as"],
+                                  p["secret_environment"])
         fp = fingerprint_of(parts)
         self.result["fingerprint"] = fp
         state, ours = self._existing()
@@ -596,7 +607,8 @@ class ModelWaiter(object):
         self.result["restart_reason"] = reason
 
         # A foreign process on our port: refuse before touching anything.
-        ours_pids = set(sglang_proc.our_tree(state)) if ours else set()
+        # Our old server's processes may hold the port (an orphaned child that inherited the socket).
+        ours_pids = set(sglang_proc.our_tree(state)) if ours else set(sglang_proc.orphans_of(state))
         holders = sglang_proc.pids_holding_sockets(sglang_proc.listeners(self.port)) - ours_pids
         if holders:
             desc = ", ".join("PID %d (user %s: %s)" % (h, self._owner(h), " ".join(sglang_proc.proc_cmdline(h) or [])[:120])
@@ -866,6 +878,7 @@ def argument_spec():
         watch_time=dict(type="float", default=3.0),
         argv=dict(type="list", elements="str"),
         environment=dict(type="dict", default={}),
+        secret_environment=dict(type="dict", default={}, no_log=True),
         chdir=dict(type="path"),
         log_dir=dict(type="path", required=True),
         run_dir=dict(type="path"),

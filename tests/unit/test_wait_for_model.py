@@ -469,3 +469,14 @@ def test_ready_line_triggers_an_immediate_health_check(world):
     status, r = run(world, health_interval=5.0)
     assert status == "ok"
     assert r["elapsed"] <= 10.15
+
+
+def test_secret_environment_reaches_the_server_and_restarts_on_change(world):
+    world.health = lambda t: 200
+    status, r = run(world, secret_environment={"HF_TOKEN": "hf_abc"})
+    assert status == "ok" and world.spawned[0]["env"]["HF_TOKEN"] == "hf_abc"
+    state = json.load(open(os.path.join(world.log_dir, "sglang.json")))
+    assert "hf_abc" not in json.dumps(state)
+    parts_a = wfm.fingerprint_parts(["x"], {}, [], {}, None, {"HF_TOKEN": "a"})
+    parts_b = wfm.fingerprint_parts(["x"], {}, [], {}, None, {"HF_TOKEN": "b"})
+    assert wfm.describe_change(parts_a, parts_b) == "fingerprint changed: secret_environment"
