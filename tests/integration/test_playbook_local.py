@@ -1,0 +1,219 @@
+"""The real playbook against this machine: `ansible-playbook playbooks/serve_eagle3.yml -i inventory/local`.
+
+Real SGLang 0.5.23 files (installed --no-deps from the wheel cache, really patched), the SGLang EMULATOR as the
+server. Every run uses its own prefix (a tmp dir) and a free port; the server is stopped at the end.
+The tests run in order and share one host state: converge, idempotence, check mode, a changed argument, the
+EAGLE early-init crash without the patch, the same with the patch, and check mode on a fresh prefix.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import stat
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.request
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.path.dirname(sys.executable)
+API_KEY = "local-rehearsal-key"  # inventory/local's sglang_server_api_key
+
+
+def free_port():
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+class Run:
+    """One ansible-playbook run, parsed from the json callback."""
+
+    def __init__(self, proc, elapsed):
+        self.rc = proc.returncode
+        self.elapsed = elapsed
+        self.stderr = proc.stderr
+        try:
+            self.out = json.loads(proc.stdout)
+        except ValueError:
+            raise AssertionError("no JSON from ansible-playbook (rc=%s):\n%s\n%s"
+                                 % (proc.returncode, proc.stdout[-4000:], proc.stderr[-4000:]))
+        self.stats = self.out["stats"]["localhost"]
+        # Task names without the "role : " prefix.
+        self.tasks = [(t["task"]["name"].split(" : ", 1)[-1], t["hosts"].get("localhost", {}))
+                      for play in self.out["plays"] for t in play["tasks"]]
+
+    def results(self, name):
+        return [r for n, r in self.tasks if n == name]
+
+    def result(self, name):
+        found = self.results(name)
+        assert found, "task %r did not run; tasks: %s" % (name, [n for n, _ in self.tasks])
+        return found[-1]
+
+    def changed_tasks(self):
+        return [n for n, r in self.tasks if r.get("changed")]
+
+    def failed_tasks(self):
+        return [n for n, r in self.tasks if r.get("failed") and not r.get("ignore_errors")]
+
+    def __repr__(self):
+        failed = [(n, r.get("msg")) for n, r in self.tasks if r.get("failed")]
+        return "rc=%s stats=%s changed=%s failed=%s" % (self.rc, self.stats, self.changed_tasks(), failed)
+
+
+@pytest.fixture(scope="module")
+def host():
+    # Not under pytest's tmp dir: /tmp/pytest-of-root is 0700 and the service user must walk into the prefix.
+    prefix = tempfile.mkdtemp(prefix="eagle-deploy-test-")
+    os.chmod(prefix, 0o755)
+    port = free_port()
+    env = dict(os.environ)
+    env.update({
+        "PATH": BIN + os.pathsep + env.get("PATH", ""),
+        "ANSIBLE_CONFIG": os.path.join(REPO, "ansible.cfg"),
+        "ANSIBLE_STDOUT_CALLBACK": "ansible.builtin.json",
+        "ANSIBLE_LOAD_CALLBACK_PLUGINS": "1",
+        "ANSIBLE_NOCOLOR": "1",
+    })
+
+    def play(*extra, playbook="serve_eagle3.yml", prefix_=prefix, port_=port, timeout=300):
+        cmd = [os.path.join(BIN, "ansible-playbook"), os.path.join("playbooks", playbook), "-i", "inventory/local",
+               "-e", "eagle_deploy_prefix=%s" % prefix_, "-e", "sglang_server_port=%d" % port_] + list(extra)
+        start = time.monotonic()
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+        return Run(proc, time.monotonic() - start)
+
+    state = {"prefix": prefix, "port": port, "play": play}
+    yield state
+    stopped = play(playbook="stop.yml")
+    assert stopped.rc == 0, stopped
+    assert not os.path.exists(os.path.join(prefix, "var/lib/sglang/run/sglang.json"))
+    shutil.rmtree(prefix)
+
+
+def run_state(host):
+    with open(os.path.join(host["prefix"], "var/lib/sglang/run/sglang.json")) as f:
+        return json.load(f)
+
+
+def get(host, path, key=API_KEY):
+    req = urllib.request.Request("http://127.0.0.1:%d%s" % (host["port"], path))
+    if key:
+        req.add_header("Authorization", "Bearer " + key)
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return resp.status, json.loads(resp.read().decode() or "null")
+
+
+def test_first_run_converges_and_serves(host):
+    run = host["play"]()
+    assert run.rc == 0, run
+    # Flagged loudly: this is the emulator.
+    banner = run.result("EMULATOR - say loudly that the server is the SGLang emulator, not SGLang")["msg"]
+    assert any("NOT SGLang" in line for line in banner)
+    assert run.result("Launch SGLang and wait for health")["changed"] is True
+    status, info = get(host, "/get_model_info")
+    assert status == 200 and info["emulator"] is True
+    # Real SGLang files, checked with the ast fallback (no torch in a --no-deps install).
+    check = run.result("Check the server arguments against the installed SGLang")
+    assert check["method"] == "ast" and check["sglang_version"] == "0.5.23"
+    # The config file holds the key; it is 0600 and the service user's; the key is nowhere else.
+    config = os.path.join(host["prefix"], "etc/sglang/sglang.yaml")
+    st = os.stat(config)
+    assert stat.S_IMODE(st.st_mode) == 0o600
+    import pwd
+    assert pwd.getpwuid(st.st_uid).pw_name == "sglang"
+    with open(config) as f:
+        assert API_KEY in f.read()
+    state = run_state(host)
+    assert state["user"] == "sglang"
+    assert API_KEY not in " ".join(state["cmdline"])
+    with open("/proc/%d/cmdline" % state["pid"], "rb") as f:
+        assert API_KEY.encode() not in f.read()
+    assert API_KEY not in json.dumps(run.out)
+    assert run.result("Check that every burst request produced text")["msg"].startswith("burst: 8/8")
+    host["pid"], host["attempt"] = state["pid"], state["attempt"]
+    host["first_run_s"] = run.elapsed
+
+
+def test_second_run_changes_nothing(host):
+    run = host["play"]()
+    assert run.rc == 0, run
+    assert run.stats["changed"] == 0, run.changed_tasks()
+    assert run_state(host)["pid"] == host["pid"]
+
+
+def test_check_diff_on_the_converged_host_is_clean(host):
+    run = host["play"]("--check", "--diff")
+    assert run.rc == 0, run
+    assert run.stats["changed"] == 0, run.changed_tasks()
+    assert run_state(host)["pid"] == host["pid"]
+
+
+def test_changing_one_server_argument_restarts_exactly_once(host):
+    run = host["play"]("-e", "sglang_server_speculative_num_steps=4")
+    assert run.rc == 0, run
+    launch = run.result("Launch SGLang and wait for health")
+    assert launch["changed"] is True
+    assert "sglang.yaml" in launch["restart_reason"]
+    state = run_state(host)
+    assert state["pid"] != host["pid"]
+    assert state["attempt"] == host["attempt"] + 1
+    # The watch after the smoke burst saw the same server.
+    assert run_state(host)["pid"] == state["pid"]
+    with open(os.path.join(host["prefix"], "etc/sglang/sglang.yaml")) as f:
+        assert "speculative-num-steps: 4\n" in f.read()
+    host["pid"], host["attempt"] = state["pid"], state["attempt"]
+
+
+def test_eagle_scenario_without_the_patch_fails_at_smoke_with_the_attribute_error(host):
+    run = host["play"]("-e", "sglang_server_emulator_scenario=eagle", "-e", "sglang_patch_enabled=false")
+    assert run.rc != 0, run
+    # The first smoke request fails (the scheduler died on it); the rescue fails the play with the crash.
+    assert run.failed_tasks() == ["Generate from a fixed prompt", "Fail with the crash the server log shows"], run
+    # The server itself came up (the crash is at the first real request), then the smoke test caught it.
+    assert run.result("Launch SGLang and wait for health")["changed"] is True
+    msg = run.result("Fail with the crash the server log shows")["msg"]
+    assert "crash class: AttributeError" in msg
+    assert "Traceback (most recent call last)" in msg
+    assert "spec_disable_batch_threshold" in msg
+    assert API_KEY not in json.dumps(run.out)
+
+
+def test_eagle_scenario_with_the_patch_passes(host):
+    run = host["play"]("-e", "sglang_server_emulator_scenario=eagle")
+    assert run.rc == 0, run
+    assert run.result("Apply the EAGLEWorkerV2 early-init patch")["changed"] is True
+    launch = run.result("Launch SGLang and wait for health")
+    # Restarted: the previous server died of the crash, or (if it lingered) its patched file changed.
+    assert launch["changed"] is True
+    assert launch["restart_reason"] == "not running" or "eagle_worker_v2.py" in launch["restart_reason"]
+    assert run.result("Check that every burst request produced text")["msg"].startswith("burst: 8/8")
+
+
+def test_preflight_refuses_a_port_held_by_another_server(host):
+    # Another prefix = another run state: the running server on this port is not "ours" there. Check mode, so
+    # nothing is created; the port check fails before anything could be (re)started.
+    other = os.path.join(host["prefix"], "other")
+    run = host["play"]("--check", "--tags", "preflight", prefix_=other)
+    assert run.rc != 0
+    assert run.failed_tasks() == ["Fail when the port is held by a process that is not our server"], run
+    assert "port %d is held" % host["port"] in run.result("Fail when the port is held by a process that is not our server")["msg"]
+    assert not os.path.exists(other)
+
+
+def test_check_diff_on_a_fresh_host_is_clean_and_touches_nothing(host):
+    fresh = os.path.join(host["prefix"], "fresh")
+    run = host["play"]("--check", "--diff", prefix_=fresh, port_=free_port())
+    assert run.rc == 0, run
+    assert run.stats["failures"] == 0
+    assert "Install the pinned SGLang into its versioned virtualenv" in run.changed_tasks()
+    assert "Note that the server would be started" in run.changed_tasks()
+    assert run.result("Launch SGLang and wait for health").get("skipped") is True
+    assert not os.path.exists(fresh)
