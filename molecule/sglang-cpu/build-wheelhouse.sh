@@ -26,10 +26,12 @@ tmp="${out}.tmp"
 rm -rf "${tmp}"
 mkdir -p "${tmp}"
 "${python}" "${here}/shims/build_wheels.py" "${tmp}" >/dev/null
-"${python}" -m pip download --quiet --no-deps --only-binary=:all: --dest "${tmp}" "sglang==${sglang_version}"
+"${python}" -m pip download --quiet --no-deps --only-binary=:all: --dest "${tmp}" "sglang==${sglang_version}" \
+    2> >(grep -v "^WARNING: Location .* is ignored" >&2)
 # pip's cache keeps a rebuild cheap; --find-links "${tmp}" gives the shims to the resolver.
+# (The grep drops the noise of this machine's pip.conf mirrors; pip's exit status is kept.)
 "${python}" -m pip wheel --quiet --wheel-dir "${tmp}" --find-links "${tmp}" \
-    --requirement "${here}/requirements-cpu.txt" 2>&1 | grep -v "^WARNING: Location .* is ignored" || true
+    --requirement "${here}/requirements-cpu.txt" 2> >(grep -v "^WARNING: Location .* is ignored" >&2)
 "${python}" - "${tmp}" <<'PY'
 import pathlib, sys
 wheels = sorted(pathlib.Path(sys.argv[1]).glob("*.whl"))

@@ -1,0 +1,151 @@
+"""Verify scenario `sglang-cpu`: REAL SGLang on CPU after converge, idempotence and the fault cases.
+
+Values come from molecule.yml's inventory, the state from the host itself.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+
+import pytest  # noqa: E402
+
+from tests.molecule_support import hostcheck  # noqa: E402
+
+V = hostcheck.scenario_vars()
+USER = V["sglang_install_user"]
+VERSION = V["sglang_install_version"]
+KEY = V["sglang_server_api_key"]
+PORT = V["sglang_server_port"]
+VENV = f"/opt/sglang/venv-{VERSION}"
+LOG_DIR = "/var/log/sglang"
+RUN_DIR = "/var/lib/sglang/run"
+CONFIG = "/etc/sglang/sglang.yaml"
+BASE_URL = f"http://127.0.0.1:{PORT}"
+FAULTS = "/var/tmp/eagle-faults"
+
+
+@pytest.fixture(scope="module")
+def state(host):
+    return hostcheck.run_state(host, RUN_DIR)
+
+
+@pytest.fixture(scope="module")
+def procs(host):
+    return hostcheck.processes(host)
+
+
+def fault(host, case):
+    return json.loads(host.file(f"{FAULTS}/{case}.json").content_string)
+
+
+def test_venv_holds_pinned_sglang_and_cpu_torch(host):
+    out = host.check_output(
+        f"{VENV}/bin/python -c 'import importlib.metadata as m; print(m.version(\"sglang\"), m.version(\"torch\"))'")
+    sglang, torch = out.split()
+    assert sglang == VERSION
+    assert torch.endswith("+cpu")
+
+
+def test_eagle_worker_v2_init_starts_with_the_early_init_assignments(host):
+    path = f"{VENV}/lib/python3.11/site-packages/sglang/srt/speculative/eagle_worker_v2.py"
+    body = hostcheck.early_init_statements(host.file(path).content_string)
+    assert hostcheck.self_assignment(body[0]) == ("spec_disable_batch_threshold", 0)
+    # The patched file still imports in the real SGLang venv.
+    host.run_test(f"{VENV}/bin/python -c 'import sglang.srt.speculative.eagle_worker_v2'")
+
+
+def test_config_file_is_private_and_holds_the_key(host):
+    config = host.file(CONFIG)
+    assert (config.mode, config.user) == (0o600, USER)
+    assert KEY in config.content_string
+    assert "device: \"cpu\"" in config.content_string
+
+
+def test_no_api_key_on_any_command_line(procs):
+    assert not [p for p in procs if any(KEY in a for a in p["argv"])]
+
+
+def test_real_sglang_tree_runs_as_the_service_user(state, procs):
+    tree = hostcheck.server_tree(procs, state["pid"])
+    assert {p["user"] for p in tree} == {USER}
+    leader = next(p for p in tree if p["pid"] == state["pid"])
+    assert leader["argv"] == state["cmdline"]
+    assert leader["argv"][1:3] == ["-m", "sglang.launch_server"]
+    titles = {p["argv"][0] for p in tree if p["argv"]}
+    assert {"sglang::scheduler", "sglang::detokenizer"} <= titles
+
+
+def test_the_real_server_is_the_only_sglang_left(state, procs):
+    """converge started one server; the fault servers (a, b) are gone, nothing else launched (c, d)."""
+    tree = {p["pid"] for p in hostcheck.server_tree(procs, state["pid"])}
+    sglang = [p for p in procs if any("sglang" in a for a in p["argv"][:3])]
+    assert {p["pid"] for p in sglang} <= tree
+    assert not [p for p in procs if p["state"] == "Z"], "zombies left"
+
+
+def test_port_is_listening(host):
+    assert host.socket(f"tcp://127.0.0.1:{PORT}").is_listening
+
+
+def test_health_and_generate(host):
+    assert hostcheck.http_status(host, f"{BASE_URL}/health_generate")[0] == 200
+    info = json.loads(hostcheck.http_status(host, f"{BASE_URL}/get_model_info", KEY)[1])
+    assert "emulator" not in info
+    assert info["model_path"] == V["sglang_server_model_path"]
+    request = {"text": "The capital of France is", "sampling_params": {"max_new_tokens": 4, "temperature": 0}}
+    code, text = hostcheck.http_status(host, f"{BASE_URL}/generate", KEY, "POST", request)
+    assert code == 200
+    assert json.loads(text)["meta_info"]["completion_tokens"] == 4
+    assert hostcheck.http_status(host, f"{BASE_URL}/generate", None, "POST", request)[0] == 401
+
+
+def test_log_numbering_and_a_single_attempt_of_the_main_server(host, state):
+    link = host.file(f"{LOG_DIR}/sglang.log")
+    assert link.is_symlink
+    assert link.linked_to == f"{LOG_DIR}/sglang_r1.log"
+    assert state["attempt"] == 1  # idempotence and the fault cases did not restart it
+    files = host.file(LOG_DIR).listdir()
+    assert sorted(f for f in files if re.fullmatch(r"sglang_r\d+\.log", f)) == ["sglang_r1.log"]
+    # The fault servers logged under their own names, attempt 1 each.
+    assert {"fault_a_r1.log", "fault_b_r1.log"} <= set(files)
+    assert host.file(f"{LOG_DIR}/fault_a.log").linked_to == f"{LOG_DIR}/fault_a_r1.log"
+    # Nothing was launched for c and d.
+    assert not [f for f in files if f.startswith(("fault_c", "fault_d"))]
+
+
+def test_fault_a_bad_model_config_crash_was_classified_early(host):
+    a = fault(host, "a")
+    assert a["crash_class"] == "bad_config"
+    assert "NoSuchArchForCausalLM" in a["crash_exception"]
+    assert a["elapsed"] < 200
+    log = host.file(f"{LOG_DIR}/fault_a_r1.log").content_string
+    assert "NoSuchArchForCausalLM" in log
+
+
+def test_fault_b_scheduler_death_reported_within_seconds(host):
+    b = fault(host, "b")
+    assert b["crash_class"] in ("child_died", "child_sigquit")
+    assert b["kill_to_verdict_s"] < 3.0
+    # After the verdict the module stopped the rest of fault_b's tree (stop_on_failure).
+    assert not host.file(f"/proc/{b['leader_pid']}").exists
+
+
+def test_fault_c_foreign_port_holder_untouched(host):
+    c = fault(host, "c")
+    holder = host.process.get(pid=c["foreign_pid"])
+    assert holder.user == "root"
+    assert "http.server" in holder.args
+    assert host.socket("tcp://127.0.0.1:30012").is_listening
+
+
+def test_fault_d_reused_pid_never_signalled(host):
+    d = fault(host, "d")
+    stat = host.file(f"/proc/{d['unrelated_pid']}/stat").content_string
+    start_time = int(stat[stat.rindex(")") + 2:].split()[19])
+    assert start_time == d["unrelated_start_time"]
+    assert host.process.get(pid=d["unrelated_pid"]).args == "sleep 3601"
