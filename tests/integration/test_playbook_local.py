@@ -83,11 +83,12 @@ def host():
         "ANSIBLE_NOCOLOR": "1",
     })
 
-    def play(*extra, playbook="serve_eagle3.yml", prefix_=prefix, port_=port, timeout=300):
+    def play(*extra, playbook="serve_eagle3.yml", prefix_=prefix, port_=port, path_prepend=None, timeout=300):
+        run_env = dict(env, PATH=path_prepend + os.pathsep + env["PATH"]) if path_prepend else env
         cmd = [os.path.join(BIN, "ansible-playbook"), os.path.join("playbooks", playbook), "-i", "inventory/local",
                "-e", "eagle_deploy_prefix=%s" % prefix_, "-e", "sglang_server_port=%d" % port_] + list(extra)
         start = time.monotonic()
-        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+        proc = subprocess.run(cmd, cwd=REPO, env=run_env, capture_output=True, text=True, timeout=timeout, check=False)
         return Run(proc, time.monotonic() - start)
 
     state = {"prefix": prefix, "port": port, "play": play}
@@ -206,6 +207,47 @@ def test_preflight_refuses_a_port_held_by_another_server(host):
     assert run.failed_tasks() == ["Fail when the port is held by a process that is not our server"], run
     assert "port %d is held" % host["port"] in run.result("Fail when the port is held by a process that is not our server")["msg"]
     assert not os.path.exists(other)
+
+
+FAKE_NVIDIA_SMI = """#!/bin/sh
+# Replays nvidia-smi output captured on an H200 (tests/data/nvidia-smi/%(case)s).
+case "$1" in
+  --query-gpu=*) f=query-gpu ;;
+  --query-compute-apps=*) f=query-compute-apps ;;
+  *) exit 2 ;;
+esac
+cat "%(dir)s/$f.stdout" 2>/dev/null
+exit 0
+"""
+
+
+@pytest.mark.parametrize("tp, min_free, failing_task, expected", [
+    (2, 100000, None, None),
+    (2, 130000, "Fail when a GPU lacks free memory", "GPU 0 (NVIDIA H200) has 122150 MiB free"),
+    (8, 100000, "Fail when there are not enough GPUs", "found 2 GPUs, need 8"),
+])
+def test_gpu_preflight_on_replayed_nvidia_smi(host, tmp_path, tp, min_free, failing_task, expected):
+    case = "synthetic-2gpu"  # GPU 0 holds a foreign 20998 MiB process (PID 562), GPU 1 is idle
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake = bindir / "nvidia-smi"
+    fake.write_text(FAKE_NVIDIA_SMI % {"case": case, "dir": os.path.join(REPO, "tests", "data", "nvidia-smi", case)})
+    fake.chmod(0o755)
+    run = host["play"]("--check", "--tags", "preflight", "-e", "sglang_server_gpu_expected=true",
+                       "-e", "sglang_server_tp_size=%d" % tp, "-e", "sglang_server_min_free_gpu_memory_mib=%d" % min_free,
+                       path_prepend=str(bindir))
+    if failing_task is None:
+        assert run.rc == 0, run
+        assert run.result("Read the GPUs and who uses them")["gpus"][1]["memory_free_mib"] == 143156
+    else:
+        assert run.rc != 0
+        assert run.failed_tasks() == [failing_task], run
+        msg = run.result(failing_task)["msg"] if tp == 8 else \
+            [r["msg"] for r in run.result(failing_task)["results"] if r.get("failed")][0]
+        assert expected in msg
+        if tp == 2:
+            assert "PID 562" in msg
+            assert [r["item"]["index"] for r in run.result(failing_task)["results"] if r.get("failed")] == [0]
 
 
 def test_check_diff_on_a_fresh_host_is_clean_and_touches_nothing(host):
