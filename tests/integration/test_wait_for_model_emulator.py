@@ -64,7 +64,9 @@ def test_normal_start_is_idempotent_and_stop_ends_the_tree(server):
     assert r["changed"] is True and r["emulator"] is True
     assert [p["phase"] for p in r["phases"]] == ["launching", "loading_weights", "kv_cache", "cuda_graph", "warmup", "ready"]
     pids = tree_pids(server.log_dir)
-    assert len(pids) >= 3  # the parent, a scheduler and a detokenizer
+    state = sglang_proc.read_state(server.log_dir, "emu")
+    assert len(pids) >= 3, (sglang_proc.why_not_ours(state), state, open(r["log_path"]).read()[-2000:])
+    # the parent, a scheduler and a detokenizer
     assert os.readlink(os.path.join(server.log_dir, "emu.log")) == "emu_r1.log"
 
     again = run_module("wait_for_model", server())
