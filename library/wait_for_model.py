@@ -497,11 +497,17 @@ class ModelWaiter(object):
     def validate(self):
         p = self.p
         log_dir = p["log_dir"]
+        self.run_dir = p["run_dir"] or log_dir
+        # Nothing can be recorded where there is no directory: a fresh host. Stopping is then a no-op,
+        # and in check mode (the tasks that create the directories did not run) a start is reported.
+        self.fresh = not os.path.isdir(log_dir) or not os.path.isdir(self.run_dir)
+        if self.fresh and (p["state"] == "stopped" or self.module.check_mode):
+            self.missing_files = [f for f in p["fingerprint_files"] if not os.path.isfile(f)]
+            return
         if not os.path.isdir(log_dir):
             raise WaitError("log_dir %s does not exist (or is not a directory): create it first" % log_dir)
         if not os.access(log_dir, os.W_OK | os.X_OK | os.R_OK):
             raise WaitError("log_dir %s is not readable and writable by %s" % (log_dir, pwd.getpwuid(os.getuid()).pw_name))
-        self.run_dir = p["run_dir"] or log_dir
         if not os.path.isdir(self.run_dir):
             raise WaitError("run_dir %s does not exist: create it first" % self.run_dir)
         url = urlparse(p["health_url"])
@@ -518,8 +524,12 @@ class ModelWaiter(object):
         if p["poll_interval"] <= 0 or p["health_interval"] <= 0:
             raise WaitError("poll_interval and health_interval must be > 0")
         self.port = p["port"] or url.port or (443 if url.scheme == "https" else 80)
+        self.missing_files = []
         for path in p["fingerprint_files"]:
             if not os.path.isfile(path) or not os.access(path, os.R_OK):
+                if self.module.check_mode and not os.path.exists(path):
+                    self.missing_files.append(path)  # a template that check mode did not write
+                    continue
                 raise WaitError("fingerprint_files: %s does not exist or is not readable" % path)
         for source in ("environment", "secret_environment"):
             for key in p[source]:
@@ -563,6 +573,14 @@ class ModelWaiter(object):
     # ---------------------------------------------------------------- run
     def run(self):
         self.validate()
+        if self.fresh and self.p["state"] == "stopped":
+            self.result["msg"] = "nothing to stop: %s does not exist" % self.run_dir
+            return self.result
+        if self.module.check_mode and self.p["state"] == "started" and (self.fresh or self.missing_files):
+            self.result.update(changed=True, restart_reason="not running", msg="would start the server (%s)" % (
+                "fresh host: %s does not exist yet" % self.p["log_dir"] if self.fresh
+                else "fingerprint files not written yet: %s" % ", ".join(self.missing_files)))
+            return self.result
         if self.p["state"] == "stopped":
             return self.stop_only()
         if self.p["state"] == "watched":

@@ -480,3 +480,19 @@ def test_secret_environment_reaches_the_server_and_restarts_on_change(world):
     parts_a = wfm.fingerprint_parts(["x"], {}, [], {}, None, {"HF_TOKEN": "a"})
     parts_b = wfm.fingerprint_parts(["x"], {}, [], {}, None, {"HF_TOKEN": "b"})
     assert wfm.describe_change(parts_a, parts_b) == "fingerprint changed: secret_environment"
+
+
+def test_fresh_host_check_mode_and_stop_need_no_directories(world):
+    missing = os.path.join(world.log_dir, "not", "yet")
+    status, r = run(world, check_mode=True, log_dir=missing, fingerprint_files=[os.path.join(missing, "server.yaml")])
+    assert status == "ok" and r["changed"] is True and "fresh host" in r["msg"]
+    status, r = run(world, state="stopped", log_dir=missing)
+    assert status == "ok" and r["changed"] is False
+    status, r = run(world, log_dir=missing)  # a real start still needs the directory
+    assert status == "failed" and "does not exist" in r["msg"]
+    assert world.spawned == []
+
+
+def test_check_mode_with_a_config_file_not_written_yet(world):
+    status, r = run(world, check_mode=True, fingerprint_files=[os.path.join(world.log_dir, "server.yaml")])
+    assert status == "ok" and r["changed"] is True and "not written yet" in r["msg"]
