@@ -196,6 +196,7 @@ _BAD_CONFIG_FRAMES = re.compile(r"^(?:prepare_server_args|from_cli_args|__post_i
                                 r"check_server_args|_handle_\w+|get_config|_check_\w+)$")
 _LAUNCHER_FRAMES = re.compile(r"^(?:_run_module_as_main|_run_code|<module>)$")
 _MAX_LINE = 64 * 1024
+_FIRST_BATCHES = 8
 _TAIL_BYTES = 64 * 1024
 _MAX_BLOCK = 400
 
@@ -328,11 +329,11 @@ class LogClassifier(object):
         self.lineno += buf.count(b"\n", start, end)
         if self.state == "crashed":
             return
-        if not self.decode_batches and not self.prefill_cached:
-            # Batch statistics matter only until a decode batch or a cache hit (first_request_crash):
-            # whether there was one is enough, so find() stops at the first.
-            if buf.find(b"Prefill batch", start, end) >= 0:
-                self.prefill_batches += 1
+        if not self.decode_batches and not self.prefill_cached and self.prefill_batches <= _FIRST_BATCHES:
+            # Batch statistics matter only for the first few batches (first_request_crash).
+            n = buf.count(b"Prefill batch", start, end)
+            if n:
+                self.prefill_batches += n
                 if _CACHED_NONZERO.search(buf, start, end):
                     self.prefill_cached += 1
             if buf.find(b"Decode batch", start, end) >= 0:
@@ -378,6 +379,8 @@ class LogClassifier(object):
                 if phase == "ready":
                     if self.ready is None:
                         self.ready = {"line": line, "lineno": lineno}
+                        # "First request" now means the first client request: forget the warm-up's batches.
+                        self.prefill_batches = self.prefill_cached = self.decode_batches = 0
                     if self.state == "loading":
                         self.state = "ready"
                 self._advance(phase, lineno)
@@ -519,7 +522,9 @@ class LogClassifier(object):
 
     def _is_first_request(self, funcs, in_event_loop=False):
         runtime = in_event_loop or any(f.startswith("event_loop") or f in ("run_batch", "forward_batch_generation") for f in funcs)
-        served = self.prefill_batches > 0 and self.prefill_cached == 0 and self.decode_batches == 0
+        # Died on one of the first batches (of the warm-up before ready, of clients after it), before any
+        # decode batch was logged and with no prefix-cache hit (a hit means earlier requests were served).
+        served = 0 < self.prefill_batches <= _FIRST_BATCHES and self.prefill_cached == 0 and self.decode_batches == 0
         return served and (runtime or not funcs or self.phase in ("warmup", "ready"))
 
     def _refine(self, blk, cls, exc_text):

@@ -48,6 +48,12 @@ class Run:
         # Task names without the "role : " prefix.
         self.tasks = [(t["task"]["name"].split(" : ", 1)[-1], t["hosts"].get("localhost", {}))
                       for play in self.out["plays"] for t in play["tasks"]]
+        self.started = {}  # task name -> start time (the json callback's ISO stamps), last run of that name
+        for play in self.out["plays"]:
+            for t in play["tasks"]:
+                start = t["task"].get("duration", {}).get("start")
+                if start:
+                    self.started[t["task"]["name"].split(" : ", 1)[-1]] = start
 
     def results(self, name):
         return [r for n, r in self.tasks if n == name]
@@ -181,9 +187,15 @@ def test_eagle_scenario_without_the_patch_fails_at_smoke_with_the_attribute_erro
     # The server itself came up (the crash is at the first real request), then the smoke test caught it.
     assert run.result("Launch SGLang and wait for health")["changed"] is True
     msg = run.result("Fail with the crash the server log shows")["msg"]
-    assert "crash class: AttributeError" in msg
+    assert "crash class: first_request_crash" in msg
+    assert "exception: AttributeError: 'EAGLEWorkerV2' object has no attribute 'spec_disable_batch_threshold'" in msg
+    assert "early-init patch" in msg  # the hint
     assert "Traceback (most recent call last)" in msg
-    assert "spec_disable_batch_threshold" in msg
+    # From the failing request to the failure with the crash's class and traceback: under 2 s.
+    from datetime import datetime
+    t0 = datetime.fromisoformat(run.started["Generate from a fixed prompt"].replace("Z", "+00:00"))
+    t1 = datetime.fromisoformat(run.started["Fail with the crash the server log shows"].replace("Z", "+00:00"))
+    assert (t1 - t0).total_seconds() < 2.0, (t1 - t0)
     assert API_KEY not in json.dumps(run.out)
 
 

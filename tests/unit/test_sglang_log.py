@@ -114,3 +114,23 @@ def test_strip_prefix():
     assert strip_prefix("[2025-01-01 00:00:00 TP0] hello") == ("hello", True)
     assert strip_prefix("(E pid=1) [12:00:00 DP1 TP1] hi") == ("hi", True)
     assert strip_prefix("plain") == ("plain", False)
+
+
+def _eagle_crash_after(lines_after_ready):
+    return ("[2026-12-02 14:34:15 TP0] Prefill batch. #new-seq: 1, #new-token: 6, #cached-token: 0, token usage: 0.00, \n"
+            "[2026-12-02 14:34:15 TP0] Decode batch. #running-req: 1, #token: 14, token usage: 0.00, \n"
+            "[2026-12-02 14:34:15] The server is fired up and ready to roll!\n"
+            + lines_after_ready +
+            "[2026-12-02 14:34:17 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+            '  File "/x/sglang/srt/managers/scheduler.py", line 4674, in run_batch\n'
+            "    batch_result = self.model_worker.forward_batch_generation(model_worker_batch)\n"
+            "AttributeError: 'EAGLEWorkerV2' object has no attribute 'spec_disable_batch_threshold'\n").encode()
+
+
+def test_crash_on_the_first_client_request_after_a_warmup_that_decoded():
+    first = _eagle_crash_after("[2026-12-02 14:34:17 TP0] Prefill batch. #new-seq: 1, #new-token: 1, #cached-token: 0, \n")
+    s = classify_bytes(first).summary()
+    assert s["crash_class"] == "first_request_crash" and "early-init patch" in s["hint"]
+    later = _eagle_crash_after("[2026-12-02 14:34:17 TP0] Prefill batch. #new-seq: 1, #new-token: 1, #cached-token: 0, \n"
+                               "[2026-12-02 14:34:17 TP0] Decode batch. #running-req: 1, #token: 40, \n")
+    assert classify_bytes(later).summary()["crash_class"] == "python_exception"
