@@ -233,12 +233,14 @@ exit 0
 """
 
 
-@pytest.mark.parametrize("tp, min_free, failing_task, expected", [
-    (2, 100000, None, None),
-    (2, 130000, "Fail when a GPU lacks free memory", "GPU 0 (NVIDIA H200) has 122150 MiB free"),
-    (8, 100000, "Fail when there are not enough GPUs", "found 2 GPUs, need 8"),
+@pytest.mark.parametrize("tp, min_free, foreign_limit, failing_task, expected", [
+    (2, 100000, 30000, None, None),
+    (2, 130000, 30000, "Fail when a GPU lacks free memory", "GPU 0 (NVIDIA H200) has 122150 MiB free"),
+    (8, 100000, 30000, "Fail when there are not enough GPUs", "found 2 GPUs, need 8"),
+    # The default limit (1024 MiB): the foreign 20998 MiB process is refused, by PID, and never touched.
+    (2, 100000, 1024, "Read the GPUs and who uses them", "PID 562"),
 ])
-def test_gpu_preflight_on_replayed_nvidia_smi(host, tmp_path, tp, min_free, failing_task, expected):
+def test_gpu_preflight_on_replayed_nvidia_smi(host, tmp_path, tp, min_free, foreign_limit, failing_task, expected):
     case = "synthetic-2gpu"  # GPU 0 holds a foreign 20998 MiB process (PID 562), GPU 1 is idle
     bindir = tmp_path / "bin"
     bindir.mkdir()
@@ -247,6 +249,7 @@ def test_gpu_preflight_on_replayed_nvidia_smi(host, tmp_path, tp, min_free, fail
     fake.chmod(0o755)
     run = host["play"]("--check", "--tags", "preflight", "-e", "sglang_server_gpu_expected=true",
                        "-e", "sglang_server_tp_size=%d" % tp, "-e", "sglang_server_min_free_gpu_memory_mib=%d" % min_free,
+                       "-e", "sglang_server_foreign_gpu_limit_mib=%d" % foreign_limit,
                        path_prepend=str(bindir))
     if failing_task is None:
         assert run.rc == 0, run
@@ -254,10 +257,12 @@ def test_gpu_preflight_on_replayed_nvidia_smi(host, tmp_path, tp, min_free, fail
     else:
         assert run.rc != 0
         assert run.failed_tasks() == [failing_task], run
-        msg = run.result(failing_task)["msg"] if tp == 8 else \
-            [r["msg"] for r in run.result(failing_task)["results"] if r.get("failed")][0]
+        result = run.result(failing_task)
+        msg = result["msg"] if "results" not in result else [r["msg"] for r in result["results"] if r.get("failed")][0]
         assert expected in msg
-        if tp == 2:
+        if failing_task == "Read the GPUs and who uses them":
+            assert "20998 MiB" in msg and "limit 1024 MiB" in msg
+        elif tp == 2:
             assert "PID 562" in msg
             assert [r["item"]["index"] for r in run.result(failing_task)["results"] if r.get("failed")] == [0]
 
@@ -271,3 +276,39 @@ def test_check_diff_on_a_fresh_host_is_clean_and_touches_nothing(host):
     assert "Note that the server would be started" in run.changed_tasks()
     assert run.result("Launch SGLang and wait for health").get("skipped") is True
     assert not os.path.exists(fresh)
+
+
+FAKE_NVIDIA_SMI_OURS = """#!/bin/sh
+# One H200 on which our server's leader (from the pidfile) holds 20998 MiB while it is alive.
+pid=$(cat %(run)s/sglang.pid 2>/dev/null)
+used=9
+if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then used=21007; else pid=; fi
+case "$1" in
+  --query-gpu=*) echo "0, GPU-8d9a908f-8223-a2b4-18a6-444d8fbdb0d2, NVIDIA H200, 143771, $used, $((143771 - used))" ;;
+  --query-compute-apps=*) [ -n "$pid" ] && echo "$pid, python3, GPU-8d9a908f-8223-a2b4-18a6-444d8fbdb0d2, 20998" ;;
+  *) exit 2 ;;
+esac
+exit 0
+"""
+
+
+def test_restart_stops_our_old_server_and_waits_for_its_gpu_memory(host, tmp_path):
+    bindir = tmp_path / "bin"
+    bindir.mkdir()
+    fake = bindir / "nvidia-smi"
+    fake.write_text(FAKE_NVIDIA_SMI_OURS % {"run": os.path.join(host["prefix"], "var/lib/sglang/run")})
+    fake.chmod(0o755)
+    old = run_state(host)["pid"]
+    gpu = ["-e", "sglang_server_gpu_expected=true", "-e", "sglang_server_tp_size=1",
+           "-e", "sglang_server_min_free_gpu_memory_mib=100000"]
+    run = host["play"](*(gpu + ["-e", "sglang_server_speculative_num_steps=5"]), path_prepend=str(bindir))
+    assert run.rc == 0, run
+    # Our server's 20998 MiB count as free for the preflight (it is ours), and are not "foreign".
+    assert [p["ours"] for p in run.result("Read the GPUs and who uses them")["processes"]] == [True]
+    assert run.result("Find out whether the server will be restarted")["changed"] is True
+    assert old in run.result("Stop our old server (only ours)")["stopped"]["signalled"]
+    released = run.result("Wait until the GPU memory of our old server has come back")
+    assert released["release_seconds"] < 5
+    launch = run.result("Launch SGLang and wait for health")
+    assert launch["changed"] is True and launch["pid"] != old
+    host["pid"], host["attempt"] = launch["pid"], launch["attempt"]
