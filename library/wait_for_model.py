@@ -699,9 +699,12 @@ class ModelWaiter(object):
         mine = sglang_proc.proc_cmdline(os.getpid())
         exec_deadline = self.clock() + 2.0
         cmdline = sglang_proc.proc_cmdline(handle.pid)
-        while cmdline is not None and cmdline == mine and self.clock() < exec_deadline:
+        # (While exec is under way /proc/PID/cmdline can also read empty.)
+        while cmdline is not None and (not cmdline or cmdline == mine) and self.clock() < exec_deadline:
             self.sleep(0.005)
             cmdline = sglang_proc.proc_cmdline(handle.pid)
+        if not cmdline or cmdline == mine:
+            cmdline = list(p["argv"]) if cmdline is not None else None
         ident = {"pid": handle.pid, "start_time": sglang_proc.proc_start_time(handle.pid),
                  "boot_id": sglang_proc.boot_id(), "cmdline": cmdline}
         state = dict(ident, fingerprint=fp, fingerprint_parts=parts, attempt=attempt, log_path=log_path,

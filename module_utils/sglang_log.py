@@ -190,7 +190,7 @@ _BAD_CONFIG = re.compile(
     r"does not recognize this architecture|only supports sm\d+|unrecognized arguments|ambiguous option|"
     r"invalid choice|ModuleNotFoundError|ImportError|got multiple values for argument|"
     r"is not supported|not supported on|Unsupported|must be (?:one of|divisible)|"
-    r"model type `|KeyError: '[\w.-]+'$"
+    r"model type `|KeyError: '[\w.-]+'$|Cannot find model module|is not a registered model|Unrecognized model in"
 )
 _BAD_CONFIG_FRAMES = re.compile(r"^(?:prepare_server_args|from_cli_args|__post_init__|get_open_port|<module>|"
                                 r"check_server_args|_handle_\w+|get_config|_check_\w+)$")

@@ -187,7 +187,7 @@ def why_not_ours(state):
         return "recorded before a reboot"
     if proc_start_time(pid) != state.get("start_time"):
         return "PID %d was reused by another process (start time differs)" % pid
-    if state.get("cmdline") is not None and proc_cmdline(pid) != state.get("cmdline"):
+    if state.get("cmdline") and proc_cmdline(pid) != state.get("cmdline"):
         return "PID %d runs a different command line than the one we launched" % pid
     return None
 

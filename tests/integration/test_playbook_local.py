@@ -312,3 +312,43 @@ def test_restart_stops_our_old_server_and_waits_for_its_gpu_memory(host, tmp_pat
     launch = run.result("Launch SGLang and wait for health")
     assert launch["changed"] is True and launch["pid"] != old
     host["pid"], host["attempt"] = launch["pid"], launch["attempt"]
+
+
+def _patched_file(host):
+    found = [os.path.join(d, f) for d, _, fs in os.walk(host["prefix"]) for f in fs
+             if f == "eagle_worker_v2.py" and d.endswith("sglang/srt/speculative")]
+    return found
+
+
+def test_check_diff_shows_the_patch_where_it_is_not_applied(host):
+    run = host["play"]("-e", "sglang_patch_enabled=false")
+    assert run.rc == 0, run
+    assert run.result("Apply the EAGLEWorkerV2 early-init patch")["changed"] is True  # removed
+    (path,) = [p for p in _patched_file(host) if "venv-0.5.23" in p]
+    before = open(path, "rb").read()
+    assert b"eagle-deploy early-init patch" not in before
+    run = host["play"]("--check", "--diff")
+    assert run.rc == 0, run
+    patch = run.result("Apply the EAGLEWorkerV2 early-init patch")
+    assert patch["changed"] is True
+    after_text = patch["diff"][0]["after"] if isinstance(patch["diff"], list) else patch["diff"]["after"]
+    assert "self.spec_disable_batch_threshold = 0" in after_text
+    assert open(path, "rb").read() == before  # check mode wrote nothing
+    run = host["play"]()
+    assert run.rc == 0, run
+    assert b"self.spec_disable_batch_threshold = 0" in open(path, "rb").read()
+    host["pid"], host["attempt"] = run_state(host)["pid"], run_state(host)["attempt"]
+
+
+def test_new_sglang_version_reinstalls_repatches_and_restarts(host):
+    run = host["play"]("-e", "sglang_install_version=0.5.20")
+    assert run.rc == 0, run
+    assert run.result("Install the pinned SGLang into its versioned virtualenv")["changed"] is True
+    assert run.result("Apply the EAGLEWorkerV2 early-init patch")["changed"] is True
+    (path,) = [p for p in _patched_file(host) if "venv-0.5.20" in p]
+    assert b"self.spec_disable_batch_threshold = 0" in open(path, "rb").read()
+    launch = run.result("Launch SGLang and wait for health")
+    assert launch["changed"] is True and launch["pid"] != host["pid"]
+    assert "data sglang_version" in launch["restart_reason"]
+    again = host["play"]("-e", "sglang_install_version=0.5.20")
+    assert again.rc == 0 and again.stats["changed"] == 0, again

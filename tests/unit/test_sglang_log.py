@@ -134,3 +134,17 @@ def test_crash_on_the_first_client_request_after_a_warmup_that_decoded():
     later = _eagle_crash_after("[2026-12-02 14:34:17 TP0] Prefill batch. #new-seq: 1, #new-token: 1, #cached-token: 0, \n"
                                "[2026-12-02 14:34:17 TP0] Decode batch. #running-req: 1, #token: 40, \n")
     assert classify_bytes(later).summary()["crash_class"] == "python_exception"
+
+
+def test_unknown_architecture_is_bad_config():
+    # Real SGLang 0.5.23 on CPU with "architectures": ["NoSuchArchForCausalLM"] (molecule sglang-cpu, fault a).
+    data = (b"[2026-12-02 14:20:01] Scheduler hit an exception: Traceback (most recent call last):\n"
+            b'  File "/opt/sglang/venv/lib/python3.11/site-packages/sglang/srt/managers/scheduler.py", line 3081, '
+            b"in run_scheduler_process\n"
+            b"    scheduler = Scheduler(\n"
+            b'  File "/opt/sglang/venv/lib/python3.11/site-packages/sglang/srt/model_loader/utils.py", line 95, '
+            b"in get_model_architecture\n"
+            b"    raise ValueError(\n"
+            b"ValueError: Cannot find model module. 'NoSuchArchForCausalLM' is not a registered model in the "
+            b"Transformers library (only relevant if the model is meant to be in Transformers)\n")
+    assert classify_bytes(data).summary()["crash_class"] == "bad_config"
