@@ -512,10 +512,9 @@ class LogClassifier(object):
         if (any("cuda_graph_runner" in p for p in files) or "Capture cuda graph" in text
                 or (self.phase == "cuda_graph" and "run_scheduler_process" in funcs)):
             return "cuda_graph_capture"
-        if _BAD_CONFIG.search(exc_text) or (funcs and any(_BAD_CONFIG_FRAMES.match(f) for f in funcs)
-                                            and not any(f.startswith("event_loop") for f in funcs)):
-            if not any(f.startswith("event_loop") for f in funcs):
-                return "bad_config"
+        in_event_loop = any(f.startswith("event_loop") for f in funcs)
+        if not in_event_loop and (_BAD_CONFIG.search(exc_text) or any(_BAD_CONFIG_FRAMES.match(f) for f in funcs)):
+            return "bad_config"
         if self._is_first_request(funcs, "event_loop" in text):
             return "first_request_crash"
         return "python_exception"
@@ -580,8 +579,6 @@ class LogClassifier(object):
             "exception": None,
             "traceback": None,
         }
-        if cls == "cuda_graph_capture" or (cls == "python_exception" and self.phase == "cuda_graph"):
-            pass
 
     def finalize(self):
         """The log is complete: decide what an open traceback fragment proves."""

@@ -1,9 +1,7 @@
 """The real wait_for_model module, run by Ansible, against the real SGLang emulator (real processes)."""
 from __future__ import annotations
 
-import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -154,8 +152,7 @@ def test_child_killed_while_parent_lives_is_caught_within_a_second(server):
             time.sleep(0.05)
     th = threading.Thread(target=killer)
     th.start()
-    r = run_module("wait_for_model", server(extra=[], **{"argv": None}) if False else server(
-        "normal", extra=["--emulator-load-seconds", "8"]))
+    r = run_module("wait_for_model", server("normal", extra=["--emulator-load-seconds", "8"]))
     th.join()
     assert killed, "the test could not find the emulator's children"
     assert r["failed"] and r["crash_class"] in ("child_died", "child_sigquit", "killed")
