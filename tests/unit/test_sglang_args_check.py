@@ -47,23 +47,9 @@ SERVER_ARGS = {
 }
 
 
-class ExitJson(Exception):
-    pass
-
-
-class FailJson(Exception):
-    pass
-
-
-def _exit_json(self, **kwargs):
-    kwargs.setdefault("changed", False)
-    raise ExitJson(kwargs)
-
-
-def _fail_json(self, msg, **kwargs):
-    kwargs["failed"] = True
-    kwargs["msg"] = msg
-    raise FailJson(kwargs)
+from module_harness import ExitJson, FailJson  # noqa: E402
+from module_harness import exit_json as _exit_json  # noqa: E402
+from module_harness import fail_json as _fail_json  # noqa: E402
 
 
 def _extract_server_sources(version, dest):
