@@ -61,7 +61,6 @@ def watcher_pass(path):
         if not data:
             break
         clf.feed(data)
-    clf.feed(b"", final=True)
     clf.finalize()
     return time.perf_counter() - t, clf
 

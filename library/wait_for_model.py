@@ -333,7 +333,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.six.moves.urllib.parse import urlparse
 from ansible.module_utils.six.moves import http_client
-from ansible.module_utils.sglang_log import LogClassifier, LogFollower
+from ansible.module_utils.sglang_log import LogClassifier, LogFollower, tail_lines
 from ansible.module_utils import sglang_proc
 
 
@@ -622,7 +622,6 @@ class ModelWaiter(object):
         fp = fingerprint_of(parts)
         self.result["fingerprint"] = fp
         state, ours = self._existing()
-        reason = None
         if ours and state.get("fingerprint") == fp and not p["force_restart"]:
             code = self.http(p["health_url"], self.headers(), 2.0)
             self.result.update(pid=state["pid"], log_path=state.get("log_path"), attempt=state.get("attempt"),
@@ -634,11 +633,12 @@ class ModelWaiter(object):
                 self.result["msg"] = "server with the same fingerprint is running but not healthy yet; would wait for it"
                 return self.result
             return self.wait(state, handle=None, attached=True)
-        if ours:
-            reason = "force_restart" if p["force_restart"] and state.get("fingerprint") == fp else \
-                describe_change(state.get("fingerprint_parts"), parts)
-        else:
+        if not ours:
             reason = "not running"
+        elif state.get("fingerprint") == fp:
+            reason = "force_restart"
+        else:
+            reason = describe_change(state.get("fingerprint_parts"), parts)
         self.result["restart_reason"] = reason
 
         # A foreign process on our port: refuse before touching anything.
@@ -656,14 +656,19 @@ class ModelWaiter(object):
             self.result["msg"] = "would %s the server (%s)" % ("restart" if ours else "start", reason)
             return self.result
         if state is not None:
-            if ours or not state.get("unverified"):
-                stopped = sglang_proc.stop_tree(state, grace=p["stop_timeout"], clock=self.clock, sleep=self.sleep)
-                if stopped["signalled"] or stopped["killed"]:
-                    self.result["stopped"] = stopped
-                if stopped["remaining"]:
-                    raise WaitError("could not stop our previous server: PIDs %s survived SIGKILL" % stopped["remaining"])
-            sglang_proc.clear_state(self.run_dir, p["name"])
+            self._stop(state)
         return self.launch(parts, fp)
+
+    def _stop(self, state):
+        """Stop our recorded server (its tree, or what is left of it) and forget it. A bare pidfile
+        proves nothing and is only removed."""
+        if not state.get("unverified"):
+            stopped = sglang_proc.stop_tree(state, grace=self.p["stop_timeout"], clock=self.clock, sleep=self.sleep)
+            if stopped["signalled"] or stopped["killed"]:
+                self.result["stopped"] = stopped
+            if stopped["remaining"]:
+                raise WaitError("could not stop our server: PIDs %s survived SIGKILL" % stopped["remaining"])
+        sglang_proc.clear_state(self.run_dir, self.p["name"])
 
     def _owner(self, pid):
         uid = sglang_proc.proc_uid(pid)
@@ -808,22 +813,16 @@ class ModelWaiter(object):
             while not (clf.crash is not None and clf.settled) and self.clock() < end:
                 self.sleep(p["poll_interval"])
                 clf.feed(follower.read())
-            clf.feed(b"", final=True)
             clf.finalize()
         follower.close()
         return self.report(verdict, clf, state, elapsed, rc, died, attached, watch is not None)
 
-    def _tail_of(self, path, n=None):
-        n = n or self.p["log_tail_lines"]
+    def _tail_of(self, path):
         if not path or not os.path.exists(path):
             return []
         with open(path, "rb") as fh:
-            try:
-                fh.seek(-65536, os.SEEK_END)
-            except OSError:
-                fh.seek(0)
-            data = fh.read().replace(b"\x00", b"").replace(b"\r", b"\n")
-        return [l for l in data.decode("utf-8", "replace").split("\n") if l.strip()][-n:]
+            fh.seek(max(0, os.fstat(fh.fileno()).st_size - 65536))
+            return tail_lines(fh.read(), self.p["log_tail_lines"])
 
     def report(self, verdict, clf, state, elapsed, rc, died, attached, watch_mode=False):
         p = self.p
@@ -868,17 +867,13 @@ class ModelWaiter(object):
             hint = ("not healthy after %d s (phase '%s'); raise timeout if the load is just slow"
                     % (p["timeout"], s["phase"]))
         r.update(crash_class=cls, hint=hint, rc=rc)
-        if verdict in ("crashed", "exited", "child_died", "unhealthy"):
-            what = "server crashed" if verdict != "unhealthy" else "server unhealthy"
-        elif verdict == "stalled":
-            what = "server hung"
-        else:
-            what = "timed out after %d s in phase '%s'" % (p["timeout"], s["phase"])
-        detail = r.get("crash_exception") or ""
-        r["msg"] = "%s: %s%s — %s (see log_tail, %s)" % (
-            what, cls, (" (%s)" % detail[:200]) if detail else "", hint, state["log_path"])
         if verdict == "timeout":
-            r["msg"] = "%s — %s (see log_tail, %s)" % (what, hint, state["log_path"])
+            lead = "timed out after %d s in phase '%s'" % (p["timeout"], s["phase"])
+        else:
+            detail = r.get("crash_exception")
+            lead = "%s: %s%s" % ({"unhealthy": "server unhealthy", "stalled": "server hung"}.get(verdict, "server crashed"),
+                                 cls, " (%s)" % detail[:200] if detail else "")
+        r["msg"] = "%s — %s (see log_tail, %s)" % (lead, hint, state["log_path"])
         if p["stop_on_failure"]:
             stopped = sglang_proc.stop_tree(state, grace=min(p["stop_timeout"], 10), clock=self.clock, sleep=self.sleep)
             if stopped["signalled"] or stopped["killed"]:
@@ -888,7 +883,6 @@ class ModelWaiter(object):
 
     # ---------------------------------------------------------------- stop
     def stop_only(self):
-        p = self.p
         state, ours = self._existing()
         if state is None:
             return self.result
@@ -896,14 +890,7 @@ class ModelWaiter(object):
             self.result["changed"] = True
             self.result["msg"] = "would stop PID %s" % state.get("pid") if ours else "would remove stale run state"
             return self.result
-        if ours or not state.get("unverified"):
-            stopped = sglang_proc.stop_tree(state, grace=p["stop_timeout"], clock=self.clock, sleep=self.sleep)
-            self.result["stopped"] = stopped
-            if stopped["remaining"]:
-                self.result["failed"] = True
-                self.result["msg"] = "PIDs %s survived SIGKILL" % stopped["remaining"]
-                return self.result
-        sglang_proc.clear_state(self.run_dir, p["name"])
+        self._stop(state)
         self.result["changed"] = True
         self.result["pid"] = state.get("pid")
         return self.result

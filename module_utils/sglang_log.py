@@ -214,7 +214,7 @@ class _Block(object):
     """One Python traceback as it appears in the log (possibly chained, possibly a fragment)."""
 
     __slots__ = ("start_line", "start_lineno", "headed", "prefixed", "scheduler_header", "lines",
-                 "frames", "exception", "closed", "launcher", "scheduler_frame")
+                 "frames", "exception", "launcher", "scheduler_frame")
 
     def __init__(self, line, lineno, headed, prefixed=False, scheduler_header=False):
         self.start_line = line
@@ -225,7 +225,6 @@ class _Block(object):
         self.lines = [line]
         self.frames = []
         self.exception = None
-        self.closed = False
         self.launcher = False
         self.scheduler_frame = None  # (line, lineno) of a run_scheduler_process frame
 
@@ -249,7 +248,6 @@ class LogClassifier(object):
         self.ready = None
         self.settled = False  # crash class will not change any more
         self.lineno = 0  # count of "\n"-terminated lines seen (what `sed -n Np` shows)
-        self.bytes_seen = 0
         self.prefill_batches = 0
         self.prefill_cached = 0
         self.decode_batches = 0
@@ -264,7 +262,6 @@ class LogClassifier(object):
         """Feed raw bytes (any chunking). Lines are processed once complete; ``final`` flushes
         an unterminated last line."""
         if data:
-            self.bytes_seen += len(data)
             self._tail_bytes = (self._tail_bytes + data[-_TAIL_BYTES:])[-_TAIL_BYTES:]
             buf = self._partial + data if self._partial else data
         else:
@@ -355,8 +352,6 @@ class LogClassifier(object):
             return
         lineno = self.lineno + 1
         body, prefixed = strip_prefix(line)
-        if self.lineno < 5 and "[EMULATOR]" in line:
-            self.emulator = True
 
         # Phases and progress (cheap, and only while not crashed).
         if self.state != "crashed":
@@ -367,7 +362,7 @@ class LogClassifier(object):
         if body[:1] not in (" ", "\t"):
             for rx, cls, final in _SIGNATURES:
                 if rx.search(body):
-                    self._on_signature(line, lineno, cls, final, body)
+                    self._on_signature(line, lineno, cls, final)
                     break
 
         # Traceback blocks.
@@ -417,7 +412,7 @@ class LogClassifier(object):
                 nb.lines = chain.lines + [line]
                 self._block = nb
                 return
-            self._close_pending()
+            self._pending_chain = None
             if blk is not None:
                 self._end_block(blk, unterminated=True)
             self._block = _Block(line, lineno, headed=True, prefixed=prefixed,
@@ -427,7 +422,7 @@ class LogClassifier(object):
             if _CHAIN.match(body):
                 self._pending_chain.lines.append(line)
                 return
-            self._close_pending()
+            self._pending_chain = None
         fm = _FRAME.match(body)
         if fm:
             if blk is None:
@@ -467,14 +462,10 @@ class LogClassifier(object):
         if len(blk.lines) > _MAX_BLOCK:
             self._end_block(blk, unterminated=True)
 
-    def _close_pending(self):
-        self._pending_chain = None
-
     def _end_block(self, blk, unterminated=False):
         """A traceback ended (or was cut). Decide whether it proves a crash, and refine the class."""
         if blk is self._block:
             self._block = None
-        blk.closed = True
         exc_text = blk.exception[2] if blk.exception else ""
         fatal_line = None
         if blk.scheduler_header or blk.prefixed or "warmup error" in blk.start_line:
@@ -512,19 +503,19 @@ class LogClassifier(object):
         if (any("cuda_graph_runner" in p for p in files) or "Capture cuda graph" in text
                 or (self.phase == "cuda_graph" and "run_scheduler_process" in funcs)):
             return "cuda_graph_capture"
-        in_event_loop = any(f.startswith("event_loop") for f in funcs)
-        if not in_event_loop and (_BAD_CONFIG.search(exc_text) or any(_BAD_CONFIG_FRAMES.match(f) for f in funcs)):
+        # The scheduler's serving loop (event_loop_* shows in the frames or in the quoted source lines):
+        # whatever failed there, the server had started.
+        serving = "event_loop" in text or any(f in ("run_batch", "forward_batch_generation") for f in funcs)
+        if not serving and (_BAD_CONFIG.search(exc_text) or any(_BAD_CONFIG_FRAMES.match(f) for f in funcs)):
             return "bad_config"
-        if self._is_first_request(funcs, "event_loop" in text):
+        if self._first_batches_only() and (serving or not funcs or self.phase in ("warmup", "ready")):
             return "first_request_crash"
         return "python_exception"
 
-    def _is_first_request(self, funcs, in_event_loop=False):
-        runtime = in_event_loop or any(f.startswith("event_loop") or f in ("run_batch", "forward_batch_generation") for f in funcs)
-        # Died on one of the first batches (of the warm-up before ready, of clients after it), before any
-        # decode batch was logged and with no prefix-cache hit (a hit means earlier requests were served).
-        served = 0 < self.prefill_batches <= _FIRST_BATCHES and self.prefill_cached == 0 and self.decode_batches == 0
-        return served and (runtime or not funcs or self.phase in ("warmup", "ready"))
+    def _first_batches_only(self):
+        """Only the first batches ran (of the warm-up before ready, of clients after it): no decode batch
+        was logged and no prefix-cache hit (a hit means earlier requests were served)."""
+        return 0 < self.prefill_batches <= _FIRST_BATCHES and self.prefill_cached == 0 and self.decode_batches == 0
 
     def _refine(self, blk, cls, exc_text):
         crash = self.crash
@@ -553,7 +544,7 @@ class LogClassifier(object):
         return hint
 
     # ---------------------------------------------------------------- decisions
-    def _on_signature(self, line, lineno, cls, final, body):
+    def _on_signature(self, line, lineno, cls, final):
         if cls == "port_in_use" and self.state == "ready":
             return  # a client's bind error after ready is not ours
         if self.crash is None:
@@ -593,9 +584,8 @@ class LogClassifier(object):
 
     # ---------------------------------------------------------------- reading the verdict
     def tail(self, n=40):
-        """The last n non-blank lines fed (NULs dropped, carriage returns as line breaks)."""
-        text = self._tail_bytes.replace(b"\x00", b"").replace(b"\r", b"\n").decode("utf-8", "replace")
-        return [l for l in text.split("\n") if l.strip()][-n:]
+        """The last n non-blank lines fed."""
+        return tail_lines(self._tail_bytes, n)
 
     def summary(self):
         crash = self.crash or {}
@@ -652,9 +642,12 @@ class LogFollower(object):
             ident = (st.st_dev, st.st_ino)
         except OSError:
             ident = self._ident  # removed: drain what the open descriptor still has
-            st = None
         if ident != self._ident:
-            out.append(self._drain())
+            while True:  # all of the old file, not just one read's worth
+                data = self._drain()
+                if not data:
+                    break
+                out.append(data)
             self._fh.close()
             self._fh = None
             self.rotations += 1
@@ -680,6 +673,12 @@ class LogFollower(object):
             self._fh = None
 
 
+def tail_lines(data, n):
+    """The last n non-blank lines of raw log bytes (NULs dropped, carriage returns as line breaks)."""
+    text = data.replace(b"\x00", b"").replace(b"\r", b"\n").decode("utf-8", "replace")
+    return [line for line in text.split("\n") if line.strip()][-n:]
+
+
 def classify_bytes(data, final=True):
     """Classify a whole log given as bytes; returns the finished :class:`LogClassifier`."""
     clf = LogClassifier()
@@ -701,6 +700,5 @@ def classify_file(path, chunk_size=4 * 1024 * 1024, final=True):
             if clf.crash is not None and clf.settled:
                 break
     if final:
-        clf.feed(b"", final=True)
         clf.finalize()
     return clf

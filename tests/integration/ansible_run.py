@@ -1,9 +1,11 @@
-"""Run a module the way Ansible runs it (ansible ad-hoc, JSON callback) and return its result."""
+"""Helpers shared by the tests: run a module the way Ansible runs it (ansible ad-hoc, JSON callback),
+and find a free loopback port."""
 from __future__ import annotations
 
 import json
 import os
 import shutil
+import socket
 import subprocess
 import sys
 
@@ -34,3 +36,10 @@ def run_module(module, args, check=False, timeout=300):
         raise AssertionError("ansible printed no JSON (rc=%s):\n%s\n%s" % (proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:]))
     result = out["plays"][0]["tasks"][0]["hosts"]["localhost"]
     return result
+
+
+def free_port():
+    """A TCP port nothing listens on right now (the kernel picks it; we release it at once)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]

@@ -23,6 +23,8 @@ import zipfile
 
 import pytest
 
+from ansible_run import free_port
+
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 EMULATOR = os.path.join(REPO, "roles", "sglang_emulator", "files", "sglang_emulator.py")
@@ -33,12 +35,6 @@ import sglang_src  # noqa: E402  (wheel cache helper)
 FAST = ["--emulator-load-seconds", "0.3", "--emulator-capture-seconds", "0.1"]
 READY = "The server is fired up and ready to roll!"
 SIGQUIT = "Received sigquit from a child process. It usually means the child failed."
-
-
-def free_port():
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def proc_children(pid):

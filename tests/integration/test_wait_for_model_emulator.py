@@ -3,7 +3,6 @@ from __future__ import annotations
 
 import os
 import signal
-import socket
 import subprocess
 import threading
 import time
@@ -12,17 +11,9 @@ import pytest
 
 from ansible.module_utils import sglang_proc
 
-from ansible_run import EMULATOR, TARGET_PYTHON, run_module
+from ansible_run import EMULATOR, TARGET_PYTHON, free_port, run_module
 
 CORPUS = os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "sglang-logs")
-
-
-def free_port():
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 @pytest.fixture

@@ -15,6 +15,20 @@ import shlex
 import yaml
 
 
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+
+def role_default(name: str):
+    """A plain (untemplated) default of the sglang_install role: the paths the scenarios do not override."""
+    defaults = yaml.safe_load((REPO / "roles" / "sglang_install" / "defaults" / "main.yml").read_text())
+    return defaults[name]
+
+
+LOG_DIR = role_default("sglang_install_log_dir")
+RUN_DIR = role_default("sglang_install_run_dir")
+CONFIG = role_default("sglang_install_config_dir") + "/sglang.yaml"
+
+
 def scenario_vars(group: str = "sglang_servers") -> dict:
     """The group_vars of the running molecule scenario (its molecule.yml), so tests and inventory agree."""
     scenario_dir = pathlib.Path(os.environ.get("MOLECULE_SCENARIO_DIRECTORY", pathlib.Path(__file__).parent))

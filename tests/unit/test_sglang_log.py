@@ -148,3 +148,21 @@ def test_unknown_architecture_is_bad_config():
             b"ValueError: Cannot find model module. 'NoSuchArchForCausalLM' is not a registered model in the "
             b"Transformers library (only relevant if the model is meant to be in Transformers)\n")
     assert classify_bytes(data).summary()["crash_class"] == "bad_config"
+
+
+def test_rotation_drains_all_of_the_old_file_even_past_one_read(tmp_path):
+    p = tmp_path / "s.log"
+    p.write_bytes(b"a\n")
+    f = LogFollower(str(p), max_read=4)
+    assert f.read() == b"a\n"
+    with open(p, "ab") as fh:
+        fh.write(b"0123456789\n")  # more than one read's worth, written before the rotation
+    os.rename(p, tmp_path / "s.log.1")
+    p.write_bytes(b"new\n")
+    got = b""
+    while True:
+        chunk = f.read()
+        if not chunk:
+            break
+        got += chunk
+    assert got == b"0123456789\nnew\n"

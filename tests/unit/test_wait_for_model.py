@@ -15,6 +15,7 @@ from ansible.module_utils.testing import patch_module_args
 from ansible.module_utils import sglang_proc
 
 import wait_for_model as wfm
+from ansible_run import free_port
 
 SCHED_CRASH = (
     "[2026-12-02 10:00:05 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
@@ -124,22 +125,13 @@ class Procs(object):
         return self.w.alive(pid)
 
 
-def _free_port():
-    import socket
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
-
-
 def run(world, check_mode=False, **args):
     params = {
         "argv": ["/opt/sglang/bin/python", "-m", "sglang.launch_server", "--config", "/etc/sglang.yaml"],
         "log_dir": world.log_dir,
         "timeout": 600,
         "stall_timeout": 120,
-        "port": _free_port(),  # the real port check runs: never depend on what else listens here
+        "port": free_port(),  # the real port check runs: never depend on what else listens here
     }
     params.update(args)
     if check_mode:

@@ -12,7 +12,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-import pytest  # noqa: E402
 
 from tests.molecule_support import hostcheck  # noqa: E402
 
@@ -24,21 +23,9 @@ PORT = V["sglang_server_port"]
 # Role defaults that this scenario does not override.
 BASE = "/opt/sglang"
 VENV = f"{BASE}/venv-{VERSION}"
-LOG_DIR = "/var/log/sglang"
-RUN_DIR = "/var/lib/sglang/run"
-CONFIG = "/etc/sglang/sglang.yaml"
+LOG_DIR, RUN_DIR, CONFIG = hostcheck.LOG_DIR, hostcheck.RUN_DIR, hostcheck.CONFIG
 EMULATOR = "/opt/sglang/bin/sglang_emulator.py"
 BASE_URL = f"http://127.0.0.1:{PORT}"
-
-
-@pytest.fixture(scope="module")
-def state(host):
-    return hostcheck.run_state(host, RUN_DIR)
-
-
-@pytest.fixture(scope="module")
-def procs(host):
-    return hostcheck.processes(host)
 
 
 def test_own_hostname(host):

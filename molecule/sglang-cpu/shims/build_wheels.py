@@ -31,6 +31,8 @@ def build(src: pathlib.Path, dist: str, version: str, package: str, outdir: path
     files: dict[str, bytes] = {}
     for path in sorted((src / package).rglob("*.py")):
         files[path.relative_to(src).as_posix()] = path.read_bytes()
+    # The machinery both stubs share, vendored into each (a wheel carries its package alone).
+    files[f"{package}/_stub.py"] = (HERE / "stubmodule.py").read_bytes()
     info = f"{dist}-{version}.dist-info"
     files[f"{info}/METADATA"] = (
         f"Metadata-Version: 2.1\nName: {dist.replace('_', '-')}\nVersion: {version}\n"

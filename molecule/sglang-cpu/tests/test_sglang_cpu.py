@@ -12,7 +12,6 @@ from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
-import pytest  # noqa: E402
 
 from tests.molecule_support import hostcheck  # noqa: E402
 
@@ -22,21 +21,9 @@ VERSION = V["sglang_install_version"]
 KEY = V["sglang_server_api_key"]
 PORT = V["sglang_server_port"]
 VENV = f"/opt/sglang/venv-{VERSION}"
-LOG_DIR = "/var/log/sglang"
-RUN_DIR = "/var/lib/sglang/run"
-CONFIG = "/etc/sglang/sglang.yaml"
+LOG_DIR, RUN_DIR, CONFIG = hostcheck.LOG_DIR, hostcheck.RUN_DIR, hostcheck.CONFIG
 BASE_URL = f"http://127.0.0.1:{PORT}"
 FAULTS = "/var/tmp/eagle-faults"
-
-
-@pytest.fixture(scope="module")
-def state(host):
-    return hostcheck.run_state(host, RUN_DIR)
-
-
-@pytest.fixture(scope="module")
-def procs(host):
-    return hostcheck.processes(host)
 
 
 def fault(host, case):
