@@ -31,7 +31,10 @@ author:
   - eagle-deploy contributors
 options:
   name:
-    description: Base name of the log files (C(<name>_r<N>.log), C(<name>.log)) and run-state files (C(<name>.pid), C(<name>.json)).
+    description:
+      - Base name of the log files (C(<name>_r<N>.log), C(<name>.log)), run-state files (C(<name>.pid),
+        C(<name>.json)) and lock file (C(<name>.lock)).
+      - Letters, digits, C(.), C(_) and C(-), at most 64 characters; no C(/) and no C(..).
     type: str
     default: sglang
   state:
@@ -71,7 +74,11 @@ options:
     type: path
     required: true
   run_dir:
-    description: Directory of the run-state files. Defaults to O(log_dir).
+    description:
+      - Directory of the run-state files and the lock file. Defaults to O(log_dir).
+      - It must be owned by root (or by the user running the module) and writable by no one else, and so
+        must the run-state files in it; otherwise the run state is not trusted and the module refuses to
+        act on it (nothing is signalled). Keep it apart from the service user's O(log_dir).
     type: path
   run_as:
     description:
@@ -98,9 +105,53 @@ options:
     type: str
   port:
     description:
-      - TCP port the server will listen on. Before a launch, a port held by a process that is not
+      - TCP port the server will listen on (1-65535). Before a launch, a port held by a process that is not
         ours fails the task (nothing stopped, nothing launched). Defaults to the port of O(health_url).
     type: int
+  health_timeout:
+    description:
+      - Seconds one health request may take with O(state=watched) and for the "already healthy?" check
+        of O(state=started). A loaded server can answer C(/health_generate) slowly.
+    type: float
+    default: 10.0
+  unhealthy_after:
+    description:
+      - With O(state=watched), the server is declared unhealthy only after this many failed health
+        requests in a row (no answer, or not 200); at the end of O(watch_time) the module keeps asking
+        (at least 1 s apart) until a request answers 200 or this many have failed.
+    type: int
+    default: 3
+  log_offset:
+    description:
+      - With O(state=watched), the byte offset of the log where the watch starts; what was written before
+        it is never evidence (an old crash, a prompt echoed by C(--log-requests)). C(0) reads the whole log
+        of the current attempt; C(-1) starts at the current end of the log. Use RV(log_offset) of an
+        earlier call, taken before the requests whose effect is watched.
+      - An offset inside a line starts at the next line.
+    type: int
+    default: 0
+  lock_timeout:
+    description:
+      - Every run holds an exclusive lock (C(flock) on C(<run_dir>/<name>.lock)) for the whole operation,
+        so two runs never launch or stop the same server at once. Seconds to wait for it when another
+        run holds it; then the task fails, naming the holder's PID and since when it holds the lock.
+      - In check mode the lock is taken shared, and only when the lock file exists.
+    type: float
+    default: 60.0
+  min_free_space_mib:
+    description: Before a launch, O(log_dir) and O(run_dir) must have this many MiB free.
+    type: int
+    default: 64
+  cgroup:
+    description:
+      - Run the server in a cgroup v2 of its own (C(eagle-deploy-<name>), below the module's own cgroup)
+        where the host allows it (cgroup v2 mounted read-write, the module runs as root). Every process in
+        it is then part of our server's tree, also one that left the session (double fork and C(setsid)),
+        so a stop leaves nothing behind. Where it is not possible the tree is tracked by session, and
+        RV(tree_tracking) says which.
+      - A cgroup that is not our own (an ssh session's, a container's root) never makes a process ours.
+    type: bool
+    default: true
   timeout:
     description: Seconds to wait for health after the launch.
     type: int
@@ -156,7 +207,7 @@ options:
     type: float
     default: 3.0
   log_tail_lines:
-    description: Lines of log returned in RV(log_tail).
+    description: Lines of log returned in RV(log_tail) (0-10000).
     type: int
     default: 40
   keep_attempts:
@@ -166,7 +217,9 @@ options:
 attributes:
   check_mode:
     support: full
-    details: Reports whether the server would be (re)started or stopped; spawns and signals nothing.
+    details:
+      - Reports whether the server would be (re)started or stopped; spawns and signals nothing.
+      - With O(state=watched) it watches as usual, but a failure only reports RV(would_stop).
   diff_mode:
     support: none
   platform:
@@ -175,6 +228,14 @@ attributes:
 notes:
   - The server is started with C(start_new_session), stdin from C(/dev/null), stdout and stderr into
     the log file and no inherited descriptors, so it outlives the module and Ansible's pipes.
+  - Every input is checked before anything is stopped or launched - O(name), numeric ranges, O(port) and
+    the port of O(health_url) (1-65535), writable O(log_dir) and O(run_dir) with O(min_free_space_mib)
+    free, C(argv[0]) found and executable the way exec finds it - so a bad value leaves a running server
+    alone and creates no log file.
+  - If the run state cannot be written after the launch, the server just started is killed and the task
+    fails, because a server nobody recorded could never be stopped.
+  - A log file is only read when it resolves to a regular file inside O(log_dir) (no symlink out of it)
+    that the service user could read itself.
   - Use it without C(async); the module itself is the wait.
 seealso:
   - module: ansible.builtin.wait_for
@@ -318,16 +379,68 @@ stale_state:
   returned: when one was found
   type: str
   sample: "PID 812 was reused by another process (start time differs)"
+log_offset:
+  description:
+    - Byte offset of the end of the log as far as it was read (the end of the log when the server was
+      kept as it was). Pass it as O(log_offset) to a later O(state=watched) to watch only what was
+      written after this call.
+  returned: with O(state=started) when a server runs, and with O(state=watched)
+  type: int
+  sample: 183344
+log_watched_from:
+  description: Byte offset of the log where the O(state=watched) watch started (O(log_offset), moved to a line start).
+  returned: with O(state=watched)
+  type: int
+  sample: 183344
+health_polls:
+  description: Health requests of the wait - how many, how many failed in a row at the end, and the last status (null - no answer).
+  returned: with O(state=started) after a wait, and with O(state=watched)
+  type: dict
+  sample: {"polls": 12, "failed_in_a_row": 0, "last": 200}
+tree_tracking:
+  description:
+    - How our server's process tree is found - C(cgroup) (its own cgroup v2, plus its session) or
+      C(session) (its session and descendants).
+  returned: with O(state=started) when a server runs
+  type: str
+  sample: cgroup
+tree_tracking_note:
+  description: Why the server has no cgroup of its own.
+  returned: when it was launched without one
+  type: str
+  sample: "no cgroup of its own (Read-only file system): process tree by session"
+lock_wait:
+  description: Seconds this run waited for the per-server lock.
+  returned: when the lock was taken
+  type: float
+  sample: 0.0
+would_stop:
+  description: In check mode, a failure that would have stopped our server (with O(stop_on_failure)); nothing was signalled.
+  returned: on failure in check mode
+  type: bool
+  sample: true
+stopped_after_failure:
+  description: What stopping our server after a failure did (O(stop_on_failure)).
+  returned: on failure, when something was signalled
+  type: dict
+  sample: {"signalled": [41235], "killed": [], "remaining": [], "seconds": 0.4}
 """
 
+import errno
+import fcntl
 import hashlib
 import json
+import math
 import os
 import pwd
 import re
+import shutil
+import signal
 import ssl
+import stat
 import subprocess
 import sys
+import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -430,9 +543,26 @@ def http_status(url, headers, timeout):
 class Popener(object):
     """Starts the server detached. Injectable so unit tests need no real processes."""
 
-    def spawn(self, argv, env, cwd, log_fd, user):
+    def spawn(self, argv, env, cwd, log_fd, user, cgroup_procs=None):
         kwargs = {}
-        if user is not None:
+        cg_fd = None
+        if cgroup_procs is not None:
+            # Join our own cgroup in the child before exec, so that every process the server ever
+            # starts is born in it. The privileges are dropped afterwards, in the same function
+            # (Popen's user= would drop them before preexec_fn, and only root may move a process).
+            cg_fd = os.open(cgroup_procs, os.O_WRONLY | os.O_CLOEXEC)
+
+            def join_then_drop():
+                try:
+                    os.write(cg_fd, b"0\n")
+                except OSError:
+                    pass  # the parent sees where the child is and falls back to session tracking
+                if user is not None:
+                    os.setgroups(user[2])
+                    os.setgid(user[1])
+                    os.setuid(user[0])
+            kwargs["preexec_fn"] = join_then_drop
+        elif user is not None:
             uid, gid, groups = user
             if sys.version_info >= (3, 9):
                 kwargs.update(user=uid, group=gid, extra_groups=groups)
@@ -442,10 +572,43 @@ class Popener(object):
                     os.setgid(gid)
                     os.setuid(uid)
                 kwargs["preexec_fn"] = drop_privileges
-        return subprocess.Popen(
-            argv, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=subprocess.STDOUT, cwd=cwd, env=env,
-            close_fds=True, start_new_session=True, **kwargs
-        )
+        try:
+            return subprocess.Popen(
+                argv, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=subprocess.STDOUT, cwd=cwd, env=env,
+                close_fds=True, start_new_session=True, **kwargs
+            )
+        finally:
+            if cg_fd is not None:
+                os.close(cg_fd)
+
+    def kill_group(self, handle):
+        """SIGKILL a server we have just spawned (its process group; its PID is our unreaped child,
+        so it cannot have been reused) and reap it."""
+        try:
+            os.killpg(handle.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        try:
+            handle.wait(timeout=10)
+        except Exception:  # noqa: BLE001 - best effort: the report says what happened
+            pass
+
+
+class Cgroups(object):
+    """The server's own cgroup v2 (where the host allows one). Injectable for tests."""
+
+    def create(self, name):
+        """(mount, path) of a fresh, empty cgroup for the server; OSError when not possible."""
+        if os.geteuid() != 0:
+            raise OSError(errno.EPERM, "the module does not run as root")
+        mount = sglang_proc.cgroup2_mount()
+        return mount, sglang_proc.create_cgroup(name, mount=mount)
+
+    def of(self, pid):
+        return sglang_proc.proc_cgroup(pid)
+
+    def remove(self, mount, path):
+        return sglang_proc.remove_cgroup(mount, path)
 
 
 class ProcView(object):
@@ -477,12 +640,143 @@ class ProcView(object):
         return sglang_proc.proc_cmdline(pid)
 
 
+# ------------------------------------------------------------------------------ input checks
+# option: (lowest, highest, lowest excluded?). Checked for every state, before anything is touched.
+RANGES = {
+    "timeout": (0, 7 * 86400, True),
+    "stall_timeout": (0, 7 * 86400, False),
+    "settle_time": (0, 60, False),
+    "poll_interval": (0, 10, True),
+    "health_interval": (0, 600, True),
+    "health_timeout": (0, 600, True),
+    "unhealthy_after": (1, 1000, False),
+    "child_grace": (0, 3600, False),
+    "stop_timeout": (0, 3600, False),
+    "lock_timeout": (0, 86400, False),
+    "watch_time": (0, 86400, False),
+    "log_tail_lines": (0, 10000, False),
+    "keep_attempts": (0, 100000, False),
+    "min_free_space_mib": (0, 1 << 30, False),
+    "log_offset": (-1, None, False),
+}
+
+# Children that are workers from birth (their death is a crash even within child_grace): Python
+# multiprocessing spawn/forkserver children, and SGLang's setproctitle names.
+WORKER_RX = re.compile(r"multiprocessing\.(spawn|forkserver)|--multiprocessing-fork|^sglang::")
+
+
+def check_ranges(p):
+    for key, (lo, hi, open_lo) in sorted(RANGES.items()):
+        value = p.get(key)
+        if value is None:
+            continue
+        if isinstance(value, float) and not math.isfinite(value):
+            raise WaitError("%s must be a finite number (got %s)" % (key, value))
+        if (value <= lo if open_lo else value < lo) or (hi is not None and value > hi):
+            raise WaitError("%s must be %s %s%s (got %s)" % (
+                key, ">" if open_lo else ">=", lo, " and <= %s" % hi if hi is not None else "", value))
+
+
+def health_port(url):
+    """(scheme, host, port) of the health URL; WaitError naming the problem (never ValueError)."""
+    try:
+        u = urlparse(url)
+        port = u.port
+    except ValueError as e:
+        raise WaitError("health_url %r has an invalid port (%s): use a port 1-65535" % (url, e))
+    if u.scheme not in ("http", "https") or not u.hostname:
+        raise WaitError("health_url %r is not an http(s) URL" % url)
+    if port is not None and not 1 <= port <= 65535:
+        raise WaitError("health_url %r has port %d: use a port 1-65535" % (url, port))
+    return u.scheme, u.hostname, port or (443 if u.scheme == "https" else 80)
+
+
+def resolve_exec(argv0, env_path, cwd):
+    """The file exec would run for argv[0] (PATH lookup when it has no slash), or None."""
+    if "/" in argv0:
+        path = argv0 if os.path.isabs(argv0) else os.path.join(cwd or os.getcwd(), argv0)
+        return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
+    return shutil.which(argv0, path=env_path)
+
+
+def may_access(st, uid, gids, bits):
+    """Whether uid (with gids) has ``bits`` (4 read, 1 execute) on a file with stat ``st``."""
+    if uid == 0:
+        return bits != 1 or bool(st.st_mode & 0o111)
+    if st.st_uid == uid:
+        return bool(st.st_mode & (bits << 6))
+    if st.st_gid in gids:
+        return bool(st.st_mode & (bits << 3))
+    return bool(st.st_mode & bits)
+
+
+def check_dir_writable(what, path, check_mode):
+    if not os.path.isdir(path):
+        raise WaitError("%s %s does not exist (or is not a directory): create it first" % (what, path))
+    if check_mode:
+        ok = os.access(path, os.W_OK | os.X_OK | os.R_OK)
+    else:
+        try:
+            fd, tmp = tempfile.mkstemp(prefix=".wait_for_model-", dir=path)
+            os.close(fd)
+            os.unlink(tmp)
+            ok = True
+        except OSError as e:
+            raise WaitError("%s %s is not writable (%s): nothing was stopped or launched" % (what, path, e.strerror or e))
+    if not ok:
+        raise WaitError("%s %s is not readable and writable by %s" % (what, path, pwd.getpwuid(os.geteuid()).pw_name))
+
+
+def open_log(path, log_dir, reader):
+    """A read descriptor of a server log: only a regular file inside ``log_dir`` (after resolving
+    symlinks), opened without following a symlink, that ``reader`` ((uid, gids), the service user)
+    could read itself. WaitError otherwise: the module never prints another file."""
+    real, top = os.path.realpath(path), os.path.realpath(log_dir)
+    if os.path.dirname(real) != top and not real.startswith(top + os.sep):
+        raise WaitError("log_path %s is not under log_dir %s (it resolves to %s): not read" % (path, log_dir, real))
+    try:
+        fd = os.open(real, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise WaitError("log %s cannot be opened safely (%s): not read" % (path, e.strerror or e))
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode) or not may_access(st, reader[0], reader[1], 4):
+        os.close(fd)
+        raise WaitError("log %s is not a regular file that the service user can read: not read" % path)
+    return fd
+
+
+def start_of_line(fd, offset):
+    """``offset``, moved forward to the start of the next line when it falls inside a line."""
+    if offset <= 0 or os.pread(fd, 1, offset - 1) == b"\n":
+        return offset
+    pos = offset
+    while True:
+        chunk = os.pread(fd, 65536, pos)
+        if not chunk:
+            return pos
+        nl = chunk.find(b"\n")
+        if nl >= 0:
+            return pos + nl + 1
+        pos += len(chunk)
+
+
+def follower_at(path, offset):
+    """A LogFollower of ``path`` that starts at byte ``offset``."""
+    try:
+        return LogFollower(path, start_offset=offset)
+    except TypeError:
+        follower = LogFollower(path)
+        if offset and follower._open():  # pylint: disable=protected-access
+            follower.offset = offset
+        return follower
+
+
 # ------------------------------------------------------------------------------ the work
 class ModelWaiter(object):
-    """Launch / attach / wait / stop. Clock, sleep, process launch, HTTP and /proc are injectable."""
+    """Launch / attach / wait / stop. Clock, sleep, process launch, HTTP, /proc, cgroups and the lock are injectable."""
 
     def __init__(self, module, clock=time.monotonic, sleep=time.sleep, popener=None, http=http_status,
-                 procs=None, wall=time.time):
+                 procs=None, wall=time.time, cgroups=None, locker=fcntl.flock):
         self.module = module
         self.p = module.params
         self.clock = clock
@@ -491,43 +785,62 @@ class ModelWaiter(object):
         self.http = http
         self.procs = procs or ProcView()
         self.wall = wall
+        self.cgroups = cgroups or Cgroups()
+        self.locker = locker
+        self.lock_fd = None
+        self.user = None
+        self.user_pw = pwd.getpwuid(os.geteuid())
+        self.missing_files = []
         self.result = {"changed": False}
 
     # ---------------------------------------------------------------- validation
     def validate(self):
+        """Every input, before anything is stopped or launched (and before the lock is taken)."""
         p = self.p
+        check = self.module.check_mode
+        if not re.match(sglang_proc.SAFE_NAME, p["name"]) or ".." in p["name"]:
+            raise WaitError("name %r is not allowed: letters, digits, '.', '_', '-' (no '/', no '..'), at most 64" % p["name"])
+        check_ranges(p)
+        if p["port"] is not None and not 1 <= p["port"] <= 65535:
+            raise WaitError("port %d is out of range: use a port 1-65535. Nothing was stopped or launched." % p["port"])
+        scheme, _host, url_port = health_port(p["health_url"])
+        self.port = p["port"] or url_port
         log_dir = p["log_dir"]
         self.run_dir = p["run_dir"] or log_dir
         # Nothing can be recorded where there is no directory: a fresh host. Stopping is then a no-op,
         # and in check mode (the tasks that create the directories did not run) a start is reported.
         self.fresh = not os.path.isdir(log_dir) or not os.path.isdir(self.run_dir)
-        if self.fresh and (p["state"] == "stopped" or self.module.check_mode):
+        if self.fresh and (p["state"] == "stopped" or check):
             self.missing_files = [f for f in p["fingerprint_files"] if not os.path.isfile(f)]
             return
         if not os.path.isdir(log_dir):
             raise WaitError("log_dir %s does not exist (or is not a directory): create it first" % log_dir)
-        if not os.access(log_dir, os.W_OK | os.X_OK | os.R_OK):
-            raise WaitError("log_dir %s is not readable and writable by %s" % (log_dir, pwd.getpwuid(os.getuid()).pw_name))
         if not os.path.isdir(self.run_dir):
             raise WaitError("run_dir %s does not exist: create it first" % self.run_dir)
-        url = urlparse(p["health_url"])
-        if url.scheme not in ("http", "https") or not url.hostname:
-            raise WaitError("health_url %r is not an http(s) URL" % p["health_url"])
+        try:
+            os.close(sglang_proc.open_run_dir(self.run_dir))
+        except sglang_proc.UntrustedState as e:
+            raise WaitError(str(e))
+        check_dir_writable("run_dir", self.run_dir, check)
         if p["state"] != "started":
+            if not os.access(log_dir, os.R_OK | os.X_OK):
+                raise WaitError("log_dir %s is not readable" % log_dir)
             return
+        check_dir_writable("log_dir", log_dir, check)
+        if not check:
+            for what, path in (("log_dir", log_dir), ("run_dir", self.run_dir)):
+                sv = os.statvfs(path)
+                free_mib = sv.f_bavail * sv.f_frsize // (1 << 20)
+                if free_mib < p["min_free_space_mib"]:
+                    raise WaitError("%s %s has %d MiB free, less than min_free_space_mib (%d): free some space. "
+                                    "Nothing was stopped or launched." % (what, path, free_mib, p["min_free_space_mib"]))
         if not p["argv"] or not p["argv"][0]:
             raise WaitError("argv is empty: give the server's command as a list, e.g. [python, -m, sglang.launch_server, ...]")
-        if p["timeout"] <= 0:
-            raise WaitError("timeout must be > 0 seconds (got %s)" % p["timeout"])
-        if p["stall_timeout"] < 0:
-            raise WaitError("stall_timeout must be >= 0 (0 disables it)")
-        if p["poll_interval"] <= 0 or p["health_interval"] <= 0:
-            raise WaitError("poll_interval and health_interval must be > 0")
-        self.port = p["port"] or url.port or (443 if url.scheme == "https" else 80)
-        self.missing_files = []
+        if p["chdir"] and not os.path.isdir(p["chdir"]):
+            raise WaitError("chdir %s does not exist (or is not a directory)" % p["chdir"])
         for path in p["fingerprint_files"]:
             if not os.path.isfile(path) or not os.access(path, os.R_OK):
-                if self.module.check_mode and not os.path.exists(path):
+                if check and not os.path.exists(path):
                     self.missing_files.append(path)  # a template that check mode did not write
                     continue
                 raise WaitError("fingerprint_files: %s does not exist or is not readable" % path)
@@ -535,19 +848,38 @@ class ModelWaiter(object):
             for key in p[source]:
                 if not isinstance(key, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
                     raise WaitError("%s: %r is not a valid variable name" % (source, key))
-        self.user = None
         if p["run_as"]:
             try:
                 pw = pwd.getpwnam(p["run_as"])
             except KeyError:
                 raise WaitError("run_as: no user named %s on this host" % p["run_as"])
-            if os.getuid() != 0 and pw.pw_uid != os.getuid():
+            if os.geteuid() != 0 and pw.pw_uid != os.geteuid():
                 raise WaitError("run_as: switching to %s needs root (use become: true)" % p["run_as"])
             groups = os.getgrouplist(pw.pw_name, pw.pw_gid)
             self.user = (pw.pw_uid, pw.pw_gid, groups)
             self.user_pw = pw
-        else:
-            self.user_pw = pwd.getpwuid(os.getuid())
+        if not check:
+            # Resolved the way exec resolves it (the server's PATH, its working directory), before
+            # any log file is created.
+            exe = resolve_exec(p["argv"][0], self.child_env()["PATH"], p["chdir"])
+            if exe is None:
+                raise WaitError("argv[0] %s was not found or is not executable (PATH=%s): install it or fix argv. "
+                                "Nothing was stopped or launched." % (p["argv"][0], self.child_env()["PATH"]))
+            if self.user is not None and not may_access(os.stat(exe), self.user[0], self.user[2], 1):
+                raise WaitError("argv[0] %s is not executable by %s" % (exe, self.user_pw.pw_name))
+
+    def reader(self, state=None):
+        """(uid, gids) of the user whose view of the log files counts: the service user."""
+        if self.user is not None:
+            return self.user[0], set(self.user[2])
+        name = (state or {}).get("user")
+        if name:
+            try:
+                pw = pwd.getpwnam(name)
+                return pw.pw_uid, set(os.getgrouplist(pw.pw_name, pw.pw_gid))
+            except KeyError:
+                pass
+        return os.geteuid(), set(os.getgroups())
 
     def child_env(self):
         pw = self.user_pw
@@ -570,6 +902,67 @@ class ModelWaiter(object):
             h["Authorization"] = "Bearer %s" % self.p["api_key"]
         return h
 
+    # ---------------------------------------------------------------- the per-server lock
+    def lock(self):
+        """Hold ``<run_dir>/<name>.lock`` (flock) for the whole operation; wait up to lock_timeout.
+
+        Check mode takes it shared and only when the file exists (it creates nothing)."""
+        p = self.p
+        check = self.module.check_mode
+        fname = "%s.lock" % p["name"]
+        try:
+            dir_fd = sglang_proc.open_run_dir(self.run_dir)
+        except sglang_proc.UntrustedState as e:
+            raise WaitError(str(e))
+        try:
+            flags = os.O_RDWR | os.O_NOFOLLOW | os.O_CLOEXEC | (0 if check else os.O_CREAT)
+            fd = os.open(fname, flags, 0o644, dir_fd=dir_fd)
+        except OSError as e:
+            if e.errno == errno.ENOENT and check:
+                return
+            raise WaitError("cannot open the lock file %s/%s: %s" % (self.run_dir, fname, e.strerror or e))
+        finally:
+            os.close(dir_fd)
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
+            os.close(fd)
+            raise WaitError("lock file %s/%s is not a root-owned file writable only by its owner: remove it" % (self.run_dir, fname))
+        mode = fcntl.LOCK_SH if check else fcntl.LOCK_EX
+        t0 = self.clock()
+        while True:
+            try:
+                self.locker(fd, mode | fcntl.LOCK_NB)
+                break
+            except OSError as e:
+                if e.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
+                    os.close(fd)
+                    raise
+            if self.clock() - t0 >= p["lock_timeout"]:
+                holder = {}
+                try:
+                    holder = json.loads(os.pread(fd, 4096, 0).decode("utf-8", "replace") or "{}")
+                except ValueError:
+                    pass
+                os.close(fd)
+                since = holder.get("since")
+                raise WaitError(
+                    "another run holds the lock for %s since %s (pid %s, state %s); waited %g s (lock_timeout). Nothing "
+                    "was stopped or launched: wait for it to finish, or stop that run." % (
+                        p["name"], time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since)) if isinstance(since, (int, float))
+                        else "an unknown time", holder.get("pid", "?"), holder.get("state", "?"), p["lock_timeout"]))
+            self.sleep(min(0.2, max(p["lock_timeout"], 0.01)))
+        self.lock_fd = fd
+        self.result["lock_wait"] = round(self.clock() - t0, 3)
+        if not check:
+            text = json.dumps({"pid": os.getpid(), "since": self.wall(), "state": p["state"]}).encode("utf-8")
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, text + b"\n", 0)
+
+    def unlock(self):
+        if self.lock_fd is not None:
+            os.close(self.lock_fd)  # closing the descriptor releases the flock
+            self.lock_fd = None
+
     # ---------------------------------------------------------------- run
     def run(self):
         self.validate()
@@ -581,11 +974,17 @@ class ModelWaiter(object):
                 "fresh host: %s does not exist yet" % self.p["log_dir"] if self.fresh
                 else "fingerprint files not written yet: %s" % ", ".join(self.missing_files)))
             return self.result
-        if self.p["state"] == "stopped":
-            return self.stop_only()
-        if self.p["state"] == "watched":
-            return self.watch()
-        return self.start()
+        if self.fresh:
+            raise WaitError("no server of ours is recorded in %s (name %s): nothing to watch" % (self.run_dir, self.p["name"]))
+        self.lock()
+        try:
+            if self.p["state"] == "stopped":
+                return self.stop_only()
+            if self.p["state"] == "watched":
+                return self.watch()
+            return self.start()
+        finally:
+            self.unlock()
 
     def watch(self):
         state, ours = self._existing()
@@ -599,6 +998,8 @@ class ModelWaiter(object):
         state = sglang_proc.read_state(self.run_dir, self.p["name"])
         if state is None:
             return None, False
+        if state.get("untrusted"):
+            raise WaitError(state["untrusted"])
         reason = sglang_proc.why_not_ours(state)
         if reason is None:
             return state, True
@@ -623,11 +1024,12 @@ class ModelWaiter(object):
         self.result["fingerprint"] = fp
         state, ours = self._existing()
         if ours and state.get("fingerprint") == fp and not p["force_restart"]:
-            code = self.http(p["health_url"], self.headers(), 2.0)
+            code = self.http(p["health_url"], self.headers(), p["health_timeout"])
             self.result.update(pid=state["pid"], log_path=state.get("log_path"), attempt=state.get("attempt"),
-                               restart_reason=None)
+                               restart_reason=None, tree_tracking=state.get("tree_tracking", "session"))
             if code == 200:
-                self.result.update(elapsed=0.0, phases=[], phase="ready", log_tail=self._tail_of(state.get("log_path")))
+                tail, offset = self._tail_of(state)
+                self.result.update(elapsed=0.0, phases=[], phase="ready", log_tail=tail, log_offset=offset)
                 return self.result
             if self.module.check_mode:
                 self.result["msg"] = "server with the same fingerprint is running but not healthy yet; would wait for it"
@@ -668,7 +1070,13 @@ class ModelWaiter(object):
                 self.result["stopped"] = stopped
             if stopped["remaining"]:
                 raise WaitError("could not stop our server: PIDs %s survived SIGKILL" % stopped["remaining"])
+            self._remove_cgroup(state)
         sglang_proc.clear_state(self.run_dir, self.p["name"])
+
+    def _remove_cgroup(self, state):
+        cg = sglang_proc.dedicated_cgroup(state)
+        if cg is not None:
+            self.cgroups.remove(*cg)
 
     def _owner(self, pid):
         uid = sglang_proc.proc_uid(pid)
@@ -677,28 +1085,52 @@ class ModelWaiter(object):
         except (KeyError, TypeError):
             return str(uid)
 
+    def _own_cgroup(self):
+        """(mount, path) of a fresh cgroup for the server, or None (with the reason in the result)."""
+        if not self.p["cgroup"]:
+            self.result["tree_tracking_note"] = "cgroup: false"
+            return None
+        try:
+            return self.cgroups.create(self.p["name"])
+        except (OSError, IOError) as e:
+            self.result["tree_tracking_note"] = "no cgroup of its own (%s): process tree by session" % (e.strerror or e)
+            return None
+
     def launch(self, parts, fp):
         p = self.p
         log_dir = p["log_dir"]
         attempt = next_attempt(log_dir, p["name"])
         log_path = os.path.join(log_dir, "%s_r%d.log" % (p["name"], attempt))
-        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_EXCL, 0o640)
+        cgroup = self._own_cgroup()
+        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_EXCL | os.O_NOFOLLOW, 0o640)
+        link = os.path.join(log_dir, "%s.log" % p["name"])
         try:
             if self.user is not None:
                 os.fchown(fd, self.user[0], self.user[1])
-            link = os.path.join(log_dir, "%s.log" % p["name"])
-            tmp = link + ".tmp"
-            if os.path.lexists(tmp):
-                os.unlink(tmp)
-            os.symlink(os.path.basename(log_path), tmp)
-            os.rename(tmp, link)
+            previous = os.readlink(link) if os.path.islink(link) else None
+            self._point_link(link, os.path.basename(log_path))
             try:
-                handle = self.popener.spawn(p["argv"], self.child_env(), p["chdir"], fd, self.user)
+                handle = self.popener.spawn(p["argv"], self.child_env(), p["chdir"], fd, self.user,
+                                            cgroup_procs=os.path.join(cgroup[0], cgroup[1].lstrip("/"), "cgroup.procs")
+                                            if cgroup else None)
             except OSError as e:
+                os.unlink(log_path)  # empty: nothing ran
+                if previous:
+                    self._point_link(link, previous)
+                if cgroup:
+                    self.cgroups.remove(*cgroup)
                 raise WaitError("could not start %s: %s" % (p["argv"][0], e))
         finally:
             os.close(fd)
-        self.result["pruned_logs"] = prune_attempts(log_dir, p["name"], p["keep_attempts"])
+        tracking = "session"
+        if cgroup is not None:
+            if self.cgroups.of(handle.pid) == cgroup[1]:
+                tracking = "cgroup"
+            else:
+                self.result["tree_tracking_note"] = "the server did not join %s: process tree by session" % cgroup[1]
+                self.cgroups.remove(*cgroup)
+                cgroup = None
+        self.result["tree_tracking"] = tracking
         # Record the command line after exec (a script with a shebang shows its interpreter there):
         # until exec, the child still shows our own command line.
         mine = sglang_proc.proc_cmdline(os.getpid())
@@ -713,10 +1145,29 @@ class ModelWaiter(object):
         ident = {"pid": handle.pid, "start_time": sglang_proc.proc_start_time(handle.pid),
                  "boot_id": sglang_proc.boot_id(), "cmdline": cmdline}
         state = dict(ident, fingerprint=fp, fingerprint_parts=parts, attempt=attempt, log_path=log_path,
-                     started_at=self.wall(), user=self.user_pw.pw_name, port=self.port)
-        sglang_proc.write_state(self.run_dir, p["name"], state)
+                     started_at=self.wall(), user=self.user_pw.pw_name, port=self.port, tree_tracking=tracking,
+                     cgroup={"mount": cgroup[0], "path": cgroup[1], "dedicated": True} if cgroup else None)
+        try:
+            sglang_proc.write_state(self.run_dir, p["name"], state)
+        except (OSError, IOError, sglang_proc.UntrustedState) as e:
+            # A server nobody recorded could never be stopped by us: take it down at once.
+            self.popener.kill_group(handle)
+            if cgroup:
+                self.cgroups.remove(*cgroup)
+            raise WaitError("could not record the run state in %s (%s): the server just started (PID %d) was killed "
+                            "so that nothing runs unrecorded. Fix %s and run again." % (
+                                self.run_dir, getattr(e, "strerror", None) or e, handle.pid, self.run_dir))
+        self.result["pruned_logs"] = prune_attempts(log_dir, p["name"], p["keep_attempts"])
         self.result.update(pid=handle.pid, attempt=attempt, log_path=log_path)
         return self.wait(state, handle=handle, attached=False)
+
+    @staticmethod
+    def _point_link(link, target):
+        tmp = link + ".tmp"
+        if os.path.lexists(tmp):
+            os.unlink(tmp)
+        os.symlink(target, tmp)
+        os.rename(tmp, link)
 
     # ---------------------------------------------------------------- the wait loop
     def wait(self, state, handle, attached, watch=None):
@@ -724,11 +1175,19 @@ class ModelWaiter(object):
         t0 = self.clock()
         deadline = t0 + (watch if watch is not None else p["timeout"])
         clf = LogClassifier(clock=lambda: self.clock() - t0)
-        follower = LogFollower(state["log_path"])
+        log_fd = open_log(state["log_path"], p["log_dir"], self.reader(state))
+        fd_path = "/proc/self/fd/%d" % log_fd
+        offset = 0
+        if watch is not None:
+            offset = os.fstat(log_fd).st_size if p["log_offset"] == -1 else min(p["log_offset"], os.fstat(log_fd).st_size)
+            offset = start_of_line(log_fd, offset)
+            self.result["log_watched_from"] = offset
+        follower = follower_at(fd_path, offset)
         pid = state["pid"]
         last_activity = t0
         next_health = t0
-        workers = {}  # child pid -> (start_time, first_seen)
+        workers = {}  # child pid -> (start_time, first_seen, worker from birth?)
+        health = {"polls": 0, "fails": 0, "last": None}
         died = None
         rc = None
         verdict = None
@@ -761,24 +1220,21 @@ class ModelWaiter(object):
                     if exited:
                         verdict = "exited"
                         break
-                    # 3. a long-lived worker died while the leader lives
-                    kids = self.procs.children(pid)
-                    for c, st in kids.items():
-                        if c not in workers or workers[c][0] != st:
-                            workers[c] = (st, now)
-                    for c, (st, seen) in list(workers.items()):
-                        if c not in kids:
-                            if now - seen >= p["child_grace"]:
-                                died = (c, now - seen)
-                                break
-                            del workers[c]
+                    # 3. a long-lived worker died while the leader lives. A multiprocessing worker
+                    #    (a scheduler) is long-lived from birth; other children only after child_grace.
+                    died = self._dead_worker(pid, workers, now)
                     if died is not None:
                         verdict = "child_died"
                         break
                     # 4. health
                     if now >= next_health:
-                        code = self.http(p["health_url"], self.headers(), max(0.5, min(2.0, deadline - now)))
-                        next_health = self.clock() + p["health_interval"]
+                        poll_timeout = p["health_timeout"] if watch is not None else max(0.5, min(2.0, deadline - now))
+                        code = self.http(p["health_url"], self.headers(), poll_timeout)
+                        health["polls"] += 1
+                        health["last"] = code
+                        health["fails"] = 0 if code == 200 else health["fails"] + 1
+                        gap = p["health_interval"] if code == 200 or watch is None else max(p["health_interval"], 1.0)
+                        next_health = self.clock() + gap
                         if code is not None:
                             last_activity = self.clock()
                         if code == 200 and watch is None:
@@ -794,14 +1250,21 @@ class ModelWaiter(object):
                         break
                     if now >= deadline:
                         if watch is not None:
-                            code = self.http(p["health_url"], self.headers(), 2.0)
-                            clf.feed(follower.read())
-                            if clf.crash is not None:
-                                continue
-                            verdict = "ready" if code == 200 else "unhealthy"
+                            # Healthy when the last poll answered 200; unhealthy only after
+                            # unhealthy_after failed polls in a row (a loaded server answers slowly).
+                            if health["polls"] and health["fails"] == 0:
+                                verdict = "ready"
+                            elif health["fails"] >= p["unhealthy_after"]:
+                                verdict = "unhealthy"
+                            if verdict is not None:
+                                clf.feed(follower.read())
+                                if clf.crash is not None:
+                                    verdict = None
+                                    continue
+                                break
+                        else:
+                            verdict = "timeout"
                             break
-                        verdict = "timeout"
-                        break
                 self.sleep(p["poll_interval"])
         finally:
             elapsed = self.clock() - t0
@@ -814,15 +1277,38 @@ class ModelWaiter(object):
                 self.sleep(p["poll_interval"])
                 clf.feed(follower.read())
             clf.finalize()
+        self.result["log_offset"] = follower.offset
+        self.result["health_polls"] = {"polls": health["polls"], "failed_in_a_row": health["fails"], "last": health["last"]}
         follower.close()
+        os.close(log_fd)
         return self.report(verdict, clf, state, elapsed, rc, died, attached, watch is not None)
 
-    def _tail_of(self, path):
+    def _dead_worker(self, pid, workers, now):
+        """(pid, seconds seen) of a worker child that died, else None; updates ``workers``."""
+        kids = self.procs.children(pid)
+        for c, st in kids.items():
+            if c not in workers or workers[c][0] != st:
+                workers[c] = (st, now, False)
+            if not workers[c][2] and WORKER_RX.search(" ".join(self.procs.cmdline(c) or [])):
+                workers[c] = (workers[c][0], workers[c][1], True)
+        for c, (st, seen, born_worker) in list(workers.items()):
+            if c not in kids:
+                if born_worker or now - seen >= self.p["child_grace"]:
+                    return c, now - seen
+                del workers[c]
+        return None
+
+    def _tail_of(self, state):
+        """(log_tail, end offset) of the recorded log, read safely; ([], None) when there is none."""
+        path = state.get("log_path")
         if not path or not os.path.exists(path):
-            return []
-        with open(path, "rb") as fh:
-            fh.seek(max(0, os.fstat(fh.fileno()).st_size - 65536))
-            return tail_lines(fh.read(), self.p["log_tail_lines"])
+            return [], None
+        fd = open_log(path, self.p["log_dir"], self.reader(state))
+        try:
+            size = os.fstat(fd).st_size
+            return tail_lines(os.pread(fd, 65536, max(0, size - 65536)), self.p["log_tail_lines"]), size
+        finally:
+            os.close(fd)
 
     def report(self, verdict, clf, state, elapsed, rc, died, attached, watch_mode=False):
         p = self.p
@@ -874,10 +1360,15 @@ class ModelWaiter(object):
             lead = "%s: %s%s" % ({"unhealthy": "server unhealthy", "stalled": "server hung"}.get(verdict, "server crashed"),
                                  cls, " (%s)" % detail[:200] if detail else "")
         r["msg"] = "%s — %s (see log_tail, %s)" % (lead, hint, state["log_path"])
-        if p["stop_on_failure"]:
+        if p["stop_on_failure"] and self.module.check_mode:
+            r["would_stop"] = True  # check mode never signals
+            r["msg"] += " (check mode: the server was not stopped)"
+        elif p["stop_on_failure"]:
             stopped = sglang_proc.stop_tree(state, grace=min(p["stop_timeout"], 10), clock=self.clock, sleep=self.sleep)
             if stopped["signalled"] or stopped["killed"]:
                 r["stopped_after_failure"] = stopped
+            if not stopped["remaining"]:
+                self._remove_cgroup(state)
         r["failed"] = True
         return r
 
@@ -913,6 +1404,12 @@ def argument_spec():
         health_url=dict(type="str", default="http://127.0.0.1:30000/health_generate"),
         api_key=dict(type="str", no_log=True),
         port=dict(type="int"),
+        health_timeout=dict(type="float", default=10.0),
+        unhealthy_after=dict(type="int", default=3),
+        log_offset=dict(type="int", default=0),
+        lock_timeout=dict(type="float", default=60.0),
+        min_free_space_mib=dict(type="int", default=64),
+        cgroup=dict(type="bool", default=True),
         timeout=dict(type="int", default=1800),
         stall_timeout=dict(type="int", default=900),
         settle_time=dict(type="float", default=0.3),
@@ -941,6 +1438,8 @@ def main(**inject):
         module.fail_json(msg=str(e), **waiter.result)
     except (IOError, OSError) as e:
         module.fail_json(msg="%s: %s" % (type(e).__name__, e), **waiter.result)
+    finally:
+        waiter.unlock()
     if result.pop("failed", False):
         msg = result.pop("msg")
         module.fail_json(msg=msg, **result)

@@ -7,6 +7,14 @@ Standard library only. "Ours" is decided from the run-state file that ``wait_for
 (see docs/DESIGN.md): a leader PID is ours only if its start time (field 22 of /proc/PID/stat),
 the boot id and its command line all match what we recorded when we launched it. A PID that was
 reused by another program after our server died therefore never matches, and is never signalled.
+
+The run state is trusted only when nobody less privileged than this module could have written it:
+its directory and files must be owned by root or by the module's own user and writable by no one else
+(checked on the opened descriptors, so a path swapped between check and use does not count).
+
+Where the host has a writable cgroup v2 hierarchy, the server runs in a cgroup of its own
+(``eagle-deploy-<name>``, created by :func:`create_cgroup`); every process in it is ours, also one that
+left the session (double fork + ``setsid``). A cgroup we did not create is never taken as proof.
 """
 
 from __future__ import annotations
@@ -15,9 +23,12 @@ import errno
 import json
 import os
 import signal
+import stat
 import time
 
 PROC = "/proc"
+CGROUP_PREFIX = "eagle-deploy-"
+SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 
 
 def _read(path, mode="r"):
@@ -133,36 +144,110 @@ def identity(pid):
 
 
 # ------------------------------------------------------------------ run state
+class UntrustedState(Exception):
+    """The run state could have been written by someone less privileged than this module."""
+
+
+def _why_untrusted(st, what, path):
+    if st.st_uid not in (0, os.geteuid()):
+        return "%s %s is owned by uid %d, not by root or uid %d (the user running this module)" % (
+            what, path, st.st_uid, os.geteuid())
+    if st.st_mode & 0o022:
+        return "%s %s is writable by its group or by others (mode %04o)" % (what, path, stat.S_IMODE(st.st_mode))
+    return None
+
+
+def open_run_dir(run_dir):
+    """A descriptor of ``run_dir`` after checking that only root (or this module's user) can write it.
+
+    Raises :class:`UntrustedState` (naming the fix) or OSError (missing)."""
+    fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    st = os.fstat(fd)
+    reason = _why_untrusted(st, "run_dir", run_dir)
+    if reason:
+        os.close(fd)
+        raise UntrustedState("%s: run state there is not trusted, so nothing is signalled. Make it root-owned and "
+                             "not writable by others (chown root: %s; chmod 0755 %s)" % (reason, run_dir, run_dir))
+    return fd
+
+
+def _read_trusted(dir_fd, run_dir, fname):
+    """Text of ``fname`` in the opened run dir, or None when it does not exist. Symlinks, other file
+    types and files writable by others raise :class:`UntrustedState`."""
+    try:
+        fd = os.open(fname, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError as e:
+        if e.errno == errno.ENOENT:
+            return None
+        if e.errno == errno.ELOOP:
+            raise UntrustedState("%s/%s is a symlink: run state is never read through one; remove it" % (run_dir, fname))
+        raise
+    with os.fdopen(fd, "rb") as fh:
+        st = os.fstat(fh.fileno())
+        path = os.path.join(run_dir, fname)
+        if not stat.S_ISREG(st.st_mode):
+            raise UntrustedState("%s is not a regular file; remove it" % path)
+        reason = _why_untrusted(st, "run-state file", path)
+        if reason:
+            raise UntrustedState("%s: it is not trusted and nothing is signalled; remove it if it is not yours" % reason)
+        return fh.read(1 << 20).decode("utf-8", "replace")
+
+
 def state_paths(run_dir, name):
     return (os.path.join(run_dir, "%s.pid" % name), os.path.join(run_dir, "%s.json" % name))
 
 
 def read_state(run_dir, name):
     """The run-state record written by wait_for_model, or None. A bare pidfile without its JSON
-    record is returned as {"pid": N, "unverified": True}: such a PID is never taken as ours."""
-    pidfile, statefile = state_paths(run_dir, name)
-    data = _read(statefile)
-    if data:
-        try:
-            st = json.loads(data)
-            if isinstance(st, dict) and isinstance(st.get("pid"), int):
-                return st
-        except ValueError:
-            pass
-    raw = _read(pidfile)
+    record is returned as {"pid": N, "unverified": True}: such a PID is never taken as ours.
+    A record that someone less privileged could have written is returned as
+    {"pid": None, "untrusted": reason}: never ours either (see :func:`open_run_dir`)."""
+    try:
+        dir_fd = open_run_dir(run_dir)
+    except UntrustedState as e:
+        return {"pid": None, "untrusted": str(e)}
+    except OSError:
+        return None
+    try:
+        data = _read_trusted(dir_fd, run_dir, "%s.json" % name)
+        if data:
+            try:
+                st = json.loads(data)
+                if isinstance(st, dict) and isinstance(st.get("pid"), int):
+                    return st
+            except ValueError:
+                pass
+        raw = _read_trusted(dir_fd, run_dir, "%s.pid" % name)
+    except UntrustedState as e:
+        return {"pid": None, "untrusted": str(e)}
+    except OSError:
+        return None
+    finally:
+        os.close(dir_fd)
     if raw and raw.strip().isdigit():
         return {"pid": int(raw.strip()), "unverified": True}
     return None
 
 
 def write_state(run_dir, name, state):
-    pidfile, statefile = state_paths(run_dir, name)
-    for path, text in ((statefile, json.dumps(state, indent=1, sort_keys=True)), (pidfile, "%d\n" % state["pid"])):
-        tmp = path + ".tmp"
-        with open(tmp, "w") as fh:
-            fh.write(text)
-        os.chmod(tmp, 0o644)
-        os.rename(tmp, path)
+    """Write the record atomically (temp file + rename, relative to the checked run dir)."""
+    dir_fd = open_run_dir(run_dir)
+    try:
+        for fname, text in (("%s.json" % name, json.dumps(state, indent=1, sort_keys=True)), ("%s.pid" % name, "%d\n" % state["pid"])):
+            tmp = fname + ".tmp"
+            try:
+                os.unlink(tmp, dir_fd=dir_fd)
+            except OSError as e:
+                if e.errno != errno.ENOENT:
+                    raise
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
+            with os.fdopen(fd, "w") as fh:
+                fh.write(text)
+                fh.flush()
+                os.fchmod(fh.fileno(), 0o644)
+            os.rename(tmp, fname, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
 
 
 def clear_state(run_dir, name):
@@ -178,6 +263,8 @@ def why_not_ours(state):
     """None if the recorded leader is alive and provably ours, else the reason (a string)."""
     if not state:
         return "no run state"
+    if state.get("untrusted"):
+        return state["untrusted"]
     if state.get("unverified"):
         return "pidfile without a run-state record: cannot prove PID %s is ours" % state.get("pid")
     pid = state["pid"]
@@ -196,9 +283,133 @@ def state_is_alive_and_ours(state):
     return why_not_ours(state) is None
 
 
+# ------------------------------------------------------------------ cgroup v2
+def cgroup2_mount(mountinfo=None):
+    """Mount point of the cgroup v2 hierarchy (mounted read-write at its root), or None.
+
+    ``mountinfo``: the text of /proc/self/mountinfo (read when None). /sys/fs/cgroup wins over
+    another mount (the "unified" one of a hybrid host)."""
+    text = _read(os.path.join(PROC, "self/mountinfo")) if mountinfo is None else mountinfo
+    best = None
+    for line in (text or "").splitlines():
+        left, sep, right = line.partition(" - ")
+        f, r = left.split(), right.split()
+        if not sep or len(f) < 6 or not r or r[0] != "cgroup2":
+            continue
+        root, point, opts = f[3], f[4].replace("\\040", " "), f[5].split(",")
+        if root != "/" or "rw" not in opts:
+            continue
+        if best is None or point == "/sys/fs/cgroup":
+            best = point
+    return best
+
+
+def proc_cgroup(pid):
+    """cgroup v2 path of PID (the "0::/path" line of /proc/PID/cgroup), or None."""
+    data = _read(os.path.join(PROC, str(pid), "cgroup"))
+    for line in (data or "").splitlines():
+        if line.startswith("0::"):
+            return line[3:].strip() or "/"
+    return None
+
+
+def _cgroup_dir(mount, rel):
+    return os.path.join(mount, rel.lstrip("/"))
+
+
+def cgroup_pids(mount, rel):
+    """PIDs in the cgroup and in every cgroup below it."""
+    out = set()
+    top = _cgroup_dir(mount, rel)
+    for dirpath, _dirs, files in os.walk(top):
+        if "cgroup.procs" in files:
+            for tok in (_read(os.path.join(dirpath, "cgroup.procs")) or "").split():
+                if tok.isdigit():
+                    out.add(int(tok))
+    return out
+
+
+def create_cgroup(name, mount=None, parent=None):
+    """Create our server's own cgroup, ``<parent>/eagle-deploy-<name>``, and return its path
+    relative to the hierarchy (``mount``: the cgroup v2 mount, found when None; ``parent``: the
+    cgroup of this process when None). An existing one is reused only when no process is in it.
+    Raises OSError (with the reason) when the host does not allow it."""
+    mount = mount or cgroup2_mount()
+    if not mount:
+        raise OSError(errno.ENOENT, "no writable cgroup v2 hierarchy is mounted")
+    parent = parent if parent is not None else proc_cgroup("self")
+    if parent is None:
+        raise OSError(errno.ENOENT, "this process is not in a cgroup v2 hierarchy")
+    rel = parent.rstrip("/") + "/" + CGROUP_PREFIX + name
+    path = _cgroup_dir(mount, rel)
+    try:
+        os.mkdir(path, 0o755)
+    except OSError as e:
+        if e.errno != errno.EEXIST:
+            raise
+        st = os.lstat(path)
+        if not stat.S_ISDIR(st.st_mode) or st.st_uid not in (0, os.geteuid()):
+            raise OSError(errno.EPERM, "%s exists and is not a cgroup of ours" % path)
+        if cgroup_pids(mount, rel):
+            raise OSError(errno.EBUSY, "%s still holds processes %s" % (path, sorted(cgroup_pids(mount, rel))))
+    if not os.path.exists(os.path.join(path, "cgroup.procs")):
+        raise OSError(errno.ENOTSUP, "%s is not a cgroup v2 directory" % path)
+    return rel
+
+
+def remove_cgroup(mount, rel):
+    """Remove our (empty) cgroup and the cgroups below it; True when it is gone."""
+    top = _cgroup_dir(mount, rel)
+    for dirpath, _dirs, _files in sorted(os.walk(top), key=lambda w: -len(w[0])):
+        try:
+            os.rmdir(dirpath)
+        except OSError:
+            pass
+    return not os.path.exists(top)
+
+
+def dedicated_cgroup(state):
+    """(mount, path) of the cgroup we created for this server, from a trusted run state, or None.
+
+    Only a cgroup named ``eagle-deploy-<name>`` that this module created and recorded counts; a shared
+    cgroup (an ssh session's, a container's root) never proves that a process is ours."""
+    cg = state.get("cgroup") if state else None
+    if not isinstance(cg, dict) or not cg.get("dedicated") or state.get("untrusted") or state.get("unverified"):
+        return None
+    mount, rel = cg.get("mount"), cg.get("path")
+    if not isinstance(mount, str) or not isinstance(rel, str) or ".." in rel.split("/"):
+        return None
+    if not os.path.basename(rel.rstrip("/")).startswith(CGROUP_PREFIX):
+        return None
+    if state.get("boot_id") and state.get("boot_id") != boot_id():
+        return None
+    path = _cgroup_dir(mount, rel)
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return None
+    if not stat.S_ISDIR(st.st_mode) or st.st_uid not in (0, os.geteuid()):
+        return None
+    return mount, rel
+
+
+def cgroup_members(state, table=None):
+    """{pid: info} of the live processes in our dedicated cgroup (empty when there is none)."""
+    cg = dedicated_cgroup(state)
+    if cg is None:
+        return {}
+    pids = cgroup_pids(*cg)
+    if not pids:
+        return {}
+    table = table if table is not None else process_table()
+    return dict((pid, table[pid]) for pid in pids if pid in table and table[pid]["state"] not in ("Z", "X"))
+
+
+# ------------------------------------------------------------------ our process tree
 def our_tree(state, table=None):
-    """{pid: info} of our server's processes: the verified leader, every process of its session
-    and every descendant of those. Empty if the leader is gone or not ours.
+    """{pid: info} of our server's processes: the verified leader, every process of its session,
+    every process of its dedicated cgroup and every descendant of those. Empty if the leader is gone
+    or not ours.
 
     A process whose leader died but which still runs in the session (an orphaned scheduler that
     holds GPU memory) is found by its session id alone only while the leader is verified; for the
@@ -207,7 +418,7 @@ def our_tree(state, table=None):
         return {}
     table = table if table is not None else process_table()
     leader = state["pid"]
-    members = set([leader])
+    members = set([leader]) | set(cgroup_members(state, table))
     for pid, info in table.items():
         if info["sid"] == leader:
             members.add(pid)
@@ -223,18 +434,19 @@ def our_tree(state, table=None):
 
 def orphans_of(state, table=None):
     """Processes left from our server after its leader died: same session id as the recorded
-    leader, started after it (so a reused session id cannot match), not zombies."""
-    if not state or state.get("unverified") or state.get("boot_id") not in (None, boot_id()):
+    leader, started after it (so a reused session id cannot match), not zombies; and every
+    process still in its dedicated cgroup."""
+    if not state or state.get("unverified") or state.get("untrusted") or state.get("boot_id") not in (None, boot_id()):
         return {}
+    table = table if table is not None else process_table()
+    out = cgroup_members(state, table)
     leader = state["pid"]
     if pid_alive(leader):
         # The leader PID is alive: either it is ours (use our_tree) or it was reused by someone
         # else, whose session must never be taken for ours. (Linux does not hand out a PID that
         # is still in use as a session id, so real orphans imply a dead leader PID.)
-        return {}
-    table = table if table is not None else process_table()
+        return out
     start = state.get("start_time") or 0
-    out = {}
     for pid, info in table.items():
         if pid == leader:
             continue
@@ -246,44 +458,58 @@ def orphans_of(state, table=None):
 def stop_tree(state, grace=30.0, clock=time.monotonic, sleep=time.sleep, poll=0.1):
     """SIGTERM our whole tree, wait up to ``grace`` seconds, SIGKILL what is left.
 
-    Only processes proven ours are signalled. Returns {"signalled": [...], "killed": [...],
+    Only processes proven ours are signalled. Processes that join the tree while it stops (a
+    worker forked during shutdown) are picked up too. Returns {"signalled": [...], "killed": [...],
     "remaining": [...], "skipped_reason": str|None, "seconds": float}."""
     t0 = clock()
     result = {"signalled": [], "killed": [], "remaining": [], "skipped_reason": None, "seconds": 0.0}
-    members = our_tree(state)
-    if not members:
+    leader_ours = why_not_ours(state) is None
+
+    def members():
+        found = our_tree(state) if leader_ours else {}
+        if not found:
+            found = orphans_of(state)
+        return found
+
+    first = members()
+    if not first:
         result["skipped_reason"] = why_not_ours(state)
-        members = orphans_of(state)
-        if not members:
-            return result
-    idents = dict((pid, info["start_time"]) for pid, info in members.items())
+        return result
+    idents = dict((pid, info["start_time"]) for pid, info in first.items())
+
+    def refresh():
+        if leader_ours or dedicated_cgroup(state) is not None:
+            for pid, info in members().items():
+                idents.setdefault(pid, info["start_time"])
 
     def still_same(pid):
         return pid_alive(pid) and proc_start_time(pid) == idents[pid]
 
-    for pid in sorted(idents):
-        if still_same(pid):
-            try:
-                os.kill(pid, signal.SIGTERM)
-                result["signalled"].append(pid)
-            except OSError:
-                pass
+    def send(sig, into):
+        for pid in sorted(idents):
+            if pid not in into and still_same(pid):
+                try:
+                    os.kill(pid, sig)
+                    into.append(pid)
+                except OSError:
+                    pass
+
+    send(signal.SIGTERM, result["signalled"])
     deadline = t0 + grace
     while clock() < deadline:
+        refresh()
+        send(signal.SIGTERM, result["signalled"])
         if not any(still_same(pid) for pid in idents):
             break
         sleep(poll)
-    for pid in sorted(idents):
-        if still_same(pid):
-            try:
-                os.kill(pid, signal.SIGKILL)
-                result["killed"].append(pid)
-            except OSError:
-                pass
+    refresh()
+    send(signal.SIGKILL, result["killed"])
     # SIGKILL is not instant for a process in uninterruptible sleep (a GPU driver call): wait a bit.
     kill_deadline = clock() + 10.0
     while clock() < kill_deadline and any(still_same(pid) for pid in idents):
         sleep(poll)
+        refresh()
+        send(signal.SIGKILL, result["killed"])
     result["remaining"] = [pid for pid in sorted(idents) if still_same(pid)]
     result["seconds"] = round(clock() - t0, 3)
     return result

@@ -58,6 +58,8 @@ class World(object):
         self.rc = None
         self.children = {}
         self.spawned = []
+        self.killed = []
+        self.cmdlines = {}
         self.http_calls = 0
 
     # clock & sleep
@@ -86,8 +88,8 @@ class World(object):
         self.at(t, fn)
 
     # launcher
-    def spawn(self, argv, env, cwd, log_fd, user):
-        self.spawned.append({"argv": argv, "env": env})
+    def spawn(self, argv, env, cwd, log_fd, user, cgroup_procs=None):
+        self.spawned.append({"argv": argv, "env": env, "cgroup_procs": cgroup_procs})
         self.t0 = self.now
         world = self
 
@@ -124,10 +126,38 @@ class Procs(object):
     def alive(self, pid):
         return self.w.alive(pid)
 
+    def cmdline(self, pid):
+        return self.w.cmdlines.get(pid, ["nvidia-smi"])
 
-def run(world, check_mode=False, **args):
+
+class NoCgroups(object):
+    """A host without a writable cgroup v2: unit tests never create real cgroups."""
+
+    def create(self, name):
+        raise OSError(30, "Read-only file system")
+
+    def of(self, pid):
+        return None
+
+    def remove(self, mount, path):
+        return True
+
+
+class Popener(object):
+    def __init__(self, world):
+        self.w = world
+
+    def spawn(self, *a, **kw):
+        return self.w.spawn(*a, **kw)
+
+    def kill_group(self, handle):
+        self.w.killed.append(handle.pid)
+        self.w.rc = -9
+
+
+def run(world, check_mode=False, inject=None, **args):
     params = {
-        "argv": ["/opt/sglang/bin/python", "-m", "sglang.launch_server", "--config", "/etc/sglang.yaml"],
+        "argv": [sys.executable, "-m", "sglang.launch_server", "--config", "/etc/sglang.yaml"],
         "log_dir": world.log_dir,
         "timeout": 600,
         "stall_timeout": 120,
@@ -137,9 +167,11 @@ def run(world, check_mode=False, **args):
     if check_mode:
         params["_ansible_check_mode"] = True
     with patch_module_args(params):
+        kw = dict(clock=world.clock, sleep=world.sleep, popener=Popener(world), http=world.http, procs=Procs(world),
+                  wall=lambda: 0.0, cgroups=NoCgroups())
+        kw.update(inject or {})
         try:
-            wfm.main(clock=world.clock, sleep=world.sleep, popener=type("P", (), {"spawn": staticmethod(world.spawn)})(),
-                     http=world.http, procs=Procs(world), wall=lambda: 0.0)
+            wfm.main(**kw)
         except Fail as e:
             return "failed", e.result
         except Exit as e:
