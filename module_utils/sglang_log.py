@@ -47,6 +47,8 @@ CRASH_CLASSES = (
     "child_sigquit",
     "killed",
     "port_in_use",
+    "native_crash",
+    "watchdog_timeout",
 )
 
 HINTS = {
@@ -73,38 +75,103 @@ HINTS = {
     "killed": "a server process died by a signal or exit code (the kernel OOM killer is the common cause: "
               "dmesg -T | grep -i oom)",
     "port_in_use": "the port is already taken: stop the other server or choose another port",
+    "native_crash": "a server process died in native code (segfault, abort, C++ exception) with no Python "
+                    "traceback: read the faulthandler or what() lines in log_tail; a core dump (coredumpctl) "
+                    "locates it",
+    "watchdog_timeout": "SGLang's watchdog saw a forward pass make no progress for --watchdog-timeout seconds "
+                        "(a hung kernel or collective, often one rank stuck): read the py-spy dump above it",
 }
 
-# Prefixes that wrap SGLang's own lines: Ray actor tags, container runtime timestamps.
+# How specific a class is. Later evidence replaces an earlier verdict only when it is more specific
+# (innermost cause first): an NCCL error inside a C++ abort is "nccl", the launcher's traceback after a
+# segfault does not turn "native_crash" back into "python_exception".
+_RANK = {"python_exception": 0, "child_sigquit": 0}
+_RANK.update((c, 1) for c in ("killed", "native_crash", "first_request_crash", "bad_config", "warmup_failed",
+                              "cuda_graph_capture", "watchdog_timeout"))
+_RANK.update((c, 2) for c in ("cuda_oom", "kv_pool_oom", "cuda_error", "nccl", "compile_error", "port_in_use"))
+
+# Prefixes that wrap SGLang's own lines: Ray actor tags, container runtime timestamps (docker's
+# "...Z ", the CRI format "2026-03-18T11:22:06.731234567+08:00 stderr F "), compose service names,
+# torch's per-rank tag "[rank0]:" and glog headers "[E321 02:07:08.408271257 ProcessGroupNCCL.cpp:607] ".
+_CRI = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)? (stdout|stderr) ([FP]) ")
 _OUTER_PREFIX = re.compile(
-    r"^(?:\(\S+ pid=\d+\) ?|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?Z? |\S+ \| )*"
+    r"^(?:\(\S+ pid=\d+(?:, ip=[\d.]+)?\) ?|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)? "
+    r"(?:(?:stdout|stderr) [FP] )?|\S+ \| |\[rank\d+\]: ?|\[[EWIF](?:\d{4} \d\d:\d\d:\d\d\.\d+)?(?: +\d+)? ?[\w.]+:\d+\] )*"
 )
-# SGLang's logging prefix: [2025-01-01 12:00:00 DP1 TP3 EP3] or [17:43:23 TP6] or [2025-01-01 12:00:00].
-_SGLANG_PREFIX = re.compile(r"^\[(?:\d{4}-\d\d-\d\d )?\d\d:\d\d:\d\d(?:\s+[A-Z]{2,4}\d+)*\]\s?")
+# SGLang's logging prefix: [2025-01-01 12:00:00 DP1 TP3 EP3], [17:43:23 TP6], [2025-01-01 12:00:00],
+# with milliseconds (SGLANG_LOG_MS), the multimodal server's [12-16 14:27:08], and the newer
+# "2026-03-18 11:22:06.731 ERROR 120984 [ TP0 scheduler.py:3190] " (level, pid, rank and source).
+_SGLANG_PREFIX = re.compile(
+    r"^(?:\[(?:\d{4}-\d\d-\d\d |\d\d-\d\d )?\d\d:\d\d:\d\d(?:[.,]\d+)?(?:\s+[A-Z]{2,4}\d+)*\]|"
+    r"\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? +(?:DEBUG|INFO|WARNING|WARN|ERROR|CRITICAL|FATAL) +\d+ +\[[^\]]*\])\s?"
+)
+# A request echoed by --log-requests (SGLang's request logger: "Receive: obj=GenerateReqInput(...)",
+# "Finish: obj=..., out={...}", "Receive OpenAI: obj={...}", the JSON format, the oldest "in=...").
+# Its text is user data: never evidence, never the start of a traceback.
+_ECHO = re.compile(r'^(?:(?:Receive(?: OpenAI)?|Finish): obj=|in=\w+\(|\{"timestamp": "[^"]*", "event": "request\.)')
+_OPEN_QUOTE = re.compile(r"['\"]")
+_CLOSE_QUOTE = {"'": re.compile(r"[^'\\]*(?:\\.[^'\\]*)*'", re.S), '"': re.compile(r'[^"\\]*(?:\\.[^"\\]*)*"', re.S)}
+
+
+def _quote_state(text, q):
+    """Scan text as Python literals from state q (None, or the quote we are inside); return the end state."""
+    i = 0
+    while True:
+        if q is None:
+            m = _OPEN_QUOTE.search(text, i)
+            if m is None:
+                return None
+            q, i = m.group(), m.end()
+        else:
+            m = _CLOSE_QUOTE[q].match(text, i)
+            if m is None:
+                return q
+            q, i = None, m.end()
 
 # Line signatures that prove a crash on their own. (regex, class, final?) in priority order.
 # "final" classes are not refined by the traceback that follows.
 _SIGNATURES = [
     (re.compile(r"address already in use|\[Errno 98\]", re.I), "port_in_use", True),
-    (re.compile(r"Initialization failed\. ?warmup error"), "warmup_failed", True),
+    (re.compile(r"Initialization failed\. ?warmup error|Disaggregation warmup failed"), "warmup_failed", True),
+    # The launcher's word on a dead scheduler; its exit code names the signal (-11 SIGSEGV, -6 SIGABRT, ...).
+    (re.compile(r"scheduler died during initialization \(exit code: -(?:11|6|7|4|8)\)", re.I), "native_crash", False),
     (re.compile(r"scheduler died during initialization|scheduler (?:process )?died\b|"
                 r"(?:Scheduler|Detokenizer|TokenizerManager)\S* (?:process )?(?:exited|is dead)", re.I),
-     "killed", True),
+     "killed", False),
     (re.compile(r"Capture cuda graph failed.*(?:out of memory)|(?:CUDA|HIP) out of memory|OutOfMemoryError"),
      "cuda_oom", True),
-    (re.compile(r"Capture cuda graph failed"), "cuda_graph_capture", True),
     (re.compile(r"Not enough memory\. Please try to increase --mem-fraction-static"), "kv_pool_oom", True),
-    (re.compile(r"NCCL error|ncclUnhandledCudaError|ncclSystemError|ncclInternalError"), "nccl", True),
+    # CUDA before NCCL: "watchdog thread terminated with exception: CUDA error: ..." is a CUDA fault that
+    # NCCL's watchdog only reported.
     (re.compile(r"\.cuh?:\d+: \w+: block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion .* failed|"
                 r"device-side assert triggered|illegal memory access was encountered|"
-                r"CUDA error: (?!out of memory)|unspecified launch failure"), "cuda_error", True),
+                r"CUDA (?:driver )?error: (?!out of memory)|unspecified launch failure|cudaError(?!Memory)\w+"),
+     "cuda_error", True),
+    (re.compile(r"NCCL error|ncclUnhandledCudaError|ncclSystemError|ncclInternalError|"
+                r"Watchdog caught collective operation timeout|ProcessGroupNCCL's watchdog got stuck|"
+                r"Process group watchdog thread terminated with exception|DistBackendError"), "nccl", True),
+    (re.compile(r"Capture cuda graph failed"), "cuda_graph_capture", True),
     (re.compile(r"^Error limit reached\.|^Compilation terminated\.|ninja: build stopped|"
                 r"\.cu\(\d+\): error:|errors? detected in the compilation of|"
-                r"CalledProcessError: Command '\['ninja'"), "compile_error", True),
+                r"CalledProcessError: Command '\['ninja'|CompilationError: "), "compile_error", True),
+    # SGLang's own watchdog (scheduler, detokenizer, tokenizer): the hard one SIGQUITs the server; the
+    # soft one (self.soft=True) only logs.
+    (re.compile(r"[Ww]atchdog timeout \((?:self\.)?watchdog_timeout=[\d.]+(?:, (?:self\.)?soft=False)?\)"),
+     "watchdog_timeout", True),
     (re.compile(r"Scheduler hit an exception"), "python_exception", False),
     (re.compile(r"Received sigquit from a child proces|SIGQUIT received"), "child_sigquit", False),
-    (re.compile(r"^(?:Killed|已杀死)\s*$"), "killed", True),
+    # Process deaths with no Python traceback: CPython's faulthandler, a C++ std::terminate (its what()
+    # line, below, names the cause), a shell's job line ("Segmentation fault (core dumped)",
+    # "start.sh: line 3: 1234 Killed   python3 -m sglang...", "[1]+  Aborted ...").
+    (re.compile(r"^Fatal Python error: |^terminate called (?:after throwing|recursively|without an active)|"
+                r"^(?:(?:\S.*?: line \d+: +|\[\d+\][+-]? +)?\d+ +|\[\d+\][+-]? +)?(?:Segmentation fault|Aborted|Bus error|"
+                r"Illegal instruction|Floating point exception|段错误|已放弃)(?: +\(core dumped\)|（核心已转储）)?"
+                r"(?:\s*$| {2,}\S| \S*python)|^zsh: (?:segmentation fault|abort|bus error|illegal hardware instruction) "),
+     "native_crash", False),
+    (re.compile(r"^(?:(?:\S.*?: line \d+: +|\[\d+\][+-]? +)?\d+ +|\[\d+\][+-]? +)?(?:Killed|已杀死)"
+                r"(?:\s*$| {2,}\S| \S*python)|^zsh: killed "), "killed", True),
 ]
+_WHAT = re.compile(r"^\s+what\(\):\s+(.*)")
 
 # Cheap pre-filter for the bulk scan: a line that matches none of these cannot change the verdict
 # unless a traceback block is open (then every line is looked at). Progress lines (tqdm bars, batch
@@ -121,9 +188,16 @@ _CRASH_ANCHORS = (
     # Both sigquit wordings ("Received sigquit from a child proces(s). It usually means the child failed.",
     # "SIGQUIT received. ... It usually means one child failed.") end in "child failed".
     # nvcc ends its errors with "N error(s) detected in the compilation of ...".
-    b"Traceback (most", b'  File "', b"child failed", b"Assertion `", b"\nKilled\n",
-    b"\xe5\xb7\xb2\xe6\x9d\x80\xe6\xad\xbb", b"CUDA error: ", b"Error limit reached",
-    b"detected in the compilation", b"already in use",
+    # "rror: " is every exception line and C-level error line ("CUDA error: ", "CUDA driver error: ",
+    # "Fatal Python error: ", "torch.OutOfMemoryError: ", "DistBackendError: "). "atchdog" is SGLang's
+    # and torch's watchdogs; "ailed" every "... failed" (capture, warm-up, "Assertion `...' failed",
+    # sigquit's "child failed", "ninja: build stopped: subcommand failed"); the signal names are the
+    # shell's job lines; ": obj=" a request echo (its continuation lines must be known as data).
+    b"Traceback (most", b'  File "', b"ailed", b"Killed", b"\xe5\xb7\xb2\xe6\x9d\x80\xe6\xad\xbb",
+    b"rror: ", b"Error limit reached", b"detected in the compilation", b"already in use", b"atchdog",
+    b"cudaError", b"terminate called", b"Segmentation fault", b"Aborted", b"Bus error", b"Illegal instruction",
+    b"Floating point exception", b"\xe6\xae\xb5\xe9\x94\x99\xe8\xaf\xaf", b"\xe5\xb7\xb2\xe6\x94\xbe\xe5\xbc\x83",
+    b"zsh: ", b"is dead", b"died", b"unspecified launch failure", b"ninja: build stopped", b": obj=",
 )
 # Phase markers, looked for only while their phase is still ahead.
 _PHASE_ANCHORS = (
@@ -199,6 +273,7 @@ _MAX_LINE = 64 * 1024
 _FIRST_BATCHES = 8
 _TAIL_BYTES = 64 * 1024
 _MAX_BLOCK = 400
+_HEAD = 256  # bytes of a followed file's start kept to see it rewritten (copytruncate)
 
 
 def strip_prefix(line):
@@ -256,6 +331,10 @@ class LogClassifier(object):
         self._block = None
         self._pending_chain = None  # a closed block that a chained traceback may continue
         self._tail_bytes = b""
+        self._echo = None  # inside a multi-line request echo: the quote its text is still open in
+        self._echo_last = False  # the last line (piece) fed was echo data
+        self._midline = False  # the last piece fed ended without a line break (a runaway line)
+        self._cri = {}  # CRI stream -> (first physical line, text so far) of a partial ("P") record
 
     # ---------------------------------------------------------------- bytes in
     def feed(self, data, final=False):
@@ -288,11 +367,8 @@ class LogClassifier(object):
         cache = {}
         if self.lineno < 5 and not self.emulator and b"[EMULATOR]" in buf[:4096]:
             self.emulator = True
-        if buf.startswith(b"Killed"):
-            # A buffer always starts at a line start; the "\nKilled\n" anchor cannot see this one.
-            cache[b"\nKilled\n"] = 0
         while pos < end:
-            if self._block is None and self._pending_chain is None:
+            if self._block is None and self._pending_chain is None and self._echo is None and not self._cri:
                 # Fast path: jump to the next line that can matter; account for the lines skipped.
                 hit = _next_anchor(buf, pos, end, _anchors(_PHASE_INDEX[self.phase]), cache)
                 start = end if hit >= end else max(buf.rfind(b"\n", pos, hit), buf.rfind(b"\r", pos, hit), pos - 1) + 1
@@ -317,6 +393,7 @@ class LogClassifier(object):
                     brk += 1
             line = buf[pos:stop].decode("utf-8", "replace")
             self.feed_line(line)
+            self._midline = brk == stop
             if b"\n" in buf[stop:brk]:
                 self.lineno += 1
             pos = brk
@@ -346,12 +423,41 @@ class LogClassifier(object):
     # ---------------------------------------------------------------- lines in
     def feed_line(self, line):
         """Process one complete line (no line break)."""
+        if self._midline and self._echo_last:
+            # the rest of a request echo too long for one read (see _MAX_LINE)
+            self._echo = _quote_state(line, self._echo)
+            return
         if not line.strip():
+            if self._echo is not None:
+                self._echo = _quote_state("\n", self._echo)
+                return
             if self._block is not None and self._block.exception is None:
                 self._block.lines.append(line)
             return
+        cri = _CRI.match(line)
+        if cri is not None:
+            # A container runtime splits long lines into partial records ("P") ended by a full one ("F").
+            key = cri.group(1)
+            held = self._cri.pop(key, None)
+            if held is not None:
+                line = held[0] + line[cri.end():]
+            if cri.group(2) == "P":
+                self._cri[key] = (line if held is None else line, None)
+                return
         lineno = self.lineno + 1
         body, prefixed = strip_prefix(line)
+        if self._echo is not None:
+            if not prefixed:
+                # a new physical line of an echoed request's text (a prompt with newlines)
+                self._echo = _quote_state("\n" + line, self._echo)
+                self._echo_last = True
+                return
+            self._echo = None  # a new logger line: the echo is over (or was cut)
+        if _ECHO.match(body):
+            self._echo = _quote_state(body, None)
+            self._echo_last = True
+            return
+        self._echo_last = False
 
         # Phases and progress (cheap, and only while not crashed).
         if self.state != "crashed":
@@ -359,9 +465,13 @@ class LogClassifier(object):
 
         # Line signatures first (a definite signature on a traceback's last line beats the block's
         # own header), but not on indented source lines quoted inside a traceback.
-        if body[:1] not in (" ", "\t"):
+        text = body
+        if body[:1] in (" ", "\t"):
+            what = _WHAT.match(body)  # "  what():  <message>" of a C++ exception that aborted the process
+            text = what.group(1) if what else None
+        if text:
             for rx, cls, final in _SIGNATURES:
-                if rx.search(body):
+                if rx.search(text):
                     self._on_signature(line, lineno, cls, final)
                     break
 
@@ -494,10 +604,15 @@ class LogClassifier(object):
             return "kv_pool_oom"
         if re.search(r"out of memory|OutOfMemoryError", text):
             return "cuda_oom"
-        if re.search(r"NCCL error|\bnccl\w*Error|ncclCommInit", text):
+        if re.search(r"CUDA (?:driver )?error: |device-side assert|illegal memory access|cudaError(?!Memory)\w+", exc_text):
+            return "cuda_error"  # the exception names a CUDA fault, whatever called it (NCCL included)
+        if re.search(r"NCCL error|\bnccl\w*Error|ncclCommInit|DistBackendError", text):
             return "nccl"
         if re.search(r"CUDA error|device-side assert|illegal memory access", text):
             return "cuda_error"
+        if (re.search(r"CompilationError|ninja: build stopped|CalledProcessError: Command '\['ninja'", text)
+                or any("triton/compiler" in p or "torch/_inductor" in p for p in files)):
+            return "compile_error"  # a JIT build failed, also when it ran inside capture or warm-up
         if "warmup error" in blk.start_line or any(f in ("_wait_and_warmup", "_execute_server_warmup") for f in funcs):
             return "warmup_failed"
         if (any("cuda_graph_runner" in p for p in files) or "Capture cuda graph" in text
@@ -527,6 +642,8 @@ class LogClassifier(object):
         # child_sigquit is refined only by a scheduler's traceback, not by a launching script's.
         if crash["class"] == "child_sigquit" and not (blk.scheduler_header or blk.scheduler_frame):
             return
+        if _RANK[crash["class"]] >= 1 and _RANK[cls] <= _RANK[crash["class"]]:
+            return  # e.g. the launcher's RuntimeError after a segfault: the segfault is the cause
         crash["class"] = cls
         crash["hint"] = self._hint(cls, exc_text)
         self.settled = True
@@ -549,11 +666,13 @@ class LogClassifier(object):
             return  # a client's bind error after ready is not ours
         if self.crash is None:
             self._decide(line, lineno, cls, final)
-        elif not self.settled and final and cls != self.crash["class"]:
-            # a definite signature inside the same crash (e.g. CUDA OOM in the scheduler's traceback)
+        elif not self.settled and cls != self.crash["class"] and (
+                final or _RANK[cls] > _RANK[self.crash["class"]]):
+            # a more specific cause inside the same crash (e.g. CUDA OOM in the scheduler's traceback,
+            # the NCCL timeout in a C++ abort's what() line)
             self.crash["class"] = cls
             self.crash["hint"] = HINTS[cls]
-            self.settled = True
+            self.settled = bool(final)
 
     def _decide(self, line, lineno, cls, final):
         if self.crash is not None:
@@ -606,7 +725,9 @@ class LogFollower(object):
     """Read what was appended to a file since the last call, by byte offset.
 
     * never reads a byte twice;
-    * truncation (size below our offset, as with ``copytruncate``) restarts at 0;
+    * truncation (size below our offset, as with ``copytruncate``) restarts at 0; so does a file
+      truncated and rewritten past our offset between two reads: its first bytes (remembered, up to
+      ``_HEAD`` of them) are no longer the ones we read, checked with one small ``pread`` per call;
     * replacement or rotation (a new inode at ``path``) drains the old file, then follows the new
       one from its start;
     * a file that does not exist yet is simply empty.
@@ -618,6 +739,7 @@ class LogFollower(object):
         self.max_read = max_read
         self._fh = None
         self._ident = None
+        self._head = b""  # the file's first bytes as we read them
         self.rotations = 0
         self.truncations = 0
 
@@ -630,6 +752,7 @@ class LogFollower(object):
         self._fh = fh
         self._ident = (st.st_dev, st.st_ino)
         self.offset = 0
+        self._head = b""
         return True
 
     def read(self):
@@ -655,15 +778,19 @@ class LogFollower(object):
                 return b"".join(out)
         else:
             size = os.fstat(self._fh.fileno()).st_size
-            if size < self.offset:
+            if size < self.offset or (self._head and size > self.offset
+                                      and os.pread(self._fh.fileno(), len(self._head), 0) != self._head):
                 self.truncations += 1
                 self.offset = 0
+                self._head = b""
         out.append(self._drain())
         return b"".join(out)
 
     def _drain(self):
         self._fh.seek(self.offset)
         data = self._fh.read(self.max_read)
+        if self.offset < _HEAD and data:
+            self._head = (self._head + data)[:_HEAD]
         self.offset += len(data)
         return data
 
