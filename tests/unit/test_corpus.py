@@ -30,7 +30,7 @@ def _expected_log_state(row):
 def test_manifest_has_all_files():
     files = sorted(f for f in os.listdir(DATA) if f.endswith(".log"))
     assert sorted(r["file"] for r in ROWS) == files
-    assert len(files) == 38
+    assert len(files) == 46
 
 
 @pytest.mark.parametrize("row", ROWS, ids=[r["file"] for r in ROWS])
