@@ -342,8 +342,10 @@ def create_cgroup(name, mount=None, parent=None):
         raise OSError(errno.ENOENT, "this process is not in a cgroup v2 hierarchy")
     rel = parent.rstrip("/") + "/" + CGROUP_PREFIX + name
     path = _cgroup_dir(mount, rel)
+    made = False
     try:
         os.mkdir(path, 0o755)
+        made = True
     except OSError as e:
         if e.errno != errno.EEXIST:
             raise
@@ -353,6 +355,8 @@ def create_cgroup(name, mount=None, parent=None):
         if cgroup_pids(mount, rel):
             raise OSError(errno.EBUSY, "%s still holds processes %s" % (path, sorted(cgroup_pids(mount, rel))))
     if not os.path.exists(os.path.join(path, "cgroup.procs")):
+        if made:
+            os.rmdir(path)
         raise OSError(errno.ENOTSUP, "%s is not a cgroup v2 directory" % path)
     return rel
 

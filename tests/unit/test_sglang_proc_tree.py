@@ -1,0 +1,163 @@
+"""sglang_proc: the server's own cgroup v2, against a fake /sys/fs/cgroup tree (a tmp dir), and the
+trust checks of the run state. No process is spawned or signalled."""
+from __future__ import annotations
+
+import errno
+import os
+
+import pytest
+
+from ansible.module_utils import sglang_proc as sp
+
+HYBRID = """\
+24 31 0:22 / /sys fs rw,nosuid,nodev,noexec,relatime shared:7 - sysfs sysfs rw
+33 24 0:28 / /sys/fs/cgroup ro,nosuid,nodev,noexec shared:9 - tmpfs tmpfs ro,mode=755
+34 33 0:29 / /sys/fs/cgroup/unified rw,nosuid,nodev,noexec,relatime shared:10 - cgroup2 cgroup2 rw,nsdelegate
+35 33 0:30 / /sys/fs/cgroup/memory rw,nosuid,nodev,noexec,relatime shared:11 - cgroup cgroup rw,memory
+"""
+PURE_V2 = "29 23 0:26 / /sys/fs/cgroup rw,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw,nsdelegate\n"
+READ_ONLY = "29 23 0:26 / /sys/fs/cgroup ro,nosuid,nodev,noexec,relatime shared:4 - cgroup2 cgroup2 rw\n"
+SUBTREE = "29 23 0:26 /kubepods/pod1 /sys/fs/cgroup rw,relatime - cgroup2 cgroup2 rw\n"
+
+
+@pytest.mark.parametrize("text, mount", [
+    (HYBRID, "/sys/fs/cgroup/unified"),
+    (PURE_V2, "/sys/fs/cgroup"),
+    (HYBRID + PURE_V2, "/sys/fs/cgroup"),
+    (READ_ONLY, None),
+    (SUBTREE, None),
+    ("", None),
+])
+def test_cgroup2_mount_is_found_only_when_writable_at_its_root(text, mount):
+    assert sp.cgroup2_mount(text) == mount
+
+
+def _cg(root, rel, pids=()):
+    path = os.path.join(str(root), rel.lstrip("/"))
+    os.makedirs(path, exist_ok=True)
+    with open(os.path.join(path, "cgroup.procs"), "w") as fh:
+        fh.write("".join("%d\n" % p for p in pids))
+    return path
+
+
+def test_create_reuses_an_empty_cgroup_of_ours_and_refuses_a_busy_one(tmp_path):
+    _cg(tmp_path, "/user.slice/session-3.scope", [111, 222])
+    _cg(tmp_path, "/user.slice/session-3.scope/eagle-deploy-sglang")
+    rel = sp.create_cgroup("sglang", mount=str(tmp_path), parent="/user.slice/session-3.scope")
+    assert rel == "/user.slice/session-3.scope/eagle-deploy-sglang"
+    _cg(tmp_path, rel, [333])
+    with pytest.raises(OSError) as e:
+        sp.create_cgroup("sglang", mount=str(tmp_path), parent="/user.slice/session-3.scope")
+    assert e.value.errno == errno.EBUSY and "333" in str(e.value)
+
+
+def test_create_in_a_directory_that_is_no_cgroup_fails_and_leaves_nothing(tmp_path):
+    # A plain directory (no cgroup.procs appears after mkdir): not cgroup v2.
+    with pytest.raises(OSError) as e:
+        sp.create_cgroup("sglang", mount=str(tmp_path), parent="/")
+    assert "not a cgroup v2 directory" in str(e.value)
+    assert os.listdir(str(tmp_path)) == []
+
+
+def test_create_without_a_cgroup2_mount_fails(monkeypatch):
+    monkeypatch.setattr(sp, "cgroup2_mount", lambda mountinfo=None: None)
+    with pytest.raises(OSError) as e:
+        sp.create_cgroup("sglang", parent="/")
+    assert "no writable cgroup v2" in str(e.value)
+
+
+def _state(tmp_path, rel, **extra):
+    st = dict(sp.identity(os.getpid()), cgroup={"mount": str(tmp_path), "path": rel, "dedicated": True})
+    st.update(extra)
+    return st
+
+
+def _table(*rows):
+    """A fake process table: (pid, ppid, sid[, start_time])."""
+    out = {}
+    for row in rows:
+        pid, ppid, sid = row[:3]
+        out[pid] = {"ppid": ppid, "pgid": sid, "sid": sid, "state": "S", "start_time": row[3] if len(row) > 3 else 1}
+    return out
+
+
+def test_a_process_that_left_the_session_is_ours_when_it_is_in_our_cgroup(tmp_path):
+    me = os.getpid()
+    rel = "/eagle-deploy-sglang"
+    _cg(tmp_path, rel, [me, 900001])
+    _cg(tmp_path, rel + "/nested", [900002])  # a cgroup the server made below ours
+    table = _table((me, 1, me), (900001, 1, 900001), (900002, 1, 900002), (900003, 1, 900003))
+    tree = sp.our_tree(_state(tmp_path, rel), table)
+    assert set(tree) == {me, 900001, 900002}  # 900001/2: double fork + setsid, still ours; 900003 is not
+
+
+def test_a_shared_cgroup_never_makes_a_process_ours(tmp_path):
+    me = os.getpid()
+    table = _table((me, 1, me), (900001, 1, 900001))
+    for rel, dedicated in (("/", True), ("/user.slice/session-3.scope", True), ("/eagle-deploy-sglang", False)):
+        _cg(tmp_path, rel, [me, 900001])
+        state = _state(tmp_path, rel)
+        state["cgroup"]["dedicated"] = dedicated
+        assert sp.dedicated_cgroup(state) is None
+        assert set(sp.our_tree(state, table)) == {me}
+
+
+def test_our_cgroup_is_not_trusted_from_a_record_that_is_not(tmp_path):
+    rel = "/eagle-deploy-sglang"
+    _cg(tmp_path, rel, [900001])
+    assert sp.dedicated_cgroup(_state(tmp_path, rel)) == (str(tmp_path), rel)
+    assert sp.dedicated_cgroup(_state(tmp_path, rel, boot_id="another-boot")) is None
+    assert sp.dedicated_cgroup(_state(tmp_path, rel, untrusted="forged")) is None
+    assert sp.dedicated_cgroup(_state(tmp_path, "/eagle-deploy-sglang/../user.slice")) is None
+
+
+def test_orphans_in_our_cgroup_are_found_after_the_leader_died(tmp_path):
+    rel = "/eagle-deploy-sglang"
+    _cg(tmp_path, rel, [900001])
+    state = _state(tmp_path, rel, pid=4000001)  # a leader PID that is not running
+    table = _table((900001, 1, 900001), (900002, 1, 4000001, 5))
+    state["start_time"] = 1
+    assert set(sp.orphans_of(state, table)) == {900001, 900002}
+
+
+def test_remove_cgroup_removes_the_empty_tree(tmp_path):
+    rel = "/eagle-deploy-sglang"
+    top = os.path.join(str(tmp_path), rel.lstrip("/"))
+    os.makedirs(os.path.join(top, "nested"))
+    assert sp.remove_cgroup(str(tmp_path), rel) is True and not os.path.exists(top)
+
+
+def test_proc_cgroup_reads_the_v2_line(monkeypatch, tmp_path):
+    os.makedirs(str(tmp_path / "77"))
+    (tmp_path / "77" / "cgroup").write_text("4:memory:/x\n0::/user.slice/session-3.scope\n")
+    monkeypatch.setattr(sp, "PROC", str(tmp_path))
+    assert sp.proc_cgroup(77) == "/user.slice/session-3.scope"
+    assert sp.proc_cgroup(78) is None
+
+
+# ------------------------------------------------------------------ trust of the run state
+def test_state_written_by_us_in_a_private_dir_is_trusted(tmp_path):
+    sp.write_state(str(tmp_path), "s", {"pid": 5})
+    assert sp.read_state(str(tmp_path), "s") == {"pid": 5}
+    assert oct(os.stat(str(tmp_path / "s.json")).st_mode & 0o777) == "0o644"
+
+
+@pytest.mark.parametrize("spoil, needle", [
+    (lambda d: os.chown(os.path.join(d, "s.json"), 65534, 65534), "owned by uid 65534"),
+    (lambda d: os.chmod(os.path.join(d, "s.json"), 0o666), "writable by its group or by others"),
+    (lambda d: os.chmod(d, 0o770), "run_dir"),
+    (lambda d: os.chown(d, 65534, 65534), "run_dir"),
+])
+def test_state_anyone_else_could_write_is_untrusted(tmp_path, spoil, needle):
+    d = str(tmp_path)
+    sp.write_state(d, "s", {"pid": os.getpid()})
+    spoil(d)
+    state = sp.read_state(d, "s")
+    assert state["pid"] is None and needle in state["untrusted"]
+    assert sp.why_not_ours(state) == state["untrusted"]
+
+
+def test_write_state_refuses_an_untrusted_dir(tmp_path):
+    os.chmod(str(tmp_path), 0o777)
+    with pytest.raises(sp.UntrustedState):
+        sp.write_state(str(tmp_path), "s", {"pid": 5})

@@ -1,0 +1,393 @@
+"""wait_for_model on a host shared with a less privileged service user, and with bad input (issue 8).
+
+Fake clock, fake launcher, fake HTTP, fake /proc view as in test_wait_for_model: no test spawns a
+process or sleeps. Where a test needs a live process that is "ours", it records this test process's own
+identity and replaces stop_tree with a recorder, so nothing is ever signalled."""
+from __future__ import annotations
+
+import errno
+import fcntl
+import json
+import os
+import sys
+
+import pytest
+
+from ansible.module_utils import sglang_proc
+
+import wait_for_model as wfm
+from test_wait_for_model import SCHED_CRASH, World, _exit_fail, run  # noqa: F401 - _exit_fail is an autouse fixture
+
+NOBODY = 65534
+SPAWN_WORKER = [sys.executable, "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5, pipe_handle=7)",
+                "--multiprocessing-fork"]
+
+
+@pytest.fixture
+def world(tmp_path):
+    return World(str(tmp_path))
+
+
+@pytest.fixture
+def stops(monkeypatch):
+    """stop_tree replaced by a recorder: a test can prove that nothing would have been signalled."""
+    calls = []
+
+    def fake_stop_tree(state, grace=30.0, clock=None, sleep=None, poll=0.1):
+        calls.append(state.get("pid"))
+        return {"signalled": [state.get("pid")], "killed": [], "remaining": [], "skipped_reason": None, "seconds": 0.0}
+    monkeypatch.setattr(sglang_proc, "stop_tree", fake_stop_tree)
+    return calls
+
+
+def record_self_as_server(world, fingerprint="old", log_text="", **extra):
+    """A trusted run state whose leader is this (live) test process."""
+    log_path = os.path.join(world.log_dir, "sglang_r1.log")
+    with open(log_path, "w") as fh:
+        fh.write(log_text)
+    state = dict(sglang_proc.identity(os.getpid()), fingerprint=fingerprint, fingerprint_parts={}, attempt=1,
+                 log_path=log_path, user="root")
+    state.update(extra)
+    sglang_proc.write_state(world.log_dir, "sglang", state)
+    return state
+
+
+# ------------------------------------------------------------------ item 2: run state only root can write
+def test_state_file_written_by_another_user_is_refused_and_nothing_signalled(world, stops):
+    record_self_as_server(world)
+    os.chown(os.path.join(world.log_dir, "sglang.json"), NOBODY, NOBODY)
+    status, r = run(world, state="stopped")
+    assert status == "failed" and "not trusted" in r["msg"] and "uid %d" % NOBODY in r["msg"]
+    assert stops == []
+
+
+def test_run_dir_writable_by_others_is_refused(world, stops):
+    record_self_as_server(world)
+    os.chmod(world.log_dir, 0o777)
+    status, r = run(world, state="stopped")
+    assert status == "failed" and "writable by its group or by others" in r["msg"]
+    assert stops == []
+    status, r = run(world, force_restart=True)
+    assert status == "failed" and "not trusted" in r["msg"]
+    assert stops == [] and world.spawned == []
+
+
+def test_state_file_that_is_a_symlink_is_refused(world, stops):
+    state = record_self_as_server(world)
+    real = os.path.join(world.log_dir, "elsewhere.json")
+    os.rename(os.path.join(world.log_dir, "sglang.json"), real)
+    os.symlink(real, os.path.join(world.log_dir, "sglang.json"))
+    status, r = run(world, state="stopped")
+    assert status == "failed" and "symlink" in r["msg"]
+    assert stops == [] and state["pid"] == os.getpid()
+
+
+def test_untrusted_state_is_never_ours_for_the_tree_helpers(world):
+    record_self_as_server(world)
+    os.chown(os.path.join(world.log_dir, "sglang.json"), NOBODY, NOBODY)
+    state = sglang_proc.read_state(world.log_dir, "sglang")
+    assert state["untrusted"] and state["pid"] is None
+    assert "not trusted" in sglang_proc.why_not_ours(state)
+    assert sglang_proc.our_tree(state) == {} and sglang_proc.orphans_of(state) == {}
+
+
+@pytest.fixture
+def secret(tmp_path_factory):
+    path = str(tmp_path_factory.mktemp("root-only") / "shadow")
+    with open(path, "w") as fh:
+        fh.write("root:SECRET-HASH:19000:0:99999:7:::\n")
+    os.chmod(path, 0o600)
+    return path
+
+
+def test_log_path_outside_log_dir_is_never_read(world, stops, secret):
+    record_self_as_server(world, log_path=secret)
+    world.health = lambda t: 200
+    status, r = run(world, state="watched")
+    assert status == "failed" and "not under log_dir" in r["msg"]
+    assert "SECRET" not in json.dumps(r)
+
+
+def test_log_symlink_out_of_log_dir_is_never_followed(world, stops, secret):
+    record_self_as_server(world)
+    os.unlink(os.path.join(world.log_dir, "sglang_r1.log"))
+    os.symlink(secret, os.path.join(world.log_dir, "sglang_r1.log"))
+    world.health = lambda t: 200
+    status, r = run(world, state="watched")
+    assert status == "failed" and "not under log_dir" in r["msg"]
+    assert "SECRET" not in json.dumps(r)
+
+
+def test_log_the_service_user_cannot_read_is_never_printed(world, stops):
+    # A root-only file inside log_dir (a hard link, say): the service user could not read it.
+    record_self_as_server(world, log_text="root:SECRET-HASH\n", user="nobody")
+    os.chmod(os.path.join(world.log_dir, "sglang_r1.log"), 0o600)
+    world.health = lambda t: 200
+    status, r = run(world, state="watched")
+    assert status == "failed" and "service user can read" in r["msg"]
+    assert "SECRET" not in json.dumps(r)
+
+
+# ------------------------------------------------------------------ item 3: one run at a time
+def _hold_lock(world, holder):
+    fd = os.open(os.path.join(world.log_dir, "sglang.lock"), os.O_RDWR | os.O_CREAT, 0o644)
+    fcntl.flock(fd, fcntl.LOCK_EX)  # another open file description: conflicts like another process
+    os.write(fd, json.dumps(holder).encode())
+    return fd
+
+
+def test_lock_held_by_another_run_fails_after_lock_timeout_naming_the_holder(world, stops):
+    record_self_as_server(world)
+    fd = _hold_lock(world, {"pid": 4242, "since": 1767225600.0, "state": "started"})
+    try:
+        t0 = world.now
+        status, r = run(world, force_restart=True, lock_timeout=5)
+    finally:
+        os.close(fd)
+    assert status == "failed"
+    assert "another run holds the lock for sglang since " in r["msg"] and "(pid 4242, state started)" in r["msg"]
+    assert 5 <= world.now - t0 <= 5.5
+    assert world.spawned == [] and stops == []
+
+
+def test_injected_busy_lock_is_waited_for_then_taken(world):
+    calls = []
+
+    def locker(fd, op):
+        calls.append(op)
+        if len(calls) <= 10:
+            raise BlockingIOError(errno.EWOULDBLOCK, "busy")
+    world.health = lambda t: 200
+    status, r = run(world, inject={"locker": locker}, lock_timeout=60)
+    assert status == "ok" and len(world.spawned) == 1
+    assert r["lock_wait"] == pytest.approx(2.0, abs=0.01)
+    assert all(op == fcntl.LOCK_EX | fcntl.LOCK_NB for op in calls)
+    holder = json.load(open(os.path.join(world.log_dir, "sglang.lock")))
+    assert holder["pid"] == os.getpid() and holder["state"] == "started"
+
+
+def test_check_mode_takes_the_lock_shared_and_creates_no_lock_file(world):
+    ops = []
+    status, r = run(world, check_mode=True, inject={"locker": lambda fd, op: ops.append(op)})
+    assert status == "ok" and ops == [] and not os.path.exists(os.path.join(world.log_dir, "sglang.lock"))
+    open(os.path.join(world.log_dir, "sglang.lock"), "w").close()
+    status, r = run(world, check_mode=True, inject={"locker": lambda fd, op: ops.append(op)})
+    assert ops == [fcntl.LOCK_SH | fcntl.LOCK_NB]
+
+
+# ------------------------------------------------------------------ items 4, 5, 8: every input first
+@pytest.mark.parametrize("args, needle", [
+    ({"port": 99999}, "port 99999 is out of range"),
+    ({"port": 70000}, "port 70000 is out of range"),
+    ({"port": -1}, "port -1 is out of range"),
+    ({"health_url": "http://127.0.0.1:99999/health_generate"}, "health_url"),
+    ({"health_url": "http://127.0.0.1:http/health"}, "invalid port"),
+    ({"stop_timeout": -1}, "stop_timeout must be >= 0"),
+    ({"settle_time": -0.5}, "settle_time must be >= 0"),
+    ({"child_grace": -1}, "child_grace must be >= 0"),
+    ({"log_tail_lines": -1}, "log_tail_lines must be >= 0"),
+    ({"keep_attempts": -1}, "keep_attempts must be >= 0"),
+    ({"watch_time": -1}, "watch_time must be >= 0"),
+    ({"lock_timeout": -1}, "lock_timeout must be >= 0"),
+    ({"unhealthy_after": 0}, "unhealthy_after must be >= 1"),
+    ({"health_timeout": 0}, "health_timeout must be > 0"),
+    ({"poll_interval": float("nan")}, "poll_interval must be a finite number"),
+    ({"name": "../x"}, "name '../x' is not allowed"),
+    ({"name": "a/b"}, "name 'a/b' is not allowed"),
+    ({"name": ".."}, "is not allowed"),
+    ({"argv": ["/nonexistent/bin/python", "-m", "sglang.launch_server"]}, "argv[0] /nonexistent/bin/python was not found"),
+    ({"argv": ["no-such-binary-eagle-deploy"]}, "argv[0] no-such-binary-eagle-deploy was not found"),
+    ({"chdir": "/nonexistent/dir"}, "chdir /nonexistent/dir does not exist"),
+])
+def test_bad_input_is_refused_before_our_server_is_stopped(world, stops, args, needle):
+    record_self_as_server(world)  # a healthy server of ours with another fingerprint: it would be restarted
+    status, r = run(world, **args)
+    assert status == "failed" and needle in r["msg"], r["msg"]
+    assert "crash_class" not in r and "hint" not in r
+    assert stops == [] and world.spawned == []
+    assert sorted(os.listdir(world.log_dir)) == ["sglang.json", "sglang.pid", "sglang_r1.log"]
+
+
+@pytest.mark.parametrize("state", ["stopped", "watched"])
+def test_bad_name_is_refused_for_every_state(world, stops, state):
+    status, r = run(world, state=state, name="../x")
+    assert status == "failed" and "is not allowed" in r["msg"] and stops == []
+
+
+def test_missing_argv_binary_leaves_no_log_files(world):
+    status, r = run(world, argv=["/nonexistent/bin/python"])
+    assert status == "failed" and "argv[0]" in r["msg"]
+    assert os.listdir(world.log_dir) == []
+
+
+def test_unwritable_run_dir_is_refused_before_anything(world, stops, monkeypatch):
+    record_self_as_server(world)
+
+    def mkstemp(prefix="", dir=None):
+        raise OSError(errno.EROFS, "Read-only file system")
+    monkeypatch.setattr(wfm.tempfile, "mkstemp", mkstemp)
+    status, r = run(world)
+    assert status == "failed" and "run_dir %s is not writable (Read-only file system)" % world.log_dir in r["msg"]
+    assert stops == [] and world.spawned == []
+
+
+def test_full_disk_is_refused_before_anything(world, stops, monkeypatch):
+    record_self_as_server(world)
+    real = os.statvfs
+
+    class Full(object):
+        f_bavail, f_frsize = 10, 4096
+    monkeypatch.setattr(wfm.os, "statvfs", lambda path: Full() if path == world.log_dir else real(path))
+    status, r = run(world)
+    assert status == "failed" and "0 MiB free, less than min_free_space_mib (64)" in r["msg"]
+    assert stops == [] and world.spawned == []
+
+
+def test_state_write_failure_kills_the_server_just_started(world, monkeypatch):
+    def full(run_dir, name, state):
+        raise OSError(errno.ENOSPC, "No space left on device")
+    monkeypatch.setattr(sglang_proc, "write_state", full)
+    world.health = lambda t: 200
+    status, r = run(world)
+    assert status == "failed"
+    assert "could not record the run state" in r["msg"] and "No space left on device" in r["msg"]
+    assert "was killed" in r["msg"] and "crash_class" not in r
+    assert world.killed == [4000001]
+
+
+# ------------------------------------------------------------------ item 6: watched is careful
+def test_watched_in_check_mode_never_signals(world, stops):
+    record_self_as_server(world, log_text=SCHED_CRASH)
+    status, r = run(world, state="watched", check_mode=True)
+    assert status == "failed" and r["crash_class"] == "nccl"
+    assert r["would_stop"] is True and "not stopped" in r["msg"]
+    assert stops == [] and "stopped_after_failure" not in r
+
+
+def test_watched_a_single_failed_poll_at_the_end_is_not_unhealthy(world, stops):
+    record_self_as_server(world)
+    t0 = world.now
+    seen = []
+
+    def http(url, headers, timeout):
+        seen.append((world.now - t0, timeout))
+        # slow answers (timeouts) for 2 polls right at the end of the window, then 200 again
+        return None if world.now - t0 >= 3 and len([s for s in seen if s[0] >= 3]) <= 2 else 200
+    world.http = http
+    status, r = run(world, state="watched", watch_time=3)
+    assert status == "ok", r["msg"]
+    assert stops == []
+    assert all(timeout == 10.0 for _, timeout in seen)  # health_timeout, not 2 s
+
+
+def test_watched_unhealthy_after_consecutive_failed_polls(world, stops):
+    record_self_as_server(world)
+    polls = []
+    world.http = lambda url, headers, timeout: polls.append(world.now) or 503
+    status, r = run(world, state="watched", watch_time=3, unhealthy_after=4)
+    assert status == "failed" and r["crash_class"] == "unhealthy"
+    assert r["health_polls"]["failed_in_a_row"] == 4
+    assert all(b - a >= 1.0 for a, b in zip(polls, polls[1:]))  # failed polls are at least 1 s apart
+
+
+def test_watched_from_an_offset_ignores_an_old_crash_and_echoed_prompts(world, stops):
+    old = ("[2026-12-02 10:00:00] Receive: obj=GenerateReqInput(rid='1', text='Traceback (most recent call last): "
+           "torch.OutOfMemoryError: CUDA out of memory')\n" + SCHED_CRASH)
+    record_self_as_server(world, log_text=old)
+    world.health = lambda t: 200
+    status, r = run(world, state="watched", log_offset=len(old.encode()))
+    assert status == "ok", r["msg"]
+    assert r["log_watched_from"] == len(old.encode()) and r["log_offset"] == len(old.encode())
+    assert stops == []
+
+
+def test_watched_from_the_end_then_a_new_crash_is_caught(world, stops):
+    record_self_as_server(world, log_text="[2026-12-02 10:00:00] The server is fired up and ready to roll!\n")
+    world.health = lambda t: 200
+    status, mark = run(world, state="watched", watch_time=0, log_offset=-1)
+    assert status == "ok"
+    with open(os.path.join(world.log_dir, "sglang_r1.log"), "a") as fh:
+        fh.write(SCHED_CRASH)
+    status, r = run(world, state="watched", log_offset=mark["log_offset"])
+    assert status == "failed" and r["crash_class"] == "nccl" and r["log_watched_from"] == mark["log_offset"]
+
+
+def test_offset_inside_a_line_starts_at_the_next_line(world, stops):
+    text = "[2026-12-02 10:00:00] Receive: obj=GenerateReqInput(text='Scheduler hit an exception: Traceback')\nnext\n"
+    record_self_as_server(world, log_text=text)
+    world.health = lambda t: 200
+    status, r = run(world, state="watched", log_offset=30)
+    assert status == "ok" and r["log_watched_from"] == text.index("next")
+
+
+def test_started_returns_the_log_offset_when_it_keeps_the_server(world, stops):
+    argv = [sys.executable, "-m", "sglang.launch_server", "--config", "/etc/sglang.yaml"]  # run()'s default
+    parts = wfm.fingerprint_parts(argv, {}, [], {}, None, {})
+    record_self_as_server(world, fingerprint=wfm.fingerprint_of(parts), log_text="line one\nline two\n")
+    world.health = lambda t: 200
+    status, r = run(world, argv=argv)
+    assert status == "ok" and r["changed"] is False
+    assert r["log_offset"] == len("line one\nline two\n") and r["log_tail"] == ["line one", "line two"]
+    assert stops == [] and world.spawned == []
+
+
+# ------------------------------------------------------------------ item 8: a worker that dies young
+def test_scheduler_that_dies_within_child_grace_is_child_died_not_stalled(world):
+    world.children = {4100: 111, 4101: 222}
+    world.cmdlines = {4100: SPAWN_WORKER, 4101: SPAWN_WORKER}
+    world.write(0.2, "[2026-12-02 10:00:00 TP0] Load weight begin. avail mem=78.00 GB\n")
+    world.at(1.0, lambda: world.children.pop(4100))
+    status, r = run(world, child_grace=2.0, stall_timeout=900)
+    assert status == "failed" and r["crash_class"] == "child_died" and r["dead_child_pid"] == 4100
+    assert r["elapsed"] < 2
+
+
+def test_sglang_titled_worker_is_long_lived_from_birth(world):
+    world.children = {4100: 111}
+    world.cmdlines = {4100: ["sglang::scheduler_TP0"]}
+    world.at(0.5, lambda: world.children.pop(4100))
+    status, r = run(world, child_grace=2.0)
+    assert status == "failed" and r["crash_class"] == "child_died"
+
+
+# ------------------------------------------------------------------ process tree: our own cgroup
+class FakeCgroups(object):
+    def __init__(self, joined=True):
+        self.joined = joined
+        self.removed = []
+
+    def create(self, name):
+        return "/sys/fs/cgroup", "/eagle-deploy-" + name
+
+    def of(self, pid):
+        return "/eagle-deploy-sglang" if self.joined else "/user.slice/session-3.scope"
+
+    def remove(self, mount, path):
+        self.removed.append(path)
+        return True
+
+
+def test_launch_in_our_own_cgroup_is_recorded(world):
+    world.health = lambda t: 200
+    status, r = run(world, inject={"cgroups": FakeCgroups()})
+    assert status == "ok" and r["tree_tracking"] == "cgroup"
+    assert world.spawned[0]["cgroup_procs"] == "/sys/fs/cgroup/eagle-deploy-sglang/cgroup.procs"
+    state = json.load(open(os.path.join(world.log_dir, "sglang.json")))
+    assert state["cgroup"] == {"mount": "/sys/fs/cgroup", "path": "/eagle-deploy-sglang", "dedicated": True}
+    assert state["tree_tracking"] == "cgroup"
+
+
+def test_server_that_did_not_join_its_cgroup_falls_back_to_the_session(world):
+    world.health = lambda t: 200
+    cg = FakeCgroups(joined=False)
+    status, r = run(world, inject={"cgroups": cg})
+    assert status == "ok" and r["tree_tracking"] == "session" and "did not join" in r["tree_tracking_note"]
+    assert cg.removed == ["/eagle-deploy-sglang"]
+    assert json.load(open(os.path.join(world.log_dir, "sglang.json")))["cgroup"] is None
+
+
+def test_host_without_cgroups_tracks_the_session_and_says_why(world):
+    world.health = lambda t: 200
+    status, r = run(world)
+    assert status == "ok" and r["tree_tracking"] == "session" and "Read-only file system" in r["tree_tracking_note"]
+    assert world.spawned[0]["cgroup_procs"] is None
