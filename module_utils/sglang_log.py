@@ -163,14 +163,16 @@ _SIGNATURES = [
     # Process deaths with no Python traceback: CPython's faulthandler, a C++ std::terminate (its what()
     # line, below, names the cause), a shell's job line ("Segmentation fault (core dumped)",
     # "start.sh: line 3: 1234 Killed   python3 -m sglang...", "[1]+  Aborted ...").
-    (re.compile(r"^Fatal Python error: |^terminate called (?:after throwing|recursively|without an active)|"
-                r"^(?:(?:\S.*?: line \d+: +|\[\d+\][+-]? +)?\d+ +|\[\d+\][+-]? +)?(?:Segmentation fault|Aborted|Bus error|"
-                r"Illegal instruction|Floating point exception|段错误|已放弃)(?: +\(core dumped\)|（核心已转储）)?"
-                r"(?:\s*$| {2,}\S| \S*python)|^zsh: (?:segmentation fault|abort|bus error|illegal hardware instruction) "),
+    (re.compile(r"^(?:Fatal Python error: |terminate called (?:after throwing|recursively|without an active)|"
+                r"(?:(?:\S.*?: line \d+: +|\[\d+\][+-]? +)?\d+ +|\[\d+\][+-]? +)?(?:Segmentation fault|Aborted|Bus error)"
+                r"(?: +\(core dumped\))?(?:\s*$| {2,}\S| \S*python))"),
      "native_crash", False),
-    (re.compile(r"^(?:(?:\S.*?: line \d+: +|\[\d+\][+-]? +)?\d+ +|\[\d+\][+-]? +)?(?:Killed|已杀死)"
-                r"(?:\s*$| {2,}\S| \S*python)|^zsh: killed "), "killed", True),
+    (re.compile(r"^(?:(?:(?:\S.*?: line \d+: +|\[\d+\][+-]? +)?\d+ +|\[\d+\][+-]? +)?(?:Killed|已杀死)"
+                r"(?:\s*$| {2,}\S| \S*python))"), "killed", True),
 ]
+# Patterns that start with "^" are tried at the line start only (match): search() would retry them at
+# every position of a long line.
+_LOOKS = [((rx.match if rx.pattern.startswith("^(") else rx.search), cls, final) for rx, cls, final in _SIGNATURES]
 _WHAT = re.compile(r"^\s+what\(\):\s+(.*)")
 
 # Cheap pre-filter for the bulk scan: a line that matches none of these cannot change the verdict
@@ -188,16 +190,18 @@ _CRASH_ANCHORS = (
     # Both sigquit wordings ("Received sigquit from a child proces(s). It usually means the child failed.",
     # "SIGQUIT received. ... It usually means one child failed.") end in "child failed".
     # nvcc ends its errors with "N error(s) detected in the compilation of ...".
-    # "rror: " is every exception line and C-level error line ("CUDA error: ", "CUDA driver error: ",
-    # "Fatal Python error: ", "torch.OutOfMemoryError: ", "DistBackendError: "). "atchdog" is SGLang's
-    # and torch's watchdogs; "ailed" every "... failed" (capture, warm-up, "Assertion `...' failed",
-    # sigquit's "child failed", "ninja: build stopped: subcommand failed"); the signal names are the
-    # shell's job lines; ": obj=" a request echo (its continuation lines must be known as data).
-    b"Traceback (most", b'  File "', b"ailed", b"Killed", b"\xe5\xb7\xb2\xe6\x9d\x80\xe6\xad\xbb",
-    b"rror: ", b"Error limit reached", b"detected in the compilation", b"already in use", b"atchdog",
-    b"cudaError", b"terminate called", b"Segmentation fault", b"Aborted", b"Bus error", b"Illegal instruction",
-    b"Floating point exception", b"\xe6\xae\xb5\xe9\x94\x99\xe8\xaf\xaf", b"\xe5\xb7\xb2\xe6\x94\xbe\xe5\xbc\x83",
-    b"zsh: ", b"is dead", b"died", b"unspecified launch failure", b"ninja: build stopped", b": obj=",
+    # "Error: " is every exception line (torch.OutOfMemoryError, DistBackendError, CompilationError); the
+    # C-level ones are "CUDA error: ", "CUDA driver error: ", "Fatal Python error: " (not a bare "error: ":
+    # Triton's harmless 'loc(...): error:' lines are frequent and each hit costs a decode and the regexes). "atchdog " is SGLang's and torch's watchdogs (not server_args'
+    # "watchdog_timeout=", a long line to decode). "ailed" is every "... failed" (capture, warm-up,
+    # "Assertion `...' failed", sigquit's "child failed", "ninja: build stopped: subcommand failed"); the
+    # signal names are the shell's job lines; ": obj=" a request echo (its continuation lines are data).
+    # Each anchor is one more pass over the buffer: keep them few and long.
+    b"Traceback (most", b'  File "', b"ailed", b"Killed", b"\xe5\xb7\xb2\xe6\x9d\x80\xe6\xad\xbb", b"Error: ",
+    b"CUDA error: ", b"driver error: ", b"Python error: ",
+    b"Bus error", b"cudaError", b"detected in the compilation", b"Error limit reached",
+    b"already in use", b"atchdog ", b"terminate called", b"Segmentation fault", b"Aborted", b"is dead", b"died",
+    b": obj=",
 )
 # Phase markers, looked for only while their phase is still ahead.
 _PHASE_ANCHORS = (
@@ -470,8 +474,8 @@ class LogClassifier(object):
             what = _WHAT.match(body)  # "  what():  <message>" of a C++ exception that aborted the process
             text = what.group(1) if what else None
         if text:
-            for rx, cls, final in _SIGNATURES:
-                if rx.search(text):
+            for look, cls, final in _LOOKS:
+                if look(text):
                     self._on_signature(line, lineno, cls, final)
                     break
 
