@@ -9,6 +9,7 @@ against the real parser and checks that both methods see the same options.
 from __future__ import annotations
 
 import importlib.util
+import json
 import os
 import stat
 import sys
@@ -331,3 +332,73 @@ def test_real_sglang_parser_and_ast_agree(run, sglang_root):
     assert ast_only["option_count"] == real["option_count"]
     assert not real.get("failed"), real["msg"]
     assert real["values_checked"] is True
+
+
+# ---------------------------------------------------------------- SGLang 0.5.17 (the release run on the H200)
+
+# What tests/gpu/real_sglang.yml wrote into the --config file of the server that ran on the H200
+# (tests/data/h200-sglang): the settings of inventory/h200.
+H200_ARGS = {
+    "model-path": "/tmp/m/target",
+    "speculative-draft-model-path": "/tmp/m/draft",
+    "tp-size": 1,
+    "speculative-algorithm": "EAGLE3",
+    "speculative-num-steps": 3,
+    "speculative-eagle-topk": 1,
+    "speculative-num-draft-tokens": 4,
+    "mem-fraction-static": 0.2,
+    "attention-backend": "triton",
+    "sampling-backend": "pytorch",
+    "grammar-backend": "none",
+    "host": "127.0.0.1",
+    "port": 30000,
+}
+H200_RESULTS = os.path.join(sglang_src.REPO, "tests", "data", "h200-sglang", "results")
+
+
+@pytest.fixture(scope="session")
+def sglang_0_5_17_root(tmp_path_factory):
+    """Installed-like sglang package dir of SGLang 0.5.17: its option sources and its --config reader."""
+    dest = str(tmp_path_factory.mktemp("sglang-0.5.17"))
+    with zipfile.ZipFile(sglang_src.wheel_path("0.5.17")) as wheel:
+        for member in ("sglang/srt/server_args.py", "sglang/srt/server_args_config_parser.py"):
+            wheel.extract(member, dest)
+    return os.path.join(dest, "sglang")
+
+
+def test_ast_reads_as_many_options_from_0_5_17_as_its_real_parser_gave_on_the_h200(sglang_0_5_17_root):
+    with open(os.path.join(H200_RESULTS, "argscheck.json")) as f:
+        real = json.load(f)
+    assert (real["method"], real["sglang_version"]) == ("sglang_parser", "0.5.17")
+    assert len(sac.option_strings_from_tree(sglang_0_5_17_root)) == real["option_count"] == 493
+
+
+def test_module_accepts_the_h200_arguments_on_0_5_17(run, sglang_0_5_17_root):
+    result = run(python=NO_SGLANG_PYTHON, sglang_root=sglang_0_5_17_root, args=H200_ARGS)
+    assert not result.get("failed"), result["msg"]
+    assert result["method"] == "ast"
+    assert result["checked_args"] == ["--" + k for k in H200_ARGS]
+
+
+def test_config_refused_dests_follow_0_5_17s_config_reader(sglang_0_5_17_root):
+    refused = sac.config_refused_dests(sglang_0_5_17_root)
+    assert refused["disable_cuda_graph"] == "DeprecatedStoreTrueAction"
+    # A plain option refused because a deprecated alias shares its dest (the second device call's crash).
+    assert refused["cuda_graph_backend_prefill"] == "DeprecatedStoreConstAction"
+    for dest in ("model_path", "mem_fraction_static", "attention_backend", "speculative_algorithm", "api_key"):
+        assert dest not in refused
+
+
+@pytest.mark.parametrize("key", ["disable-cuda-graph", "cuda-graph-backend-prefill", "cuda-graph-max-bs-decode"])
+def test_module_rejects_options_0_5_17_refuses_in_its_config_file(run, sglang_0_5_17_root, key):
+    """0.5.17 knows these flags but its --config reader raises 'Unsupported config option' for them."""
+    result = run(python=NO_SGLANG_PYTHON, sglang_root=sglang_0_5_17_root, args=H200_ARGS,
+                 extra_args={key: "disabled" if key == "cuda-graph-backend-prefill" else True})
+    assert result["failed"]
+    assert result["config_refused_args"] == [key]
+    assert "refuses %s in its --config file" % key in result["msg"]
+
+
+def test_config_rule_is_not_applied_without_sglangs_config_reader(sglang_root):
+    """0.5.23's sources as extracted above hold no server_args_config_parser.py: nothing is refused."""
+    assert sac.config_refused_dests(sglang_root) is None

@@ -1,0 +1,133 @@
+"""Real SGLang 0.5.17 logs from the lent H200 (tests/data/h200-sglang, README there) replayed through the
+log classifier: the verdict an operator must get from each, whole and as a growing file."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+from ansible.module_utils.sglang_log import LogClassifier, classify_bytes, classify_file
+
+DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "data", "h200-sglang")
+
+
+def _path(name):
+    return os.path.join(DATA, name)
+
+
+def _read(name):
+    with open(_path(name), "rb") as fh:
+        return fh.read()
+
+
+def _lines(name):
+    return _read(name).decode("utf-8", "replace").split("\n")
+
+
+def _lineno_of(name, text):
+    return next(i for i, line in enumerate(_lines(name), 1) if text in line)
+
+
+def _result(name):
+    with open(os.path.join(DATA, "results", name)) as fh:
+        return json.load(fh)
+
+
+READY_LINE = "The server is fired up and ready to roll!"
+
+# file -> (state, crash class, text of the deciding line)
+VERDICTS = {
+    # Ready, decoded through EAGLEWorkerV2, then stopped by wait_for_model state=stopped (SIGTERM to the tree):
+    # 0.5.17 logs the orderly shutdown as "Subprocess scheduler_0 ... crashed with exit code -15. Triggering
+    # SIGQUIT" right after "SIGTERM received ... Draining requests and shutting down". A stop we asked for is
+    # not a crash: the verdict stays ready.
+    "ready_eagle3.log": ("ready", None, READY_LINE),
+    # --mem-fraction-static 0.999: torch.OutOfMemoryError while the draft's KV pool is allocated.
+    "oom_mem_fraction_0.999.log": ("crashed", "cuda_oom", "Scheduler hit an exception"),
+    # --mem-fraction-static 0.0005: 0.5.17's own check, "Loaded weights leave no GPU memory for the KV cache
+    # under --mem-fraction-static=0.0005. Raise --mem-fraction-static above 0.001": the KV pool does not fit.
+    "kv_pool_mem_fraction_0.0005.log": ("crashed", "kv_pool_oom", "Scheduler hit an exception"),
+    # kill -9 of the real sglang::scheduler after ready: the launcher logs the child's exit code -9 and tears
+    # the whole tree down with SIGQUIT; the log alone shows exactly that.
+    "scheduler_kill9.log": ("crashed", "child_sigquit", "SIGQUIT received"),
+    # 0.5.17's --config refuses deprecated flags (what the playbook first wrote into the config file).
+    "bad_config_disable_cuda_graph.log": ("crashed", "bad_config", "Traceback (most recent call last):"),
+    "bad_config_cuda_graph_backend_prefill.log": ("crashed", "bad_config", "Traceback (most recent call last):"),
+}
+
+
+def test_every_log_has_a_verdict():
+    assert sorted(f for f in os.listdir(DATA) if f.endswith(".log")) == sorted(VERDICTS)
+
+
+@pytest.mark.parametrize("name", sorted(VERDICTS))
+def test_h200_log_verdict(name):
+    state, crash_class, deciding = VERDICTS[name]
+    s = classify_file(_path(name)).summary()
+    assert (s["state"], s["crash_class"]) == (state, crash_class)
+    assert deciding in _lines(name)[s["lineno"] - 1]
+
+
+@pytest.mark.parametrize("name", sorted(VERDICTS))
+def test_h200_log_verdict_does_not_depend_on_chunking(name):
+    """The same verdict when the log arrives in pieces of 1, 2, 3, ... bytes (a live, growing file)."""
+    data = _read(name)
+    whole = classify_bytes(data).summary()
+    clf = LogClassifier()
+    pos, step = 0, 1
+    while pos < len(data):
+        clf.feed(data[pos:pos + step])
+        pos += step
+        step = step % 97 + 1
+    clf.finalize()
+    piece = clf.summary()
+    assert (piece["state"], piece["crash_class"], piece["lineno"]) == (whole["state"], whole["crash_class"], whole["lineno"])
+
+
+def test_ready_log_is_ready_at_the_ready_line_before_the_stop():
+    """Up to the SIGTERM of our stop, the log is a ready EAGLE-3 server that decoded requests."""
+    lines = _lines("ready_eagle3.log")
+    cut = _lineno_of("ready_eagle3.log", "SIGTERM received")
+    s = classify_bytes(("\n".join(lines[:cut - 1]) + "\n").encode()).summary()
+    assert s["state"] == "ready"
+    assert s["crash_class"] is None
+    assert s["lineno"] == _lineno_of("ready_eagle3.log", READY_LINE)
+
+
+def test_ready_log_shows_eagle3_and_its_draft_model():
+    text = _read("ready_eagle3.log").decode()
+    assert "type=LlamaForCausalLMEagle3" in text
+    assert "speculative_algorithm='EAGLE3'" in text
+
+
+def test_kill_log_before_the_kill_is_ready():
+    lines = _lines("scheduler_kill9.log")
+    cut = _lineno_of("scheduler_kill9.log", "crashed with exit code -9")
+    s = classify_bytes(("\n".join(lines[:cut - 1]) + "\n").encode()).summary()
+    assert (s["state"], s["crash_class"]) == ("ready", None)
+
+
+def test_oom_log_names_the_torch_out_of_memory_error():
+    s = classify_file(_path("oom_mem_fraction_0.999.log")).summary()
+    assert s["exception"].startswith("torch.OutOfMemoryError: CUDA out of memory")
+
+
+def test_module_results_match_the_logs():
+    """What wait_for_model returned on the device agrees with the kept logs (same class, same line)."""
+    oom = _result("oom_start.json")
+    assert oom["crash_class"] == "cuda_oom"
+    assert oom["deciding_line"] == _lines("oom_mem_fraction_0.999.log")[oom["deciding_lineno"] - 1]
+    watch = _result("kill_watch.json")["watch"]
+    assert watch["crash_class"] == "child_sigquit"
+    assert watch["deciding_line"] == _lines("scheduler_kill9.log")[watch["deciding_lineno"] - 1]
+    serve = _result("serve_start.json")
+    assert "crash_class" not in serve and serve["health_polls"]["last"] == 200
+
+
+def test_stop_freed_the_gpu():
+    stop = _result("serve_stop.json")
+    assert stop["nvidia_smi_before_stop"][1].startswith("30044 MiB")
+    assert "sglang::scheduler" in stop["nvidia_smi_before_stop"][3]
+    assert stop["nvidia_smi_after_stop"][1].startswith("0 MiB")
+    assert stop["stop"]["stopped"]["remaining"] == []
