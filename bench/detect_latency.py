@@ -33,7 +33,7 @@ ansible.module_utils.__path__.append(os.path.join(REPO, "module_utils"))
 import wait_for_model as wfm  # noqa: E402
 from ansible.module_utils import sglang_proc  # noqa: E402
 
-EMULATOR = os.path.join(REPO, "roles", "sglang_emulator", "files", "sglang_emulator.py")
+EMULATOR = os.path.join(REPO, "tests", "emulator", "sglang-emulator")  # the emulator package, run from the tree
 
 
 class FakeModule(object):

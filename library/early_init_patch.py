@@ -193,6 +193,7 @@ import tokenize
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native, to_text
+from ansible.module_utils.init_order import analyse_risk, find_class, find_method, has_docstring, self_name
 
 MARKER_BEGIN = "# BEGIN eagle-deploy early-init patch for {0}.{1} (managed by Ansible)"
 MARKER_NOTE = "# Safe defaults, set before anything in this method can raise."
@@ -236,30 +237,6 @@ def check_names(attributes):
             raise PatchError("attributes: %r is not a valid attribute name (a Python identifier that is not a keyword)" % (name,))
 
 
-def find_class(tree, class_name):
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ClassDef) and node.name == class_name:
-            return node
-    return None
-
-
-def find_method(cls, method):
-    for node in cls.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node.name == method:
-            return node
-    return None
-
-
-def self_name(func):
-    positional = list(getattr(func.args, "posonlyargs", [])) + list(func.args.args)
-    return positional[0].arg if positional else None
-
-
-def has_docstring(func):
-    first = func.body[0]
-    return isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str)
-
-
 def header_end_line(data, func):
     """Line number (1-based) of the end of the def header: the NEWLINE token after `def NAME(...):`."""
     start = (func.lineno, func.col_offset)
@@ -269,51 +246,6 @@ def header_end_line(data, func):
         if tok.type == tokenize.NEWLINE:
             return tok.start[0]
     return None
-
-
-def _walk_own(node):
-    """ast.walk that does not enter nested functions, lambdas or classes (their code runs later)."""
-    todo = [node]
-    while todo:
-        cur = todo.pop()
-        yield cur
-        for child in ast.iter_child_nodes(cur):
-            if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef, ast.Lambda, ast.ClassDef)):
-                continue
-            todo.append(child)
-
-
-def _self_attrs(node, name, ctx):
-    return set(
-        n.attr for n in _walk_own(node)
-        if isinstance(n, ast.Attribute) and isinstance(n.ctx, ctx) and isinstance(n.value, ast.Name) and n.value.id == name
-    )
-
-
-def analyse_risk(cls, func):
-    """Return (at_risk, first_raising_line) for the unpatched method."""
-    me = self_name(func)
-    body = func.body[1:] if has_docstring(func) else list(func.body)
-    first = None
-    for index, stmt in enumerate(body):
-        if any(isinstance(n, ast.Call) for n in _walk_own(stmt)):
-            first = index
-            break
-    if first is None or me is None:
-        return [], None
-    early = set()
-    for stmt in body[:first]:
-        early |= _self_attrs(stmt, me, ast.Store)
-    late = set()
-    for stmt in body[first:]:
-        late |= _self_attrs(stmt, me, ast.Store)
-    read = set()
-    for node in cls.body:
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and node is not func:
-            other = self_name(node)
-            if other:
-                read |= _self_attrs(node, other, ast.Load)
-    return sorted((late - early) & read), body[first].lineno
 
 
 class EarlyInitPatcher:

@@ -59,7 +59,7 @@ options:
   sglang_root:
     description:
       - Directory of the installed C(sglang) package (the one holding C(srt/server_args.py)).
-      - Found with C(importlib.util.find_spec) in O(python) when omitted, without importing SGLang.
+      - Found in the site-packages of O(python) when omitted (as the C(sglang_info) module finds it), without importing SGLang.
     type: path
   method:
     description:
@@ -168,13 +168,6 @@ secret_keys:
   type: list
   elements: str
   sample: ["api-key"]
-config_refused_args:
-  description: Options the installed SGLang knows but refuses in its C(--config) file (SGLang 0.5.17 refuses every
-    option whose action is neither C(store) nor C(store_true), for example the deprecated C(disable-cuda-graph)).
-  returned: on failure, with method V(ast)
-  type: list
-  elements: str
-  sample: ["disable-cuda-graph"]
 parser_error:
   description: What SGLang's own parser said about the arguments.
   returned: when SGLang's parser rejected the arguments
@@ -191,26 +184,17 @@ import re
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.sglang_paths import SITE_DIRS_SCRIPT, locate, venv_of, venv_site_dirs
 
-# Runs inside the virtualenv's python. It imports SGLang only after it has found the package and its
-# version without importing it, and it writes its answer to a file: importing SGLang can print to stdout.
+# Runs inside the virtualenv's python (only for the methods that import SGLang; where SGLang is and its version
+# are read from the file system, module_utils/sglang_paths.py). It writes its answer to a file: importing SGLang
+# can print to stdout.
 PROBE_SCRIPT = r"""
 import json, os, sys
 out = {}
 req_path, out_path = sys.argv[1], sys.argv[2]
 with open(req_path) as f:
     req = json.load(f)
-try:
-    import importlib.util
-    spec = importlib.util.find_spec("sglang")
-    out["sglang_root"] = os.path.dirname(spec.origin) if spec and spec.origin else None
-except Exception as exc:
-    out["sglang_root"] = None
-try:
-    from importlib.metadata import version
-    out["sglang_version"] = version("sglang")
-except Exception:
-    out["sglang_version"] = None
 if req.get("import"):
     try:
         import argparse, io, contextlib
@@ -360,43 +344,6 @@ def option_strings_from_tree(sglang_root):
     return options
 
 
-def config_refused_dests(sglang_root):
-    """Option dests that SGLang's C(--config) reader refuses, read from its sources; None where it refuses none.
-
-    SGLang 0.5.17's ConfigArgumentMerger raises "Unsupported config option" for the dest of every option whose
-    action is neither C(store) nor C(store_true) (deprecated aliases, store_const, append, ...), also when a plain
-    option shares that dest (C(cuda-graph-backend-prefill) with the deprecated C(--enable-breakable-cuda-graph)).
-    Applied only where the installed C(server_args_config_parser.py) has that rule (C(unsupported_actions)).
-    """
-    config_parser = os.path.join(sglang_root, "srt", "server_args_config_parser.py")
-    try:
-        with open(config_parser, encoding="utf-8") as f:
-            if "unsupported_actions" not in f.read():
-                return None
-        with open(os.path.join(sglang_root, "srt", "server_args.py"), encoding="utf-8") as f:
-            tree = ast.parse(f.read())
-    except (OSError, SyntaxError):
-        return None
-    refused = {}
-    for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and _call_name(node) == "add_argument"):
-            continue
-        names = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
-        if not names or not names[0].startswith("-") or "--config" in names or "--help" in names:
-            continue
-        kw = {k.arg: k.value for k in node.keywords if k.arg}
-        action = kw.get("action")
-        if action is None or (isinstance(action, ast.Constant) and action.value in ("store", "store_true")):
-            continue
-        if isinstance(kw.get("dest"), ast.Constant):
-            dest = kw["dest"].value
-        else:
-            longs = [n for n in names if n.startswith("--")] or names
-            dest = longs[0].lstrip("-").replace("-", "_")
-        refused[dest] = ast.unparse(action)
-    return refused
-
-
 def to_yaml_scalar_doc(mapping):
     # JSON is YAML: SGLang's config reader (yaml.safe_load) reads it unchanged.
     return json.dumps(mapping, indent=1, sort_keys=False)
@@ -467,11 +414,24 @@ class SGLangArgsChecker:
                 "(model-path), and never 'config'" % ", ".join(repr(k) for k in bad)
             )
 
-    def probe(self, want_import, config_path):
-        """Ask the virtualenv's python where SGLang is, its version, and (optionally) SGLang's parser."""
+    def find_sglang(self):
+        """Where the python's SGLang is and its version, from its site-packages (SGLang is not imported)."""
         python = self.params["python"]
         if not os.path.exists(python):
             self.fail("python %s does not exist; install SGLang first (role sglang_install)" % python)
+        venv = venv_of(python)
+        if venv is not None:
+            return locate(venv_site_dirs(venv))
+        rc, out, err = self.runner([python, "-c", SITE_DIRS_SCRIPT])
+        try:
+            dirs = json.loads(out.strip().splitlines()[-1]) if rc == 0 else []
+        except (ValueError, IndexError):
+            dirs = []
+        return locate(dirs)
+
+    def probe(self, want_import, config_path):
+        """Ask the virtualenv's python for SGLang's parser (it imports SGLang)."""
+        python = self.params["python"]
         fd, req_path = tempfile.mkstemp(prefix="sglang_args_req_", suffix=".json")
         out_fd, out_path = tempfile.mkstemp(prefix="sglang_args_out_", suffix=".json")
         os.close(out_fd)
@@ -507,8 +467,10 @@ class SGLangArgsChecker:
         secret_args = list(self.params["secret_args"] or [])
         method = self.params["method"]
 
+        found = self.find_sglang()
         config_path = None
         tmpdir = None
+        probe = {}
         try:
             if method != "ast":
                 tmpdir = tempfile.mkdtemp(prefix="sglang_args_check_")
@@ -516,18 +478,18 @@ class SGLangArgsChecker:
                 fd = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
                 with os.fdopen(fd, "w") as f:
                     f.write(to_yaml_scalar_doc(merged))
-            probe = self.probe(want_import=method != "ast", config_path=config_path)
+                probe = self.probe(want_import=True, config_path=config_path)
         finally:
             if tmpdir:
                 for name in os.listdir(tmpdir):
                     os.unlink(os.path.join(tmpdir, name))
                 os.rmdir(tmpdir)
 
-        sglang_root = self.params["sglang_root"] or probe.get("sglang_root")
+        sglang_root = self.params["sglang_root"] or found["package_dir"]
         if sglang_root:
             self.result["sglang_root"] = sglang_root
-        if probe.get("sglang_version"):
-            self.result["sglang_version"] = probe["sglang_version"]
+        if found["version"]:
+            self.result["sglang_version"] = found["version"]
 
         if "options" in probe:
             self.result["method"] = "sglang_parser"
@@ -572,18 +534,6 @@ class SGLangArgsChecker:
                     "did you mean: %s" % ", ".join("%s -> %s" % (k, v[0]) for k, v in sorted(suggestions.items()))
                 )
             self.fail("; ".join(parts), unknown_args=unknown, abbreviated_args=abbreviated, suggestions=suggestions)
-
-        if self.result["method"] == "ast":
-            # SGLang's own parser (method sglang_parser) finds these itself, with the same message.
-            refused = config_refused_dests(sglang_root) or {}
-            bad = sorted(k for k in keys if normalize_key(k) in refused)
-            if bad:
-                self.fail(
-                    "SGLang %s refuses %s in its --config file (%s); use the replacement option its help names"
-                    % (self.result.get("sglang_version", "?"), ", ".join(bad),
-                       ", ".join("%s: %s" % (k, refused[normalize_key(k)]) for k in bad)),
-                    config_refused_args=bad,
-                )
 
         if self.result["method"] == "sglang_parser":
             if probe.get("parser_error"):

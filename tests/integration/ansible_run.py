@@ -11,7 +11,7 @@ import sys
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.dirname(sys.executable)
-EMULATOR = os.path.join(REPO, "roles", "sglang_emulator", "files", "sglang_emulator.py")
+EMULATOR = os.path.join(REPO, "tests", "emulator", "sglang-emulator")  # the emulator package, run from the tree
 TARGET_PYTHON = shutil.which("python3", path="/usr/bin") or sys.executable
 
 

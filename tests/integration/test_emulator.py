@@ -1,6 +1,6 @@
 """Integration tests: the SGLang emulator as a real process tree on a free loopback port, one run per scenario.
 
-Each test starts `sglang_emulator.py` the way the launcher does (own session, stdout+stderr into a log file),
+Each test starts the emulator package (tests/emulator, run from the tree) the way wait_for_model does (own session, stdout+stderr into a log file),
 talks to it over HTTP, reads its log and /proc, and kills its session at the end whatever happened.
 """
 
@@ -23,11 +23,11 @@ import zipfile
 
 import pytest
 
-from ansible_run import free_port
+from ansible_run import TARGET_PYTHON, free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
-EMULATOR = os.path.join(REPO, "roles", "sglang_emulator", "files", "sglang_emulator.py")
+EMULATOR = os.path.join(REPO, "tests", "emulator", "sglang-emulator")  # the emulator package, run from the tree
 CORPUS = os.path.join(REPO, "tests", "data", "sglang-logs")
 sys.path.insert(0, os.path.join(REPO, "tests", "unit"))
 import sglang_src  # noqa: E402  (wheel cache helper)
@@ -253,7 +253,7 @@ def test_normal_startup_endpoints_children_and_sigterm(start):
 def test_api_key_from_config_is_enforced_and_cli_overrides_config(start, tmp_path):
     port = free_port()
     cfg = tmp_path / "server.yaml"
-    cfg.write_text("model-path: /models/m\napi_key: 's3cret'\nport: 1\nenable-metrics: true\n")
+    cfg.write_text('model-path: "/models/m"\napi_key: "s3cret"\nport: 1\nenable-metrics: true\n')
     emu = start("--config", str(cfg), "--port", str(port), *FAST, port=port)
     emu.wait_for(READY)
     assert emu.request("/get_model_info")[0] == 401
@@ -489,3 +489,25 @@ def test_runs_on_python_3_9(tmp_path):
     finally:
         os.killpg(proc.pid, signal.SIGKILL)
         proc.wait(5)
+
+
+def test_installs_offline_as_a_package_with_its_console_script(tmp_path):
+    # What the rehearsal inventories do through sglang_install_extra_packages: pip builds the package with its
+    # own stdlib backend, so no index is needed; the module_utils links become plain files in the venv.
+    venv = tmp_path / "venv"
+    subprocess.run([TARGET_PYTHON, "-m", "venv", str(venv)], check=True, timeout=120)
+    env = dict(os.environ, PIP_NO_INDEX="1", PIP_DISABLE_PIP_VERSION_CHECK="1", PIP_NO_DEPS="1", PIP_FIND_LINKS="")
+    out = subprocess.run([str(venv / "bin" / "pip"), "install", os.path.join(REPO, "tests", "emulator")], env=env,
+                         capture_output=True, text=True, timeout=300, check=False)
+    assert out.returncode == 0, out.stdout + out.stderr
+    (site,) = glob.glob(str(venv / "lib" / "python3*" / "site-packages"))
+    for name in ("init_order.py", "sglang_paths.py"):
+        installed = os.path.join(site, "sglang_emulator", name)
+        assert not os.path.islink(installed)
+        with open(installed, "rb") as a, open(os.path.join(REPO, "module_utils", name), "rb") as b:
+            assert a.read() == b.read()
+    run = subprocess.run([str(venv / "bin" / "sglang-emulator"), "--help"], capture_output=True, text=True,
+                         timeout=60, check=False)
+    assert run.returncode == 0, run.stderr
+    assert run.stderr.startswith("[EMULATOR] sglang-emulator 1.0: this is NOT SGLang")
+    assert "--emulator-scenario" in run.stdout

@@ -1,26 +1,28 @@
-"""Unit tests for the SGLang emulator (roles/sglang_emulator/files/sglang_emulator.py): pure parts, no processes."""
+"""Unit tests for the SGLang emulator package (tests/emulator/sglang_emulator): pure parts, no processes, no sleeps."""
 
 from __future__ import annotations
 
 import hashlib
 import importlib.util
+import json
 import os
 import re
 import sys
 import textwrap
 
+import jinja2
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sglang_src  # noqa: E402  (test helper next to this file)
 
-EMULATOR_FILE = os.path.join(sglang_src.REPO, "roles", "sglang_emulator", "files", "sglang_emulator.py")
-_spec = importlib.util.spec_from_file_location("sglang_emulator", EMULATOR_FILE)
-emu = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(emu)
+sys.path.insert(0, os.path.join(sglang_src.REPO, "tests", "emulator"))
+import sglang_emulator  # noqa: E402
+from sglang_emulator import cli, logs, replay, scenarios, scheduler  # noqa: E402
 
 PATCH_MODULE_FILE = os.path.join(sglang_src.REPO, "library", "early_init_patch.py")
 CORPUS = os.path.join(sglang_src.REPO, "tests", "data", "sglang-logs")
+TEMPLATE = os.path.join(sglang_src.REPO, "roles", "sglang_server", "templates", "sglang_server.yaml.j2")
 
 
 def _patcher():
@@ -40,55 +42,66 @@ def patched(source_bytes):
     return patcher.compute(source_bytes)["new"]
 
 
-# --- config file parser ------------------------------------------------------------------------------------------
+# --- config file ---------------------------------------------------------------------------------------------------
 
-def test_flat_yaml_scalars_are_typed_like_pyyaml():
+def test_config_lines_are_key_and_json_value():
     text = textwrap.dedent("""\
-        ---
+        # Ansible managed
         # a comment line
-        model-path: /models/llama-3.1-8b   # trailing comment
+        model-path: "/models/llama-3.1-8b"
         port: 30000
         mem_fraction_static: 0.85
         trust-remote-code: true
-        disable-radix-cache: no
-        api_key: "s3cr#t: x"
-        served-model-name: 'it''s'
-        context-length: ~
-        empty:
+        api-key: "s3cr#t: x"
+        context-length: null
+        served-model-name: "it's \\"quoted\\""
+        cuda-graph-bs: [1, 2, 4]
+
         """)
-    assert emu.parse_flat_yaml(text) == {
+    assert cli.parse_config(text) == {
         "model-path": "/models/llama-3.1-8b", "port": 30000, "mem_fraction_static": 0.85,
-        "trust-remote-code": True, "disable-radix-cache": False, "api_key": "s3cr#t: x",
-        "served-model-name": "it's", "context-length": None, "empty": None,
+        "trust-remote-code": True, "api-key": "s3cr#t: x", "context-length": None,
+        "served-model-name": 'it\'s "quoted"', "cuda-graph-bs": [1, 2, 4],
     }
 
 
-def test_flat_yaml_flow_lists():
-    text = 'cuda-graph-bs: [1, 2, 4]\nnames: ["a,b", c]\nnone: []\n'
-    assert emu.parse_flat_yaml(text) == {"cuda-graph-bs": [1, 2, 4], "names": ["a,b", "c"], "none": []}
+def _render_role_template(args, extra_args, api_key):
+    """The role's config template, rendered as Ansible renders it (to_json is json.dumps)."""
+    env = jinja2.Environment(keep_trailing_newline=True, trim_blocks=True)
+    env.filters["to_json"] = json.dumps
+    with open(TEMPLATE, encoding="utf-8") as handle:
+        template = env.from_string(handle.read())
+    return template.render(ansible_managed="Ansible managed", _sglang_server_args=args,
+                           sglang_server_extra_args=extra_args, sglang_server_api_key=api_key)
 
 
-def test_flat_yaml_keeps_hash_inside_a_word():
-    assert emu.parse_flat_yaml("model: org/model#rev\n") == {"model": "org/model#rev"}
+def test_the_roles_real_config_template_reads_back_exactly():
+    args = {"model-path": "/data/models/Kimi-K2.5-INT4", "tp-size": 8, "speculative-algorithm": "EAGLE3",
+            "mem-fraction-static": 0.85, "trust-remote-code": True, "host": "127.0.0.1", "port": 30000}
+    extra = {"chunked-prefill-size": 4096, "enable-metrics": False, "served-model-name": "kimi \"k2\" ü",
+             "skipped": None}
+    text = _render_role_template(args, extra, "k#ey: 'x'")
+    expected = dict(args, **{k: v for k, v in extra.items() if v is not None})
+    expected["api-key"] = "k#ey: 'x'"
+    assert cli.parse_config(text) == expected
 
 
 @pytest.mark.parametrize("text, needle", [
-    ("server:\n  port: 1\n", "line 2: nested"),
-    ("- a\n- b\n", "mapping, not a list"),
+    ("server:\n  port: 1\n", "line 1: expected 'key: <JSON value>'"),
+    ("port: 1\n  nested: 2\n", "line 2: expected 'key: <JSON value>' at the start"),
     ("port: 1\nport: 2\n", "duplicate key"),
-    ("x: 'open\n", "unterminated"),
-    ("x: [1, 2\n", "unterminated flow list"),
-    ("x: [[1]]\n", "nested collections"),
-    ("x: {a: 1}\n", "only flat scalars"),
-    ("just a line\n", "expected 'key: value'"),
+    ("model-path: /not/json\n", "line 1: the value of 'model-path' is not JSON"),
+    ("x: [[1]]\n", "only scalars and flat lists"),
+    ("x: {\"a\": 1}\n", "only scalars and flat lists"),
+    ("just a line\n", "expected 'key: <JSON value>'"),
 ])
-def test_flat_yaml_refuses_what_it_cannot_read(text, needle):
-    with pytest.raises(emu.ConfigError, match=re.escape(needle)):
-        emu.parse_flat_yaml(text)
+def test_config_refuses_what_is_not_key_json_lines(text, needle):
+    with pytest.raises(cli.ConfigError, match=re.escape(needle)):
+        cli.parse_config(text)
 
 
 def test_config_to_argv_follows_sglang_merger_rules():
-    argv = emu.config_to_argv({"model_path": "/m", "trust-remote-code": True, "enable-metrics": False,
+    argv = cli.config_to_argv({"model_path": "/m", "trust-remote-code": True, "enable-metrics": False,
                                "some_bool": True, "bs": [1, 2], "empty": [], "nothing": None},
                               store_true_keys={"trust_remote_code", "enable_metrics"})
     assert argv == ["--model-path", "/m", "--trust-remote-code", "--some-bool", "true", "--bs", "1", "2"]
@@ -103,9 +116,9 @@ def _write(tmp_path, name, text):
 
 
 def test_cli_overrides_config_and_both_key_spellings_work(tmp_path):
-    cfg = _write(tmp_path, "c.yaml", "model_path: /from/config\nport: 31000\ntp-size: 4\napi-key: k1\n"
-                                     "speculative_algorithm: eagle3\n")
-    args, unknown, ignored = emu.parse_args(["--config", cfg, "--port", "32000"])
+    cfg = _write(tmp_path, "c.yaml", 'model_path: "/from/config"\nport: 31000\ntp-size: 4\napi-key: "k1"\n'
+                                     'speculative_algorithm: "eagle3"\n')
+    args, unknown, ignored = cli.parse_args(["--config", cfg, "--port", "32000"])
     assert (args.model_path, args.port, args.tp_size, args.api_key) == ("/from/config", 32000, 4, "k1")
     assert args.speculative_algorithm == "EAGLE3"
     assert args.served_model_name == "/from/config"
@@ -114,26 +127,26 @@ def test_cli_overrides_config_and_both_key_spellings_work(tmp_path):
 
 def test_cli_flag_before_config_still_wins(tmp_path):
     cfg = _write(tmp_path, "c.yml", "port: 31000\n")
-    args, _, _ = emu.parse_args(["--port", "32001", "--config", cfg])
+    args, _, _ = cli.parse_args(["--port", "32001", "--config", cfg])
     assert args.port == 32001
 
 
 def test_unknown_sglang_flags_are_returned_not_fatal(tmp_path):
     cfg = _write(tmp_path, "c.yaml", "enable-metrics: true\nchunked-prefill-size: 4096\n")
-    args, unknown, _ = emu.parse_args(["--config", cfg, "--tp", "2", "--cuda-graph-max-bs", "8"])
+    args, unknown, _ = cli.parse_args(["--config", cfg, "--tp", "2", "--cuda-graph-max-bs", "8"])
     assert args.tp_size == 2
     assert unknown == ["--enable-metrics", "true", "--chunked-prefill-size", "4096", "--cuda-graph-max-bs", "8"]
 
 
 def test_emulator_keys_in_config_are_ignored(tmp_path):
-    cfg = _write(tmp_path, "c.yaml", "emulator-scenario: hang\nemulator_load_seconds: 9\n")
-    args, _, ignored = emu.parse_args(["--config", cfg])
+    cfg = _write(tmp_path, "c.yaml", 'emulator-scenario: "hang"\nemulator_load_seconds: 9\n')
+    args, _, ignored = cli.parse_args(["--config", cfg])
     assert args.emulator_scenario == "normal" and args.emulator_load_seconds == 3.0
     assert ignored == ["emulator-scenario", "emulator_load_seconds"]
 
 
 def test_defaults_match_the_contract():
-    args, _, _ = emu.parse_args([])
+    args, _, _ = cli.parse_args([])
     assert (args.host, args.port, args.emulator_scenario, args.emulator_load_seconds, args.emulator_shards,
             args.emulator_capture_seconds, args.emulator_replay_speed, args.emulator_child_die_after) == \
         ("127.0.0.1", 30000, "normal", 3.0, 4, 1.0, 100.0, 2.0)
@@ -149,7 +162,7 @@ def test_defaults_match_the_contract():
 ])
 def test_bad_command_lines_exit_with_usage_error(argv, capsys):
     with pytest.raises(SystemExit) as exc:
-        emu.parse_args(argv)
+        cli.parse_args(argv)
     assert exc.value.code == 2
     assert "error:" in capsys.readouterr().err
 
@@ -157,8 +170,8 @@ def test_bad_command_lines_exit_with_usage_error(argv, capsys):
 def test_bad_config_content_is_a_usage_error(tmp_path, capsys):
     cfg = _write(tmp_path, "c.yaml", "server:\n  port: 1\n")
     with pytest.raises(SystemExit):
-        emu.parse_args(["--config", cfg])
-    assert "nested" in capsys.readouterr().err
+        cli.parse_args(["--config", cfg])
+    assert "expected 'key: <JSON value>'" in capsys.readouterr().err
 
 
 # --- EAGLEWorkerV2 check -----------------------------------------------------------------------------------------
@@ -180,7 +193,7 @@ UNPATCHED = textwrap.dedent('''\
 
 
 def test_synthetic_unpatched_would_crash():
-    res = emu.analyse_eagle_worker(UNPATCHED)
+    res = scenarios.analyse_eagle_worker(UNPATCHED)
     assert res["class_found"] and res["init_found"]
     assert res["assigned_before"] is False
     assert res["raising_lineno"] == 11
@@ -190,37 +203,48 @@ def test_synthetic_unpatched_would_crash():
 @pytest.mark.parametrize("early", [
     "self.spec_disable_batch_threshold = 0",
     "self.spec_disable_batch_threshold: int = 0",
-    "setattr(self, 'spec_disable_batch_threshold', 0)",
-    "self.spec_disable_batch_threshold = int(server_args.x)",
     "if True:\n            self.spec_disable_batch_threshold = None",
 ])
 def test_synthetic_early_assignment_counts_as_patched(early):
     source = UNPATCHED.replace('        """Doc."""\n', '        """Doc."""\n        %s\n' % early)
-    res = emu.analyse_eagle_worker(source)
+    res = scenarios.analyse_eagle_worker(source)
     assert res["assigned_before"] is True
     assert res["raising_source"] == "super().__init__()"
+
+
+@pytest.mark.parametrize("early", [
+    "setattr(self, 'spec_disable_batch_threshold', 0)",
+    "self.spec_disable_batch_threshold = int(server_args.x)",
+])
+def test_an_assignment_that_contains_a_call_is_where_init_can_fail(early):
+    # The rule of the patch module's at_risk (module_utils/init_order.py): a statement with a call can raise
+    # before it assigns anything, so it is the first raising statement and the attribute is not set before it.
+    source = UNPATCHED.replace('        """Doc."""\n', '        """Doc."""\n        %s\n' % early)
+    res = scenarios.analyse_eagle_worker(source)
+    assert res["assigned_before"] is False
+    assert res["raising_source"] == early
 
 
 def test_synthetic_other_instance_name():
     source = UNPATCHED.replace("(self, server_args", "(me, server_args").replace(
         "self.gpu_id = gpu_id", "me.spec_disable_batch_threshold = 1")
-    assert emu.analyse_eagle_worker(source)["assigned_before"] is True
+    assert scenarios.analyse_eagle_worker(source)["assigned_before"] is True
 
 
 def test_synthetic_assignment_on_another_object_does_not_count():
     source = UNPATCHED.replace("self.gpu_id = gpu_id", "other.spec_disable_batch_threshold = 1")
-    assert emu.analyse_eagle_worker(source)["assigned_before"] is False
+    assert scenarios.analyse_eagle_worker(source)["assigned_before"] is False
 
 
 def test_synthetic_missing_class_or_init():
-    assert emu.analyse_eagle_worker("class Other:\n    pass\n")["class_found"] is False
-    res = emu.analyse_eagle_worker("class EAGLEWorkerV2:\n    x = 1\n")
+    assert scenarios.analyse_eagle_worker("class Other:\n    pass\n")["class_found"] is False
+    res = scenarios.analyse_eagle_worker("class EAGLEWorkerV2:\n    x = 1\n")
     assert res["class_found"] is True and res["init_found"] is False
 
 
 def test_real_0_5_23_unpatched_would_crash():
     source = sglang_src.eagle_worker_v2_source("0.5.23")
-    res = emu.analyse_eagle_worker(source.decode("utf-8"))
+    res = scenarios.analyse_eagle_worker(source.decode("utf-8"))
     assert res["init_found"]
     assert res["assigned_before"] is False
     assert res["raising_source"] == "super().__init__()"
@@ -229,9 +253,9 @@ def test_real_0_5_23_unpatched_would_crash():
 
 
 def test_real_0_5_23_patched_by_our_patch_module_decodes():
-    res = emu.analyse_eagle_worker(patched(sglang_src.eagle_worker_v2_source("0.5.23")).decode("utf-8"))
+    res = scenarios.analyse_eagle_worker(patched(sglang_src.eagle_worker_v2_source("0.5.23")).decode("utf-8"))
     assert res["assigned_before"] is True
-    assert res["assigned_lineno"] < res["raising_lineno"]
+    assert res["raising_source"] == "super().__init__()"
 
 
 def test_eagle_plan_reads_the_installed_file(tmp_path):
@@ -239,66 +263,66 @@ def test_eagle_plan_reads_the_installed_file(tmp_path):
     root = tmp_path / "site-packages" / "sglang"
     (root / "srt" / "speculative").mkdir(parents=True)
     (root / "srt" / "speculative" / "eagle_worker_v2.py").write_bytes(data)
-    assert emu.find_sglang_root(str(root)) == str(root)
-    assert emu.find_sglang_root(str(tmp_path / "site-packages")) == str(root)
-    plan = emu.eagle_plan(str(root))
+    assert scenarios.find_sglang_root(str(root)) == str(root)
+    assert scenarios.find_sglang_root(str(tmp_path / "site-packages")) == str(root)
+    plan = scenarios.eagle_plan(str(root))
     assert plan["sha256"] == hashlib.sha256(data).hexdigest()
     assert plan["will_crash"] is True
     (root / "srt" / "speculative" / "eagle_worker_v2.py").write_bytes(patched(data))
-    assert emu.eagle_plan(str(root))["will_crash"] is False
+    assert scenarios.eagle_plan(str(root))["will_crash"] is False
 
 
 def test_find_sglang_root_missing(tmp_path):
-    assert emu.find_sglang_root(str(tmp_path)) is None
+    assert scenarios.find_sglang_root(str(tmp_path)) is None
 
 
 # --- fake model, log formats, replay helpers ---------------------------------------------------------------------
 
 def test_fake_output_is_deterministic_and_honours_max_new_tokens():
-    a = emu.fake_output_ids("Hello there", 37)
-    assert len(a) == 37 and a == emu.fake_output_ids("Hello there", 37)
-    assert a != emu.fake_output_ids("Hello world", 37)
-    assert emu.fake_output_ids("x", 0) == []
-    assert len(emu.detokenize(a).split()) == 37
+    a = scheduler.fake_output_ids("Hello there", 37)
+    assert len(a) == 37 and a == scheduler.fake_output_ids("Hello there", 37)
+    assert a != scheduler.fake_output_ids("Hello world", 37)
+    assert scheduler.fake_output_ids("x", 0) == []
+    assert len(scheduler.detokenize(a).split()) == 37
 
 
 def test_prompt_token_count():
-    assert emu.count_prompt_tokens("The capital city of France is") == 6
-    assert emu.count_prompt_tokens([1, 2, 3]) == 3
-    assert emu.count_prompt_tokens("") == 1
+    assert scheduler.count_prompt_tokens("The capital city of France is") == 6
+    assert scheduler.count_prompt_tokens([1, 2, 3]) == 3
+    assert scheduler.count_prompt_tokens("") == 1
 
 
 def test_shard_progress_is_tqdm_shaped():
-    line = emu._tqdm_line("Loading safetensors checkpoint shards", 2, 4, 1.2, 0.6)
+    line = logs.tqdm_line("Loading safetensors checkpoint shards", 2, 4, 1.2, 0.6)
     assert line.startswith("\r")
     assert re.match(r"^\rLoading safetensors checkpoint shards:  50% Completed \| 2/4 \[00:01<00:01, +\d", line)
 
 
 def test_log_prefixes(capfd):
-    emu.log("Load weight begin. avail mem=1.00 GB", rank=3)
-    emu.log("The server is fired up and ready to roll!")
+    logs.log("Load weight begin. avail mem=1.00 GB", rank=3)
+    logs.log("The server is fired up and ready to roll!")
     err = capfd.readouterr().err.splitlines()
     assert re.match(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d TP3\] Load weight begin\.", err[0])
     assert re.match(r"^\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d\] The server is fired up", err[1])
 
 
 def test_log_level_warning_hides_info(capfd):
-    emu.set_log_level("warning")
+    logs.set_log_level("warning")
     try:
-        emu.log("info line")
-        emu.log("warn line", level="warning")
+        logs.log("info line")
+        logs.log("warn line", level="warning")
     finally:
-        emu.set_log_level("info")
+        logs.set_log_level("info")
     err = capfd.readouterr().err
     assert "info line" not in err and "warn line" in err
 
 
 def test_line_time_and_delays():
     lines = ["[2025-08-11 02:18:09] a\n", "no stamp\n", "[2025-08-11 02:18:19 TP0] b\n", "[17:43:23 TP6] c\n"]
-    assert emu.line_time(lines[1]) is None
-    delays = emu.replay_delays(lines, speed=10, fixed=0.005)
+    assert replay.line_time(lines[1]) is None
+    delays = replay.replay_delays(lines, speed=10, fixed=0.005)
     assert delays[:3] == [0.0, 0.005, 1.0]
-    assert emu.line_time(lines[3]) is not None
+    assert replay.line_time(lines[3]) is not None
 
 
 @pytest.mark.parametrize("name, label", [
@@ -312,7 +336,7 @@ def test_replay_outcome_uses_the_manifest(name, label):
     if not os.path.isfile(path):
         pytest.skip("corpus copy missing: %s" % path)
     with open(path, encoding="utf-8", errors="replace") as handle:
-        assert emu.replay_outcome(path, handle.read()) == label
+        assert replay.replay_outcome(path, handle.read()) == label
 
 
 @pytest.mark.parametrize("text, label", [
@@ -322,17 +346,17 @@ def test_replay_outcome_uses_the_manifest(name, label):
 ])
 def test_replay_outcome_without_manifest(tmp_path, text, label):
     path = _write(tmp_path, "x.log", text)
-    assert emu.replay_outcome(path, text) == label
+    assert replay.replay_outcome(path, text) == label
 
 
 def test_banner_says_it_is_not_sglang():
-    assert emu.BANNER.startswith("[EMULATOR] sglang-emulator 1.0: this is NOT SGLang")
+    assert sglang_emulator.BANNER.startswith("[EMULATOR] sglang-emulator 1.0: this is NOT SGLang")
 
 
 @pytest.mark.parametrize("version", sglang_src.RELEASES)
 def test_every_release_unpatched_crashes_and_patched_decodes(version):
     source = sglang_src.eagle_worker_v2_source(version)
-    before = emu.analyse_eagle_worker(source.decode("utf-8"))
-    after = emu.analyse_eagle_worker(patched(source).decode("utf-8"))
+    before = scenarios.analyse_eagle_worker(source.decode("utf-8"))
+    after = scenarios.analyse_eagle_worker(patched(source).decode("utf-8"))
     assert before["raising_lineno"] is not None and before["assigned_before"] is False
     assert after["assigned_before"] is True

@@ -24,7 +24,7 @@ PORT = V["sglang_server_port"]
 BASE = "/opt/sglang"
 VENV = f"{BASE}/venv-{VERSION}"
 LOG_DIR, RUN_DIR, CONFIG = hostcheck.LOG_DIR, hostcheck.RUN_DIR, hostcheck.CONFIG
-EMULATOR = "/opt/sglang/bin/sglang_emulator.py"
+EMULATOR = f"{VENV}/bin/sglang-emulator"  # the emulator package, installed into SGLang's venv (prepare.yml)
 BASE_URL = f"http://127.0.0.1:{PORT}"
 
 

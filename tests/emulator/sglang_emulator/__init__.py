@@ -1,0 +1,43 @@
+# Copyright: (c) eagle-deploy contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""SGLang emulator: NOT SGLang.
+
+A stdlib-only stand-in for ``python -m sglang.launch_server`` on machines without a GPU (tests, rehearsals).
+It takes SGLang's command line, prints SGLang's real log lines with SGLang's timing shape, starts real child
+processes (schedulers and a detokenizer) and serves SGLang's HTTP endpoints with fake, deterministic text.
+Scenarios (``--emulator-scenario``) reproduce the failure modes the deployment has to survive.
+
+Modules: ``cli`` (command line, ``--config`` file, ``main``), ``logs`` (SGLang-shaped log lines), ``scenarios``
+(the eagle scenario's reading of the installed SGLang), ``scheduler`` (the child processes and the fake model),
+``engine`` (the main process), ``server`` (HTTP), ``replay`` (real logs replayed). ``init_order`` and
+``sglang_paths`` are the deployment's own ``module_utils`` files (links in the source tree, copies in the wheel).
+"""
+
+from __future__ import annotations
+
+import os
+
+VERSION = "1.0"
+BANNER = (
+    "[EMULATOR] sglang-emulator %s: this is NOT SGLang; it emulates SGLang's HTTP API and log lines "
+    "for rehearsals and tests" % VERSION
+)
+SCENARIOS = ("normal", "crash_loading", "eagle", "child_dies", "hang", "health_503", "port_taken", "replay")
+EAGLE_ALGORITHMS = ("EAGLE", "EAGLE3")
+EAGLE_ATTRIBUTE = "spec_disable_batch_threshold"
+EAGLE_CLASS = "EAGLEWorkerV2"
+EAGLE_FILE = os.path.join("srt", "speculative", "eagle_worker_v2.py")
+HEALTH_GENERATE_TIMEOUT = 1.0
+REQUEST_TIMEOUT = 60.0
+READY_LINE = "The server is fired up and ready to roll!"
+SIGQUIT_LINE = "Received sigquit from a child process. It usually means the child failed."
+FAKE_GPU_MEM = 78.58
+FAKE_VOCAB = (
+    "the", "model", "answers", "with", "a", "short", "and", "deterministic", "sentence", "about",
+    "speculative", "decoding", "draft", "tokens", "are", "verified", "by", "target", "in", "one",
+    "forward", "pass", "so", "latency", "drops", "when", "acceptance", "is", "high", "emulated",
+)
+HTTP_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
+                405: "Method Not Allowed", 500: "Internal Server Error", 503: "Service Unavailable"}
+
+

@@ -1,0 +1,288 @@
+# Copyright: (c) eagle-deploy contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The main process: starts the children, binds the HTTP server, warms up, forwards requests."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import signal
+import socket
+import threading
+import time
+import urllib.error
+import urllib.request
+import uuid
+
+from sglang_emulator import READY_LINE, SIGQUIT_LINE
+from sglang_emulator.logs import emu, log, log_block
+from sglang_emulator.scheduler import detokenizer_main, scheduler_main
+from sglang_emulator.server import EmulatorHTTPServer, make_handler, url_host
+
+
+def direct_children(pid):
+    """PIDs whose parent is pid, read from /proc (empty where there is no /proc)."""
+    found = []
+    try:
+        names = os.listdir("/proc")
+    except OSError:
+        return found
+    for name in names:
+        if not name.isdigit():
+            continue
+        try:
+            with open("/proc/%s/stat" % name, "rb") as handle:
+                stat = handle.read()
+        except OSError:
+            continue
+        fields = stat[stat.rindex(b")") + 2:].split()
+        if len(fields) > 1 and int(fields[1]) == pid and fields[0] != b"Z":
+            found.append(int(name))
+    return found
+
+
+class Engine:
+    """The main process: owns the children, forwards requests, collects outputs."""
+
+    def __init__(self, args, eagle):
+        self.args = args
+        self.scenario = args.emulator_scenario
+        self.ready = False          # ready line printed
+        self.up = False             # /health answers 200
+        self.warmup_token = uuid.uuid4().hex
+        self.children = []
+        self.sched_conns = []
+        self.pending = {}
+        self.pending_lock = threading.Lock()
+        self.send_lock = threading.Lock()
+        self.server = None
+        self.last_receive = time.time()
+        self.eagle = eagle
+        self.cfg = {
+            "scenario": self.scenario,
+            "log_level": args.log_level,
+            "quiet_load": self.scenario == "replay",
+            "parent_pid": os.getpid(),
+            "tp_size": args.tp_size,
+            "load_seconds": max(0.0, args.emulator_load_seconds),
+            "shards": args.emulator_shards,
+            "capture_seconds": max(0.0, args.emulator_capture_seconds),
+            "child_die_after": max(0.0, args.emulator_child_die_after),
+            "speculative": bool(args.speculative_algorithm),
+            "eagle": eagle,
+            "arch": "LlamaForCausalLM",
+            "max_total_num_tokens": 20480,
+            "context_len": args.context_length or 131072,
+            "site_root": (eagle or {}).get("root") or "/usr/local/lib/python3.12/dist-packages/sglang",
+        }
+
+    # -- children -----------------------------------------------------------------------------------------------
+    def start_children(self):
+        ctx = multiprocessing.get_context("spawn")
+        detok_in_r, detok_in_w = ctx.Pipe(duplex=False)
+        detok_out_r, detok_out_w = ctx.Pipe(duplex=False)
+        detok = ctx.Process(target=detokenizer_main, args=(self.cfg, detok_in_r, detok_out_w),
+                            name="sglang::detokenizer", daemon=False)
+        detok.start()
+        self.children.append(detok)
+        for rank in range(self.args.tp_size):
+            parent_end, child_end = ctx.Pipe(duplex=True)
+            proc = ctx.Process(target=scheduler_main, args=(rank, self.cfg, child_end, detok_in_w),
+                               name="sglang::scheduler_TP%d" % rank, daemon=False)
+            proc.start()
+            child_end.close()
+            self.children.append(proc)
+            self.sched_conns.append(parent_end)
+        # The parent keeps its copy of detok_in_w open: the detokenizer outlives a dead scheduler, as in SGLang.
+        self._detok_in_w = detok_in_w
+        detok_in_r.close()
+        detok_out_w.close()
+        self.detok_out = detok_out_r
+        threading.Thread(target=self._collect_outputs, daemon=True).start()
+
+    def wait_schedulers(self):
+        """Block until every scheduler reported init_done (SGLang's _wait_for_scheduler_ready)."""
+        for rank, conn in enumerate(self.sched_conns):
+            proc = self.children[rank + 1]
+            while True:
+                if conn.poll(0.2):
+                    try:
+                        conn.recv()
+                    except (EOFError, OSError):
+                        self._scheduler_died(rank, proc)
+                    break
+                if not proc.is_alive():
+                    self._scheduler_died(rank, proc)
+
+    def _scheduler_died(self, rank, proc):
+        proc.join(1)
+        log_block("\n".join([
+            "Traceback (most recent call last):",
+            '  File "%s/srt/entrypoints/engine.py", line 2036, in _wait_for_scheduler_ready' % self.cfg["site_root"],
+            "    raise _scheduler_died_error(i, scheduler_procs[i])",
+            "RuntimeError: Rank %d scheduler died during initialization (exit code: %s). If exit code is -9 "
+            "(SIGKILL), a common cause is the OS OOM killer. Run `dmesg -T | grep -i oom` to check."
+            % (rank, proc.exitcode),
+        ]))
+        self.kill_children()
+        os._exit(1)
+
+    def kill_children(self, sig=signal.SIGKILL):
+        """Signal every child: ours, and any other (multiprocessing's resource tracker), like kill_process_tree."""
+        pids = {proc.pid for proc in self.children if proc.pid is not None and proc.exitcode is None}
+        pids.update(direct_children(os.getpid()))
+        for pid in pids:
+            try:
+                os.kill(pid, sig)
+            except OSError:
+                pass
+
+    def _collect_outputs(self):
+        while True:
+            try:
+                out = self.detok_out.recv()
+            except (EOFError, OSError):
+                return
+            with self.pending_lock:
+                waiter = self.pending.pop(out["rid"], None)
+            self.last_receive = time.time()
+            if waiter is not None:
+                waiter["result"] = out
+                waiter["event"].set()
+
+    def submit(self, prompt, max_new_tokens, timeout, warmup=False, health=False):
+        """Send one request to the TP0 scheduler and wait for the detokenized output. None on timeout."""
+        rid = uuid.uuid4().hex
+        waiter = {"event": threading.Event(), "result": None}
+        with self.pending_lock:
+            self.pending[rid] = waiter
+        msg = {"type": "generate", "rid": rid, "prompt": prompt, "max_new_tokens": max_new_tokens,
+               "warmup": warmup, "health": health}
+        try:
+            with self.send_lock:
+                self.sched_conns[0].send(msg)
+        except OSError:
+            with self.pending_lock:
+                self.pending.pop(rid, None)
+            return None
+        if not waiter["event"].wait(timeout):
+            with self.pending_lock:
+                self.pending.pop(rid, None)
+            return None
+        return waiter["result"]
+
+    def broadcast(self, msg):
+        for conn in self.sched_conns:
+            try:
+                with self.send_lock:
+                    conn.send(msg)
+            except OSError:
+                pass
+
+    # -- startup ------------------------------------------------------------------------------------------------
+    def bind(self):
+        """Uvicorn's startup: bind, or log uvicorn's bind error and exit 1."""
+        log("INFO:     Started server process [%d]" % os.getpid())
+        log("INFO:     Waiting for application startup.")
+        log("INFO:     Application startup complete.")
+        handler = make_handler(self)
+        EmulatorHTTPServer.address_family = socket.AF_INET6 if ":" in self.args.host else socket.AF_INET
+        blocker = None
+        if self.scenario == "port_taken":
+            blocker = occupy_port(self.args.host, self.args.port)
+        try:
+            server = EmulatorHTTPServer((self.args.host, self.args.port), handler)
+        except OSError as exc:
+            log("ERROR:    [Errno %s] error while attempting to bind on address %r: %s"
+                % (exc.errno, (self.args.host, self.args.port), (exc.strerror or str(exc)).lower()),
+                level="error")
+            log("INFO:     Waiting for application shutdown.")
+            log("INFO:     Application shutdown complete.")
+            self.kill_children()
+            os._exit(1)
+        if blocker is not None:
+            blocker.close()
+        self.server = server
+        threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
+        log("INFO:     Uvicorn running on http://%s:%d (Press CTRL+C to quit)"
+            % (url_host(self.args.host), server.server_address[1]))
+
+    def bind_quiet(self):
+        """Bind without uvicorn's lines (a replayed log brings its own), or exit 1."""
+        EmulatorHTTPServer.address_family = socket.AF_INET6 if ":" in self.args.host else socket.AF_INET
+        try:
+            self.server = EmulatorHTTPServer((self.args.host, self.args.port), make_handler(self))
+        except OSError as exc:
+            emu("replay: cannot bind %s:%d: %s" % (self.args.host, self.args.port, exc))
+            self.kill_children()
+            os._exit(1)
+        threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
+
+    def warmup(self):
+        """SGLang's _wait_and_warmup: GET /get_model_info, then one POST /generate through HTTP."""
+        host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(self.args.host, self.args.host)
+        base = "http://%s:%d" % (url_host(host), self.server.server_address[1])
+        headers = {"X-Emulator-Warmup": self.warmup_token}
+        if self.args.api_key:
+            headers["Authorization"] = "Bearer %s" % self.args.api_key
+        try:
+            urllib.request.urlopen(urllib.request.Request(base + "/get_model_info", headers=headers), timeout=30).read()
+            body = json.dumps({"text": "The capital city of France is",
+                               "sampling_params": {"temperature": 0, "max_new_tokens": 8}}).encode()
+            req = urllib.request.Request(base + "/generate", data=body, method="POST",
+                                         headers=dict(headers, **{"Content-Type": "application/json"}))
+            urllib.request.urlopen(req, timeout=30).read()
+        except (urllib.error.URLError, OSError) as exc:
+            log_block("Initialization failed. warmup error: Traceback (most recent call last):\n"
+                      "urllib.error.URLError: %s" % exc)
+            self.kill_children()
+            os._exit(1)
+        self.up = True
+        self.ready = True
+        log(READY_LINE)
+        self.broadcast({"type": "server_ready"})
+
+    def run(self):
+        self.start_children()
+        self.wait_schedulers()
+        self.bind()
+        self.warmup()
+        while True:
+            time.sleep(3600)
+
+
+
+def occupy_port(host, port):
+    """port_taken: make the port really busy (a listening socket) unless something else already holds it."""
+    sock = socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM)
+    try:
+        sock.bind((host, port))
+        sock.listen(1)
+    except OSError:
+        sock.close()
+        return None
+    emu("port_taken: holding %s:%d with a listening socket so that the server's bind fails for real" % (host, port))
+    return sock
+
+
+def install_parent_signals(engine):
+    def on_term(signum, frame):
+        engine.kill_children(signal.SIGTERM)
+        deadline = time.monotonic() + 1.0
+        for proc in engine.children:
+            proc.join(max(0.0, deadline - time.monotonic()))
+        engine.kill_children(signal.SIGKILL)
+        os._exit(0)
+
+    def on_quit(signum, frame):
+        # SGLang's launch_phase_sigquit_handler: log, then kill_process_tree(os.getpid()) (itself included).
+        log(SIGQUIT_LINE, level="error")
+        engine.kill_children(signal.SIGKILL)
+        os.kill(os.getpid(), signal.SIGKILL)
+
+    signal.signal(signal.SIGTERM, on_term)
+    signal.signal(signal.SIGINT, on_term)
+    signal.signal(signal.SIGQUIT, on_quit)
+
+

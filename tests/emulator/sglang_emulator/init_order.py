@@ -1,0 +1,1 @@
+../../../module_utils/init_order.py

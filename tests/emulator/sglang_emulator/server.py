@@ -1,0 +1,186 @@
+# Copyright: (c) eagle-deploy contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""SGLang's HTTP endpoints, served with uvicorn's access lines and the fake model's answers."""
+
+from __future__ import annotations
+
+import http.server
+import json
+import time
+import uuid
+
+from sglang_emulator import HEALTH_GENERATE_TIMEOUT, HTTP_REASONS, REQUEST_TIMEOUT, VERSION
+from sglang_emulator.logs import log
+
+def url_host(host):
+    """A host as it appears in a URL (IPv6 literals in brackets)."""
+    return "[%s]" % host if ":" in host else host
+
+
+class EmulatorHTTPServer(http.server.ThreadingHTTPServer):
+    daemon_threads = True
+    allow_reuse_address = True  # uvicorn sets SO_REUSEADDR too; a LISTENING port still fails with EADDRINUSE
+
+    def handle_error(self, request, client_address):  # pragma: no cover - quiet client disconnects
+        pass
+
+
+def make_handler(engine):
+    args = engine.args
+
+    class Handler(http.server.BaseHTTPRequestHandler):
+        server_version = "uvicorn"
+        sys_version = ""
+        protocol_version = "HTTP/1.1"
+
+        def log_message(self, fmt, *a):  # replaced by uvicorn-style access lines
+            pass
+
+        def _access(self, code):
+            log('INFO:     %s:%d - "%s %s HTTP/1.1" %d %s' % (
+                self.client_address[0], self.client_address[1], self.command, self.path.split("?")[0], code,
+                HTTP_REASONS.get(code, "")))
+
+        def _send(self, code, payload=None, ctype="application/json"):
+            body = b""
+            if payload is not None:
+                body = payload if isinstance(payload, bytes) else json.dumps(payload).encode("utf-8")
+            self.send_response_only(code, HTTP_REASONS.get(code))
+            self.send_header("date", self.date_time_string())
+            self.send_header("server", "uvicorn")
+            self.send_header("content-length", str(len(body)))
+            if body:
+                self.send_header("content-type", ctype)
+            self.end_headers()
+            if body and self.command != "HEAD":
+                self.wfile.write(body)
+            self._access(code)
+
+        def _authorized(self, path):
+            if not args.api_key or path.startswith(("/health", "/ready", "/metrics")):
+                return True
+            header = self.headers.get("Authorization", "")
+            parts = header.split(" ", 1)
+            return len(parts) == 2 and parts[0].lower() == "bearer" and parts[1] == args.api_key
+
+        def _body(self):
+            length = int(self.headers.get("Content-Length") or 0)
+            raw = self.rfile.read(length) if length else b""
+            if not raw:
+                return {}
+            data = json.loads(raw.decode("utf-8"))
+            if not isinstance(data, dict):
+                raise ValueError("request body must be a JSON object")
+            return data
+
+        def _is_warmup(self):
+            return self.headers.get("X-Emulator-Warmup") == engine.warmup_token
+
+        def do_GET(self):  # noqa: N802
+            path = self.path.split("?")[0]
+            if not self._authorized(path):
+                return self._send(401, {"error": "Unauthorized"})
+            if path == "/health":
+                return self._send(200 if engine.up and engine.scenario != "health_503" else 503)
+            if path == "/health_generate":
+                return self._health_generate()
+            if path == "/get_model_info":
+                return self._send(200, {
+                    "model_path": args.model_path, "tokenizer_path": args.tokenizer_path, "is_generation": True,
+                    "preferred_sampling_params": None, "weight_version": "default",
+                    "has_image_understanding": False, "has_audio_understanding": False,
+                    "model_type": "llama", "architectures": ["LlamaForCausalLM"], "emulator": True,
+                    "emulator_version": VERSION, "emulator_scenario": engine.scenario})
+            if path == "/v1/models":
+                return self._send(200, {"object": "list", "data": [{
+                    "id": args.served_model_name, "object": "model", "created": int(time.time()),
+                    "owned_by": "sglang", "root": args.model_path, "parent": None,
+                    "max_model_len": engine.cfg["context_len"]}]})
+            return self._send(404, {"detail": "Not Found"})
+
+        def do_POST(self):  # noqa: N802
+            path = self.path.split("?")[0]
+            if not self._authorized(path):
+                return self._send(401, {"error": "Unauthorized"})
+            if path in ("/health", "/health_generate"):
+                return self._send(405, {"detail": "Method Not Allowed"})
+            if path not in ("/generate", "/v1/completions"):
+                return self._send(404, {"detail": "Not Found"})
+            try:
+                body = self._body()
+            except (ValueError, UnicodeDecodeError) as exc:
+                return self._send(400, {"error": {"message": "invalid JSON body: %s" % exc}})
+            if path == "/generate":
+                return self._generate(body)
+            return self._completions(body)
+
+        def _health_generate(self):
+            if not engine.ready or engine.scenario == "health_503":
+                return self._send(503)
+            tic = time.time()
+            out = engine.submit([0], 1, HEALTH_GENERATE_TIMEOUT, health=True)
+            if out is None:
+                log("Health check failed. Server couldn't get a response from detokenizer for last %d seconds. "
+                    "tic start time: %s. last_heartbeat time: %s"
+                    % (HEALTH_GENERATE_TIMEOUT, time.strftime("%H:%M:%S", time.localtime(tic)),
+                       time.strftime("%H:%M:%S", time.localtime(engine.last_receive))), level="error")
+                return self._send(503)
+            return self._send(200)
+
+        def _generate(self, body):
+            text = body.get("text")
+            prompt = text if text is not None else body.get("input_ids")
+            if prompt is None:
+                return self._send(400, {"error": {"message": "Either text or input_ids should be provided."}})
+            params = body.get("sampling_params") or {}
+            try:
+                max_new = int(params.get("max_new_tokens", 128))
+            except (TypeError, ValueError):
+                return self._send(400, {"error": {"message": "max_new_tokens must be an integer"}})
+            if max_new < 0:
+                return self._send(400, {"error": {"message": "max_new_tokens must be at least 0"}})
+            batch = isinstance(text, list) or (isinstance(prompt, list) and prompt and isinstance(prompt[0], list))
+            results = []
+            for one in (prompt if batch else [prompt]):
+                start = time.time()
+                out = engine.submit(one, max_new, REQUEST_TIMEOUT, warmup=self._is_warmup())
+                if out is None:
+                    return self._send(500, {"error": {"message": "the scheduler did not answer"}})
+                results.append({"text": out["text"], "output_ids": out["output_ids"], "meta_info": {
+                    "id": uuid.uuid4().hex, "finish_reason": {"type": "length", "length": max_new},
+                    "prompt_tokens": out["prompt_tokens"], "completion_tokens": out["completion_tokens"],
+                    "cached_tokens": 0, "e2e_latency": round(time.time() - start, 6)}})
+            if body.get("stream"):
+                return self._send_stream(results)
+            return self._send(200, results if batch else results[0])
+
+        def _send_stream(self, chunks):
+            """Server-sent events as SGLang streams them: ``data: {json}`` lines, then ``data: [DONE]``."""
+            body = b"".join(b"data: " + json.dumps(chunk).encode("utf-8") + b"\n\n" for chunk in chunks)
+            self._send(200, body + b"data: [DONE]\n\n", ctype="text/event-stream")
+
+        def _completions(self, body):
+            prompt = body.get("prompt")
+            if prompt is None:
+                return self._send(400, {"error": {"message": "prompt is required"}})
+            try:
+                max_new = int(body.get("max_tokens", 16))
+            except (TypeError, ValueError):
+                return self._send(400, {"error": {"message": "max_tokens must be an integer"}})
+            out = engine.submit(prompt, max_new, REQUEST_TIMEOUT, warmup=self._is_warmup())
+            if out is None:
+                return self._send(500, {"error": {"message": "the scheduler did not answer"}})
+            response = {
+                "id": "cmpl-" + uuid.uuid4().hex, "object": "text_completion", "created": int(time.time()),
+                "model": body.get("model") or args.served_model_name,
+                "choices": [{"index": 0, "text": out["text"], "logprobs": None, "finish_reason": "length",
+                             "matched_stop": None}],
+                "usage": {"prompt_tokens": out["prompt_tokens"], "completion_tokens": out["completion_tokens"],
+                          "total_tokens": out["prompt_tokens"] + out["completion_tokens"]}}
+            if body.get("stream"):
+                return self._send_stream([response])
+            return self._send(200, response)
+
+    return Handler
+
+
