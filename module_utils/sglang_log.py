@@ -175,28 +175,36 @@ _SIGNATURES = [
 _LOOKS = [((rx.match if rx.pattern.startswith("^(") else rx.search), cls, final) for rx, cls, final in _SIGNATURES]
 _WHAT = re.compile(r"^\s+what\(\):\s+(.*)")
 
-# Cheap pre-filter for the bulk scan: a line that matches none of these cannot change the verdict
-# unless a traceback block is open (then every line is looked at). Progress lines (tqdm bars, batch
-# statistics) are frequent, so they are looked at only while they can still move the phase; their
-# counters are kept with C-speed counts over the skipped text instead.
-# Literal anchors: a line that holds none of them cannot change the verdict (unless a traceback block
-# is open: then every line is read). Each anchor is searched with bytes.find (C, GB/s), once per
-# buffer, and its next position is cached; this is what makes a multi-GB post-mortem scan fast.
+# Pre-filter for the bulk scan. Literal anchors: a line that holds none of them cannot change the
+# verdict (unless a traceback block, a request echo or a partial CRI record is open: then every line is
+# read). Progress lines (tqdm bars, batch statistics) are frequent, so they are looked at only while they
+# can still move the phase (the phase anchors below); their counters are kept with C-speed counts over the
+# skipped text instead.
+#
+# Two stages. Each anchor is searched with bytes.find (C, 1-4 GB/s), but every anchor is one more pass
+# over the text (23 anchors cost ~12 ms/MiB), so big reads go through a shape gate first (see
+# LogClassifier._gate): a block of whole lines has its digits deleted (bytes.translate) and is split into
+# line shapes; healthy logs repeat a few hundred shapes (batch statistics, bars, access lines differ only
+# in their numbers), so after the set of shapes already proven anchor-free is taken away, little or
+# nothing is left to search. No anchor holds a digit, so an anchor in a line is also in its shape: a block
+# whose new shapes hold no anchor is skipped whole (its newlines counted from the split). Only the anchors
+# found in a block's new shapes are then searched for in that block, with the next position of each
+# cached. Small reads (a live log) skip the gate.
 _CRASH_ANCHORS = (
-    # Long anchors skip faster (bytes.find is Horspool-like). Exception lines inside a traceback need no
-    # anchor of their own: an open block makes every line count.
-    # "scheduler died", "out of memory", "NCCL error" are raised as exceptions, i.e. inside a traceback.
-    # "CUDA error" keeps its anchor: a C++ abort (c10::Error) prints it with no Python traceback.
+    # Exception lines inside a traceback need no anchor of their own: an open block makes every line
+    # count. "scheduler died", "out of memory", "NCCL error" are raised as exceptions, i.e. inside one.
+    # "CUDA error: " keeps its anchor: a C++ abort (c10::Error) prints it with no Python traceback.
     # Both sigquit wordings ("Received sigquit from a child proces(s). It usually means the child failed.",
     # "SIGQUIT received. ... It usually means one child failed.") end in "child failed".
     # nvcc ends its errors with "N error(s) detected in the compilation of ...".
     # "Error: " is every exception line (torch.OutOfMemoryError, DistBackendError, CompilationError); the
     # C-level ones are "CUDA error: ", "CUDA driver error: ", "Fatal Python error: " (not a bare "error: ":
-    # Triton's harmless 'loc(...): error:' lines are frequent and each hit costs a decode and the regexes). "atchdog " is SGLang's and torch's watchdogs (not server_args'
-    # "watchdog_timeout=", a long line to decode). "ailed" is every "... failed" (capture, warm-up,
-    # "Assertion `...' failed", sigquit's "child failed", "ninja: build stopped: subcommand failed"); the
-    # signal names are the shell's job lines; ": obj=" a request echo (its continuation lines are data).
-    # Each anchor is one more pass over the buffer: keep them few and long.
+    # Triton's harmless 'loc(...): error:' lines are frequent, and each hit costs a decode and the regexes).
+    # "atchdog " is SGLang's and torch's watchdogs (not server_args' "watchdog_timeout=", a long line to
+    # decode). "ailed" is every "... failed" (capture, warm-up, "Assertion `...' failed", sigquit's "child
+    # failed", "ninja: build stopped: subcommand failed"); the signal names and "已杀死" are the shell's job
+    # lines; ": obj=" a request echo (its continuation lines are data). No anchor may hold a digit or a line
+    # break (the shape gate relies on it; a test checks).
     b"Traceback (most", b'  File "', b"ailed", b"Killed", b"\xe5\xb7\xb2\xe6\x9d\x80\xe6\xad\xbb", b"Error: ",
     b"CUDA error: ", b"driver error: ", b"Python error: ",
     b"Bus error", b"cudaError", b"detected in the compilation", b"Error limit reached",
@@ -213,6 +221,18 @@ _PHASE_ANCHORS = (
 )
 _ANCHORS_BY_PHASE = {}
 
+# The shape gate (LogClassifier._gate): blocks of about _GATE_BLOCK bytes, used while at least _GATE_MIN
+# bytes are left to scan; at most _GATE_KNOWN_BYTES of anchor-free shapes are remembered. A block whose new
+# shapes are more than 1/_GATE_POOR of it (logs of unique lines: the gate does not pay) counts as poor;
+# after _GATE_POOR_RUN poor blocks in a row the gate rests for _GATE_REST bytes.
+_DIGITS = b"0123456789"
+_GATE_BLOCK = 256 * 1024
+_GATE_MIN = 32 * 1024
+_GATE_KNOWN_BYTES = 2 * 1024 * 1024
+_GATE_POOR = 4
+_GATE_POOR_RUN = 4
+_GATE_REST = 16 * 1024 * 1024
+
 
 def _anchors(phase_index):
     found = _ANCHORS_BY_PHASE.get(phase_index)
@@ -226,7 +246,8 @@ def _anchors(phase_index):
 
 
 def _next_anchor(buf, pos, end, anchors, cache):
-    """Smallest position >= pos of any anchor in buf[:end] (end if none). cache: anchor -> last answer."""
+    """Smallest position >= pos of any anchor in buf[:end] (end if none). cache: anchor -> last answer
+    (only valid for this end)."""
     best = end
     find = buf.find
     for a in anchors:
@@ -339,48 +360,90 @@ class LogClassifier(object):
         self._echo_last = False  # the last line (piece) fed was echo data
         self._midline = False  # the last piece fed ended without a line break (a runaway line)
         self._cri = {}  # CRI stream -> (first physical line, text so far) of a partial ("P") record
+        # the shape gate (see _gate): line shapes proven anchor-free, their size, the block that holds an
+        # anchor (start, end, anchors found), poor blocks in a row, bytes left to rest
+        self._known = set()
+        self._known_bytes = 0
+        self._dirty = None
+        self._poor = 0
+        self._rest = 0
 
     # ---------------------------------------------------------------- bytes in
     def feed(self, data, final=False):
         """Feed raw bytes (any chunking). Lines are processed once complete; ``final`` flushes
         an unterminated last line."""
+        start = 0
         if data:
             self._tail_bytes = (self._tail_bytes + data[-_TAIL_BYTES:])[-_TAIL_BYTES:]
-            buf = self._partial + data if self._partial else data
-        else:
-            buf = self._partial
+            if b"\x00" in data:
+                data = data.replace(b"\x00", b"")
+            if self._partial and len(data) > _TAIL_BYTES:
+                # A big read: complete the held line with the read's first line and scan that alone, rather
+                # than copy the whole read behind it.
+                nl = data.find(b"\n")
+                cr = data.find(b"\r", 0, nl) if nl >= 0 else data.find(b"\r")
+                brk = cr if cr >= 0 else nl
+                if brk >= 0:
+                    brk += 2 if data[brk:brk + 2] == b"\r\n" else 1
+                    head = self._partial + data[:brk]
+                    self._partial = b""
+                    self._scan(head, len(head))
+                    start = brk
+        buf = self._partial + data if self._partial else data
         self._partial = b""
-        if b"\x00" in buf:
-            buf = buf.replace(b"\x00", b"")
         end = len(buf)
-        last_nl = max(buf.rfind(b"\n"), buf.rfind(b"\r"))
+        last_nl = max(buf.rfind(b"\n", start), buf.rfind(b"\r", start))
         if not final:
-            complete_end = last_nl + 1
+            complete_end = max(last_nl + 1, start)
             self._partial = buf[complete_end:]
             if len(self._partial) > _MAX_LINE:  # a runaway line: take it as it is
                 complete_end = end
                 self._partial = b""
         else:
             complete_end = end
-        if complete_end <= 0:
+        if complete_end <= start:
             return
-        self._scan(buf, complete_end)
+        self._scan(buf, complete_end, start)
 
-    def _scan(self, buf, end):
-        pos = 0
+    def _scan(self, buf, end, pos=0):
         cache = {}
+        limit = None  # the end the cached anchor positions were searched to
         if self.lineno < 5 and not self.emulator and b"[EMULATOR]" in buf[:4096]:
             self.emulator = True
+        self._dirty = None
+        gating = self._rest <= 0
+        if not gating:
+            self._rest -= end
         while pos < end:
             if self._block is None and self._pending_chain is None and self._echo is None and not self._cri:
                 # Fast path: jump to the next line that can matter; account for the lines skipped.
-                hit = _next_anchor(buf, pos, end, _anchors(_PHASE_INDEX[self.phase]), cache)
-                start = end if hit >= end else max(buf.rfind(b"\n", pos, hit), buf.rfind(b"\r", pos, hit), pos - 1) + 1
+                anchors = _anchors(_PHASE_INDEX[self.phase])
+                if gating and end - pos >= _GATE_MIN and (self._dirty is None or pos >= self._dirty[1]):
+                    pos = self._gate(buf, pos, end, anchors)
+                    if pos >= end:
+                        return
+                    gating = self._rest <= 0
+                dirty = self._dirty
+                stop = end
+                if dirty is not None and pos >= dirty[1]:
+                    dirty = None
+                if dirty is not None:
+                    if dirty[3] is not anchors:  # the phase moved on: fewer anchors
+                        dirty = self._dirty = (dirty[0], dirty[1], tuple(a for a in dirty[2] if a in anchors), anchors)
+                    stop, anchors = dirty[1], dirty[2]  # only those anchors are in this block
+                if stop != limit:
+                    cache = {}
+                    limit = stop
+                hit = _next_anchor(buf, pos, stop, anchors, cache)
+                start = stop if hit >= stop else max(
+                    buf.rfind(b"\n", pos, hit), buf.rfind(b"\r", pos, hit), pos - 1) + 1
                 if start > pos:
                     self._skip(buf, pos, start)
                     pos = start
-                if hit >= end:
-                    return
+                if hit >= stop:
+                    if stop >= end:
+                        return
+                    continue  # the rest of the block holds no anchor: gate the next one
             # one line from pos
             nl = buf.find(b"\n", pos, end)
             cr = buf.find(b"\r", pos, end)
@@ -402,9 +465,50 @@ class LogClassifier(object):
                 self.lineno += 1
             pos = brk
 
-    def _skip(self, buf, start, end):
+    def _gate(self, buf, pos, end, anchors):
+        """Skip whole blocks of lines that hold no anchor (pos: a line start, end: after a line break).
+        Returns where the scan goes on: end, the start of a block that holds an anchor (self._dirty says
+        which and where it ends), or the start of a line too long for a block."""
+        known = self._known
+        while end - pos >= _GATE_MIN:
+            stop = buf.rfind(b"\n", pos, min(pos + _GATE_BLOCK, end)) + 1
+            if stop <= pos:
+                return pos  # one line longer than a block: the anchors' own search takes it
+            shapes = buf[pos:stop].translate(None, _DIGITS).split(b"\n")
+            if not known.issuperset(shapes):
+                new = set(shapes)
+                new -= known
+                text = b"\n".join(new)
+                found = tuple(a for a in anchors if a.lstrip(b"\n") in text)
+                if found:
+                    self._dirty = (pos, stop, found, anchors)
+                    self._poor = 0
+                    return pos
+                if len(text) * _GATE_POOR > stop - pos:
+                    self._poor += 1
+                    if self._poor >= _GATE_POOR_RUN:
+                        self._poor = 0
+                        self._rest = _GATE_REST
+                else:
+                    self._poor = 0
+                size = len(text) + 64 * len(new)
+                if self._known_bytes + size > _GATE_KNOWN_BYTES:
+                    known.clear()
+                    self._known_bytes = 0
+                if size <= _GATE_KNOWN_BYTES:
+                    known |= new
+                    self._known_bytes += size
+            else:
+                self._poor = 0
+            self._skip(buf, pos, stop, len(shapes) - 1)
+            pos = stop
+            if self._rest > 0:
+                break
+        return pos
+
+    def _skip(self, buf, start, end, newlines=None):
         """Lines between start and end cannot change the verdict: keep what the counters need."""
-        self.lineno += buf.count(b"\n", start, end)
+        self.lineno += buf.count(b"\n", start, end) if newlines is None else newlines
         if self.state == "crashed":
             return
         if not self.decode_batches and not self.prefill_cached and self.prefill_batches <= _FIRST_BATCHES:
