@@ -168,6 +168,13 @@ secret_keys:
   type: list
   elements: str
   sample: ["api-key"]
+config_refused_args:
+  description: Options the installed SGLang knows but refuses in its C(--config) file (SGLang 0.5.17 refuses every
+    option whose action is neither C(store) nor C(store_true), for example the deprecated C(disable-cuda-graph)).
+  returned: on failure, with method V(ast)
+  type: list
+  elements: str
+  sample: ["disable-cuda-graph"]
 parser_error:
   description: What SGLang's own parser said about the arguments.
   returned: when SGLang's parser rejected the arguments
@@ -342,6 +349,43 @@ def option_strings_from_tree(sglang_root):
         with open(path, encoding="utf-8") as f:
             options.update(option_strings_from_source(f.read()))
     return options
+
+
+def config_refused_dests(sglang_root):
+    """Option dests that SGLang's C(--config) reader refuses, read from its sources; None where it refuses none.
+
+    SGLang 0.5.17's ConfigArgumentMerger raises "Unsupported config option" for the dest of every option whose
+    action is neither C(store) nor C(store_true) (deprecated aliases, store_const, append, ...), also when a plain
+    option shares that dest (C(cuda-graph-backend-prefill) with the deprecated C(--enable-breakable-cuda-graph)).
+    Applied only where the installed C(server_args_config_parser.py) has that rule (C(unsupported_actions)).
+    """
+    config_parser = os.path.join(sglang_root, "srt", "server_args_config_parser.py")
+    try:
+        with open(config_parser, encoding="utf-8") as f:
+            if "unsupported_actions" not in f.read():
+                return None
+        with open(os.path.join(sglang_root, "srt", "server_args.py"), encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError):
+        return None
+    refused = {}
+    for node in ast.walk(tree):
+        if not (isinstance(node, ast.Call) and _call_name(node) == "add_argument"):
+            continue
+        names = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
+        if not names or not names[0].startswith("-") or "--config" in names or "--help" in names:
+            continue
+        kw = {k.arg: k.value for k in node.keywords if k.arg}
+        action = kw.get("action")
+        if action is None or (isinstance(action, ast.Constant) and action.value in ("store", "store_true")):
+            continue
+        if isinstance(kw.get("dest"), ast.Constant):
+            dest = kw["dest"].value
+        else:
+            longs = [n for n in names if n.startswith("--")] or names
+            dest = longs[0].lstrip("-").replace("-", "_")
+        refused[dest] = ast.unparse(action)
+    return refused
 
 
 def to_yaml_scalar_doc(mapping):
@@ -534,6 +578,18 @@ class SGLangArgsChecker:
                     "did you mean: %s" % ", ".join("%s -> %s" % (k, v[0]) for k, v in sorted(suggestions.items()))
                 )
             self.fail("; ".join(parts), unknown_args=unknown, abbreviated_args=abbreviated, suggestions=suggestions)
+
+        if self.result["method"] == "ast":
+            # SGLang's own parser (method sglang_parser) finds these itself, with the same message.
+            refused = config_refused_dests(sglang_root) or {}
+            bad = sorted(k for k in keys if normalize_key(k) in refused)
+            if bad:
+                self.fail(
+                    "SGLang %s refuses %s in its --config file (%s); use the replacement option its help names"
+                    % (self.result.get("sglang_version", "?"), ", ".join(bad),
+                       ", ".join("%s: %s" % (k, refused[normalize_key(k)]) for k in bad)),
+                    config_refused_args=bad,
+                )
 
         if self.result["method"] == "sglang_parser":
             if probe.get("parser_error"):
