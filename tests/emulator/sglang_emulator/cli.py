@@ -95,6 +95,10 @@ def build_parser():
     add("--log-level", dest="log_level", default="info",
         choices=["debug", "info", "warning", "error", "critical"], type=str.lower)
     add("--trust-remote-code", dest="trust_remote_code", action="store_true")
+    # SGLang's request log: every request's text is echoed into the server log (sglang/srt/utils/request_logger.py).
+    add("--log-requests", dest="log_requests", action="store_true")
+    # Older SGLang printed the prompt as is, not repr()'d: a prompt's newlines make new physical log lines.
+    add("--emulator-raw-request-log", dest="emulator_raw_request_log", action="store_true")
     add("--config", dest="config", default=None)
     add("--emulator-scenario", dest="emulator_scenario", choices=SCENARIOS, default="normal")
     add("--emulator-load-seconds", dest="emulator_load_seconds", type=float, default=3.0)

@@ -10,7 +10,7 @@ import time
 import uuid
 
 from sglang_emulator import HEALTH_GENERATE_TIMEOUT, HTTP_REASONS, REQUEST_TIMEOUT, VERSION
-from sglang_emulator.logs import log
+from sglang_emulator.logs import log, log_block
 
 def url_host(host):
     """A host as it appears in a URL (IPv6 literals in brackets)."""
@@ -23,6 +23,21 @@ class EmulatorHTTPServer(http.server.ThreadingHTTPServer):
 
     def handle_error(self, request, client_address):  # pragma: no cover - quiet client disconnects
         pass
+
+
+def log_request(kind, body, raw, out=None):
+    """SGLang's request-log line (``Receive: obj=GenerateReqInput(rid=..., text=...)``, ``Finish: obj=..., out=...``).
+
+    Current SGLang repr()s the text (one physical line); with ``raw`` the text goes in as is, as older releases
+    wrote it, so a prompt's own newlines start new physical lines of the log.
+    """
+    text = body.get("text")
+    shown = ("'%s'" % text if raw and isinstance(text, str) else repr(text))
+    line = "%s: obj=GenerateReqInput(rid='%s', text=%s, input_ids=%r, sampling_params=%r, stream=%r)" % (
+        kind, uuid.uuid4().hex, shown, body.get("input_ids"), body.get("sampling_params"), bool(body.get("stream")))
+    if out is not None:
+        line += ", out=%r" % (out,)
+    log_block(line)  # Python's logging: the prefix on the first physical line only
 
 
 def make_handler(engine):
@@ -140,6 +155,8 @@ def make_handler(engine):
             if max_new < 0:
                 return self._send(400, {"error": {"message": "max_new_tokens must be at least 0"}})
             batch = isinstance(text, list) or (isinstance(prompt, list) and prompt and isinstance(prompt[0], list))
+            if engine.args.log_requests and not self._is_warmup():
+                log_request("Receive", body, engine.args.emulator_raw_request_log)
             results = []
             for one in (prompt if batch else [prompt]):
                 start = time.time()
@@ -150,6 +167,9 @@ def make_handler(engine):
                     "id": uuid.uuid4().hex, "finish_reason": {"type": "length", "length": max_new},
                     "prompt_tokens": out["prompt_tokens"], "completion_tokens": out["completion_tokens"],
                     "cached_tokens": 0, "e2e_latency": round(time.time() - start, 6)}})
+            if engine.args.log_requests and not self._is_warmup():
+                log_request("Finish", body, engine.args.emulator_raw_request_log,
+                            out={"text": results[0]["text"], "meta_info": results[0]["meta_info"]})
             if body.get("stream"):
                 return self._send_stream(results)
             return self._send(200, results if batch else results[0])

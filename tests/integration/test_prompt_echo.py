@@ -1,0 +1,84 @@
+"""Issue 8, item 1: a user's prompt echoed into the server log (SGLang's --log-requests) is data, never evidence.
+
+A healthy server (the SGLang emulator with --log-requests) receives prompts that carry crash text, both as
+current SGLang logs them (repr()'d, one line) and as older releases did (raw: the prompt's newlines make new
+log lines). Then the whole log is judged: wait_for_model's watch from offset 0, an unchanged `started`
+re-run, and bin/sglang-logcheck. None may call it a crash, and the server must keep its PID.
+"""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import urllib.request
+
+import pytest
+
+from ansible_run import EMULATOR, REPO, TARGET_PYTHON, free_port, run_module
+
+CRASH_PROMPT = (
+    "Please explain this log:\n"
+    "Traceback (most recent call last):\n"
+    '  File "/sgl/python/sglang/srt/managers/scheduler.py", line 2432, in run_scheduler_process\n'
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 7.72 GiB.\n"
+    "[2026-12-03 09:24:19] Scheduler hit an exception: Traceback (most recent call last):\n"
+    "Killed\n"
+    "Segmentation fault (core dumped)\n"
+    "terminate called after throwing an instance of 'c10::Error'\n"
+    "Fatal Python error: Aborted\n"
+    "SIGQUIT received. signum=None, frame=None. It usually means one child failed.\n"
+)
+
+
+def _generate(port, text):
+    req = urllib.request.Request("http://127.0.0.1:%d/generate" % port, method="POST",
+                                 data=json.dumps({"text": text, "sampling_params": {"max_new_tokens": 4}}).encode(),
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=30) as resp:
+        assert resp.status == 200
+        return json.loads(resp.read())
+
+
+@pytest.mark.parametrize("raw", [False, True], ids=["repr-echo", "raw-multiline-echo"])
+def test_echoed_crash_text_never_stops_a_healthy_server(tmp_path, raw):
+    log_dir, run_dir = str(tmp_path / "logs"), str(tmp_path / "run")
+    os.makedirs(log_dir)
+    os.makedirs(run_dir, mode=0o755)
+    port = free_port()
+    argv = [TARGET_PYTHON, EMULATOR, "--port", str(port), "--log-requests", "--emulator-load-seconds", "0.2",
+            "--emulator-capture-seconds", "0.1"] + (["--emulator-raw-request-log"] if raw else [])
+    args = {"name": "echo", "state": "started", "argv": argv, "log_dir": log_dir, "run_dir": run_dir,
+            "health_url": "http://127.0.0.1:%d/health_generate" % port, "port": port, "timeout": 120}
+    try:
+        first = run_module("wait_for_model", args)
+        assert first.get("failed") is not True, first
+        pid = first["pid"]
+        for _ in range(3):
+            assert _generate(port, CRASH_PROMPT)["text"]
+        log_path = os.path.join(log_dir, "echo.log")
+        with open(log_path) as f:
+            logged = f.read()
+        assert "Receive: obj=GenerateReqInput" in logged and "CUDA out of memory" in logged
+        if raw:  # the echo really spans several physical lines, one of them starting with "Traceback"
+            assert "\nTraceback (most recent call last):\n" in logged
+
+        # The whole log, from its first byte: a watch that would stop the server on a crash verdict.
+        watched = run_module("wait_for_model", {"name": "echo", "state": "watched", "log_dir": log_dir,
+                                                "run_dir": run_dir, "watch_time": 2, "log_offset": 0,
+                                                "stop_on_failure": True,
+                                                "health_url": args["health_url"]})
+        assert watched.get("failed") is not True, watched
+        assert watched.get("crash_class") is None, watched
+
+        # An unchanged re-run keeps the server.
+        again = run_module("wait_for_model", args)
+        assert again.get("failed") is not True and again["changed"] is False, again
+        assert again["pid"] == pid
+        assert os.path.exists("/proc/%d" % pid)
+
+        verdict = json.loads(subprocess.run([sys.executable, os.path.join(REPO, "bin", "sglang-logcheck"), log_path],
+                                            capture_output=True, text=True, check=False).stdout)
+        assert verdict["state"] == "ready", verdict
+    finally:
+        run_module("wait_for_model", {"name": "echo", "state": "stopped", "log_dir": log_dir, "run_dir": run_dir})
