@@ -10,7 +10,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: gpu_facts
-short_description: Report NVIDIA GPUs and the processes on them, ours or foreign
+short_description: Report NVIDIA GPUs and who uses them; optionally refuse foreign users, or wait for memory release
 description:
   - Runs C(nvidia-smi --query-gpu) and C(nvidia-smi --query-compute-apps) and returns every GPU with its memory
     figures and every compute process with its owner, its command line (secrets masked) and whether it belongs to
@@ -18,11 +18,16 @@ description:
   - A process is B(ours) when it is in the process tree recorded by M(wait_for_model) in O(run_dir) for server
     O(name), that is the verified leader, every process in the leader's session, and their descendants. Everything
     else is foreign, including processes whose PID is not visible in this host's C(/proc).
-  - With O(wait_memory_below_mib) the module polls C(memory.used) until every selected GPU is below that figure,
-    and fails with the per-GPU figures after O(wait_timeout) seconds.
-  - With O(fail_on_foreign) the module fails when foreign processes hold more than O(foreign_limit_mib) MiB on a
-    selected GPU, and names them.
-  - The module only reads. It never signals or kills a process.
+  - 'One call does one of three things, chosen by its options (O(fail_on_foreign) and O(wait_memory_below_mib)
+    are mutually exclusive):'
+  - B(facts) (neither option) - report, and fail only when C(nvidia-smi) itself fails or O(gpu_indices) names a GPU
+    it does not list.
+  - B(refuse foreign users) (O(fail_on_foreign=true), a preflight policy) - the facts, then fail when foreign
+    processes hold more than O(foreign_limit_mib) MiB on a selected GPU, naming them.
+  - B(wait for release) (O(wait_memory_below_mib), after a stop) - poll C(memory.used) every O(poll_interval)
+    seconds until every selected GPU is below that figure, then report the facts; fail with the per-GPU figures
+    and the holders after O(wait_timeout) seconds.
+  - In every mode the module only reads. It never signals or kills a process.
   - When C(nvidia-smi) is not installed the module does not fail; it returns RV(nvidia_smi=missing) and empty
     lists.
 version_added: "0.1.0"
@@ -39,15 +44,29 @@ options:
     default: sglang
   gpu_indices:
     description:
-      - GPU indices that O(wait_memory_below_mib) and O(fail_on_foreign) look at.
+      - GPU indices that O(fail_on_foreign) and O(wait_memory_below_mib) look at.
       - All GPUs when unset. The returned RV(gpus) and RV(processes) always list every GPU.
       - An index that C(nvidia-smi) does not list fails the task.
     type: list
     elements: int
+  fail_on_foreign:
+    description:
+      - The B(refuse foreign users) mode - fail when foreign processes hold more than O(foreign_limit_mib) MiB on any
+        selected GPU.
+      - The message lists each such process with PID, owner, command and MiB, per GPU.
+      - Mutually exclusive with O(wait_memory_below_mib).
+    type: bool
+    default: false
+  foreign_limit_mib:
+    description:
+      - MiB that foreign processes may hold on one GPU before O(fail_on_foreign) fails.
+    type: int
+    default: 0
   wait_memory_below_mib:
     description:
-      - When set, poll C(memory.used) until it is below this many MiB on every selected GPU.
-      - Typically used right after stopping the server, so that a restart does not meet a card still held.
+      - The B(wait for release) mode - poll C(memory.used) until it is below this many MiB on every selected GPU.
+      - Used right after stopping the server, so that a restart does not meet a card still held.
+      - Mutually exclusive with O(fail_on_foreign).
     type: int
   wait_timeout:
     description:
@@ -56,25 +75,14 @@ options:
     default: 120
   poll_interval:
     description:
-      - Seconds between two polls of C(nvidia-smi) while waiting.
+      - Seconds between two polls of C(nvidia-smi) while waiting for O(wait_memory_below_mib).
     type: float
     default: 0.2
-  fail_on_foreign:
-    description:
-      - Fail when foreign processes hold more than O(foreign_limit_mib) MiB on any selected GPU.
-      - The message lists each such process with PID, owner, command and MiB, per GPU.
-    type: bool
-    default: false
-  foreign_limit_mib:
-    description:
-      - MiB that foreign processes may hold on one GPU before O(fail_on_foreign) fails.
-    type: int
-    default: 0
 extends_documentation_fragment: action_common_attributes
 attributes:
   check_mode:
     support: full
-    details: The module only reads, so it runs the same in check mode.
+    details: The module only reads, in every mode, so it runs the same in check mode (the wait for release too).
   diff_mode:
     support: none
   platform:
@@ -375,7 +383,8 @@ def user_name(uid):
 
 
 class GpuFacts:
-    """Runs nvidia-smi, classifies processes, waits for memory release. Clock and sleep are injectable."""
+    """Runs nvidia-smi and classifies processes (facts); then, by mode, refuses foreign users or has waited for
+    memory release. Clock and sleep are injectable."""
 
     def __init__(self, module, clock=time.monotonic, sleep=time.sleep):
         self.module = module
@@ -498,6 +507,7 @@ class GpuFacts:
         return foreign, by_gpu, over
 
     def run(self):
+        """Facts, with the wait for release first (O(wait_memory_below_mib)) or the refusal after (O(fail_on_foreign))."""
         result = dict(changed=False, nvidia_smi=self.nvidia_smi or "missing", nvidia_smi_message="",
                       gpus=[], processes=[], foreign=[], foreign_mib_by_gpu={}, run_state_found=False)
         limit = self.params["wait_memory_below_mib"]
@@ -564,6 +574,7 @@ def main(clock=time.monotonic, sleep=time.sleep):
             fail_on_foreign=dict(type="bool", default=False),
             foreign_limit_mib=dict(type="int", default=0),
         ),
+        mutually_exclusive=[("fail_on_foreign", "wait_memory_below_mib")],
         supports_check_mode=True,
     )
     GpuFacts(module, clock=clock, sleep=sleep).run()

@@ -183,7 +183,10 @@ options:
     type: float
     default: 2.0
   stop_timeout:
-    description: Seconds between SIGTERM and SIGKILL when stopping our server.
+    description:
+      - Seconds between SIGTERM and SIGKILL when stopping our server before a restart or with O(state=stopped).
+      - After a failed wait (O(stop_on_failure)) the grace is at most 10 s (C(FAILED_STOP_GRACE)) - a server that
+        crashed or hangs serves nothing and only holds its GPU memory.
     type: int
     default: 30
   stop_on_failure:
@@ -218,8 +221,12 @@ attributes:
   check_mode:
     support: full
     details:
-      - Reports whether the server would be (re)started or stopped; spawns and signals nothing.
-      - With O(state=watched) it watches as usual, but a failure only reports RV(would_stop).
+      - Reports whether the server would be (re)started or stopped; spawns, signals and writes nothing
+        (the lock is taken shared, and only when its file exists).
+      - With O(state=started) and our server running with the same fingerprint but not healthy yet, it
+        reports that it would wait, and does not wait.
+      - With O(state=watched) it watches as usual (it reads the log, the process tree and the health URL),
+        but a failure only reports RV(would_stop).
   diff_mode:
     support: none
   platform:
@@ -324,8 +331,8 @@ crash_class:
   description:
     - Class of the failure. From the log - python_exception, bad_config, warmup_failed,
       first_request_crash, cuda_graph_capture, cuda_oom, kv_pool_oom, cuda_error, nccl,
-      compile_error, child_sigquit, killed, port_in_use. From the process or the clock - exited,
-      child_died, stalled, timeout, unhealthy (O(state=watched) only).
+      compile_error, child_sigquit, killed, port_in_use, native_crash, watchdog_timeout. From the
+      process or the clock - exited, child_died, stalled, timeout, unhealthy (O(state=watched) only).
   returned: on failure
   type: str
   sample: cuda_oom
@@ -364,11 +371,6 @@ rc:
   returned: on failure
   type: int
   sample: -9
-emulator:
-  description: True when the log's first line says the server is the SGLang emulator.
-  returned: with O(state=started)
-  type: bool
-  sample: false
 stopped:
   description: What stopping our previous server did (PIDs sent SIGTERM, SIGKILL, left over).
   returned: when a server was stopped
@@ -424,11 +426,23 @@ stopped_after_failure:
   returned: on failure, when something was signalled
   type: dict
   sample: {"signalled": [41235], "killed": [], "remaining": [], "seconds": 0.4}
+pruned_logs:
+  description: Per-attempt log files removed after the launch (beyond O(keep_attempts)).
+  returned: with O(state=started) after a launch
+  type: list
+  elements: str
+  sample: ["sglang_r1.log"]
+dead_child_pid:
+  description: PID of the long-lived child whose death failed the wait (RV(crash_class=child_died)).
+  returned: on failure with RV(crash_class=child_died)
+  type: int
+  sample: 41240
 """
 
 import errno
 import fcntl
 import hashlib
+import http.client as http_client
 import json
 import math
 import os
@@ -439,15 +453,14 @@ import signal
 import ssl
 import stat
 import subprocess
-import sys
 import tempfile
 import time
+from urllib.parse import urlparse
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.six.moves.urllib.parse import urlparse
-from ansible.module_utils.six.moves import http_client
 from ansible.module_utils.sglang_log import LogClassifier, LogFollower, tail_lines
 from ansible.module_utils import sglang_proc
+from ansible.module_utils.sglang_paths import file_sha256
 
 
 class WaitError(Exception):
@@ -455,14 +468,6 @@ class WaitError(Exception):
 
 
 # ------------------------------------------------------------------------------ helpers
-def sha256_file(path):
-    h = hashlib.sha256()
-    with open(path, "rb") as fh:
-        for block in iter(lambda: fh.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
-
-
 def _h(value):
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode("utf-8")).hexdigest()
 
@@ -472,7 +477,7 @@ def fingerprint_parts(argv, environment, files, data, run_as, secret_environment
     if secret_environment:
         parts["secret_environment"] = _h(secret_environment)
     for path in files:
-        parts["file " + path] = sha256_file(path)
+        parts["file " + path] = file_sha256(path)
     for key in sorted(data):
         parts["data " + key] = _h(data[key])
     return parts
@@ -563,15 +568,7 @@ class Popener(object):
                     os.setuid(user[0])
             kwargs["preexec_fn"] = join_then_drop
         elif user is not None:
-            uid, gid, groups = user
-            if sys.version_info >= (3, 9):
-                kwargs.update(user=uid, group=gid, extra_groups=groups)
-            else:
-                def drop_privileges():
-                    os.setgroups(groups)
-                    os.setgid(gid)
-                    os.setuid(uid)
-                kwargs["preexec_fn"] = drop_privileges
+            kwargs.update(user=user[0], group=user[1], extra_groups=user[2])
         try:
             return subprocess.Popen(
                 argv, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=subprocess.STDOUT, cwd=cwd, env=env,
@@ -659,6 +656,9 @@ RANGES = {
     "min_free_space_mib": (0, 1 << 30, False),
     "log_offset": (-1, None, False),
 }
+
+# Seconds between SIGTERM and SIGKILL at most when stopping a server whose wait failed (it serves nothing).
+FAILED_STOP_GRACE = 10
 
 # Children that are workers from birth (their death is a crash even within child_grace): Python
 # multiprocessing spawn/forkserver children, and SGLang's setproctitle names.
@@ -760,15 +760,179 @@ def start_of_line(fd, offset):
         pos += len(chunk)
 
 
-def follower_at(path, offset):
-    """A LogFollower of ``path`` that starts at byte ``offset``."""
-    try:
-        return LogFollower(path, start_offset=offset)
-    except TypeError:
-        follower = LogFollower(path)
-        if offset and follower._open():  # pylint: disable=protected-access
-            follower.offset = offset
-        return follower
+# ------------------------------------------------------------------------------ the wait: watchers and decide()
+class Candidate(object):
+    """A watcher's candidate verdict. For a crash: when it was seen (``since``), when the log last grew
+    (``quiet_since``) and whether its traceback is complete (``final``)."""
+
+    __slots__ = ("verdict", "since", "quiet_since", "final")
+
+    def __init__(self, verdict, since=None, quiet_since=None, final=True):
+        self.verdict, self.since, self.quiet_since, self.final = verdict, since, quiet_since, final
+
+    def __repr__(self):
+        return "Candidate(%r)" % self.verdict
+
+
+CONFIRMED_BY_THE_LOG = ("ready", "unhealthy")  # verdicts a crash written just before them overrules
+
+
+def decide(candidates, now, watch, settle_time):
+    """The verdict of one look, or None to keep waiting. Pure: the watchers' candidates and the time only.
+
+    The log's crash wins, once its traceback is complete (or the log has been quiet for ``settle_time``, or
+    5 settle times have passed); until then nothing else is decided. Then the process side (the leader
+    exited, a worker died), then health, then the clock. With ``watch`` the health verdict counts only at
+    the end of the window, and a window without a verdict (too few failed polls) keeps going."""
+    crash = candidates.get("log")
+    if crash is not None:
+        waited, quiet = now - crash.since, now - crash.quiet_since
+        if crash.final or (waited >= settle_time and quiet >= settle_time) or waited >= 5 * settle_time:
+            return "crashed"
+        return None
+    for name in ("leader", "children"):
+        if candidates.get(name) is not None:
+            return candidates[name].verdict
+    health, clock = candidates.get("health"), candidates.get("clock")
+    if watch:
+        if clock is not None and clock.verdict == "deadline" and health is not None:
+            return health.verdict
+        return None
+    if health is not None and health.verdict == "ready":
+        return "ready"
+    if clock is not None:
+        return "timeout" if clock.verdict == "deadline" else clock.verdict
+    return None
+
+
+class LogWatch(object):
+    """Follows the log from a byte offset and feeds the classifier. Candidate: ``crashed``."""
+
+    def __init__(self, follower, classifier, t0):
+        self.follower = follower
+        self.clf = classifier
+        self.t0 = t0
+        self.last_growth = t0
+        self.woke = False  # this look saw the log reach warmup or ready: health is asked at once
+
+    def poll(self, now):
+        data = self.follower.read()
+        self.woke = False
+        if data:
+            before = (self.clf.phase, self.clf.ready is None)
+            self.clf.feed(data)
+            self.last_growth = now
+            self.woke = (self.clf.phase, self.clf.ready is None) != before and self.clf.phase in ("warmup", "ready")
+        crash = self.clf.crash
+        if crash is None:
+            return None
+        return Candidate("crashed", since=self.t0 + crash["at"], quiet_since=self.last_growth, final=self.clf.settled)
+
+
+class LeaderWatch(object):
+    """The leader process: our unreaped child (``handle``) or, attached, a PID. Candidate: ``exited``."""
+
+    def __init__(self, handle, pid, procs):
+        self.handle = handle
+        self.pid = pid
+        self.procs = procs
+        self.rc = None
+
+    def poll(self, now):
+        if self.handle is not None:
+            self.rc = self.handle.poll()
+            exited = self.rc is not None
+        else:
+            exited = not self.procs.alive(self.pid)
+        return Candidate("exited") if exited else None
+
+
+class ChildrenWatch(object):
+    """The leader's long-lived children. A worker (a multiprocessing spawn/forkserver child, an ``sglang::``
+    title) is long-lived from birth; any other child once seen alive for ``grace`` s. Candidate: ``child_died``."""
+
+    def __init__(self, pid, procs, grace):
+        self.pid = pid
+        self.procs = procs
+        self.grace = grace
+        self.seen = {}  # child pid -> (start_time, first seen, worker from birth?)
+        self.died = None  # (pid, seconds seen) of the dead worker
+
+    def poll(self, now):
+        kids = self.procs.children(self.pid)
+        for c, st in kids.items():
+            if c not in self.seen or self.seen[c][0] != st:
+                self.seen[c] = (st, now, False)
+            if not self.seen[c][2] and WORKER_RX.search(" ".join(self.procs.cmdline(c) or [])):
+                self.seen[c] = (self.seen[c][0], self.seen[c][1], True)
+        for c, (_st, first, born_worker) in list(self.seen.items()):
+            if c not in kids:
+                if born_worker or now - first >= self.grace:
+                    self.died = (c, now - first)
+                    return Candidate("child_died")
+                del self.seen[c]
+        return None
+
+
+class HealthWatch(object):
+    """Asks the health URL every ``interval`` s (at once when the log says the server may be up).
+    Candidates: ``ready`` (the last request answered 200) and ``unhealthy`` (``unhealthy_after`` failed
+    requests in a row). Watching (``patient``), a request may take ``timeout`` s and failed ones are at
+    least 1 s apart; waiting for a start, a request may take 0.5-2 s, never much past the deadline."""
+
+    def __init__(self, ask, clock, log, t0, deadline, interval, timeout, unhealthy_after, patient):
+        self.ask = ask
+        self.clock = clock
+        self.log = log
+        self.deadline = deadline
+        self.interval = interval
+        self.timeout = timeout
+        self.unhealthy_after = unhealthy_after
+        self.patient = patient
+        self.next_at = t0
+        self.last_answer = t0  # when anything last answered (for the stall check)
+        self.polls = 0
+        self.fails = 0
+        self.last = None
+
+    def poll(self, now):
+        if self.log.woke:
+            self.next_at = now
+        if now >= self.next_at:
+            code = self.ask(self.timeout if self.patient else max(0.5, min(2.0, self.deadline - now)))
+            self.polls += 1
+            self.last = code
+            self.fails = 0 if code == 200 else self.fails + 1
+            gap = self.interval if code == 200 or not self.patient else max(self.interval, 1.0)
+            self.next_at = self.clock() + gap
+            if code is not None:
+                self.last_answer = self.clock()
+        if self.polls and self.fails == 0:
+            return Candidate("ready")
+        if self.fails >= self.unhealthy_after:
+            return Candidate("unhealthy")
+        return None
+
+    def summary(self):
+        return {"polls": self.polls, "failed_in_a_row": self.fails, "last": self.last}
+
+
+class ClockWatch(object):
+    """The deadline, and the stall: neither log growth nor any HTTP answer for ``stall_timeout`` s (0: off).
+    Candidates: ``stalled``, ``deadline``."""
+
+    def __init__(self, deadline, stall_timeout, log, health):
+        self.deadline = deadline
+        self.stall_timeout = stall_timeout
+        self.log = log
+        self.health = health
+
+    def poll(self, now):
+        if self.stall_timeout and now - max(self.log.last_growth, self.health.last_answer) >= self.stall_timeout:
+            return Candidate("stalled")
+        if now >= self.deadline:
+            return Candidate("deadline")
+        return None
 
 
 # ------------------------------------------------------------------------------ the work
@@ -791,6 +955,9 @@ class ModelWaiter(object):
         self.user = None
         self.user_pw = pwd.getpwuid(os.geteuid())
         self.missing_files = []
+        self.port = None  # the rest is set by validate()
+        self.run_dir = None
+        self.fresh = False
         self.result = {"changed": False}
 
     # ---------------------------------------------------------------- validation
@@ -1171,132 +1338,59 @@ class ModelWaiter(object):
 
     # ---------------------------------------------------------------- the wait loop
     def wait(self, state, handle, attached, watch=None):
+        """Poll the watchers, decide, sleep; then drain the log and report."""
         p = self.p
         t0 = self.clock()
         deadline = t0 + (watch if watch is not None else p["timeout"])
-        clf = LogClassifier(clock=lambda: self.clock() - t0)
         log_fd = open_log(state["log_path"], p["log_dir"], self.reader(state))
-        fd_path = "/proc/self/fd/%d" % log_fd
-        offset = 0
-        if watch is not None:
-            offset = os.fstat(log_fd).st_size if p["log_offset"] == -1 else min(p["log_offset"], os.fstat(log_fd).st_size)
-            offset = start_of_line(log_fd, offset)
-            self.result["log_watched_from"] = offset
-        follower = follower_at(fd_path, offset)
-        pid = state["pid"]
-        last_activity = t0
-        next_health = t0
-        workers = {}  # child pid -> (start_time, first_seen, worker from birth?)
-        health = {"polls": 0, "fails": 0, "last": None}
-        died = None
-        rc = None
-        verdict = None
+        follower = LogFollower("/proc/self/fd/%d" % log_fd, start_offset=self._watch_offset(log_fd, watch))
+        log = LogWatch(follower, LogClassifier(clock=lambda: self.clock() - t0), t0)
+        leader = LeaderWatch(handle, state["pid"], self.procs)
+        children = ChildrenWatch(state["pid"], self.procs, p["child_grace"])
+        health = HealthWatch(lambda timeout: self.http(p["health_url"], self.headers(), timeout), self.clock, log,
+                             t0, deadline, p["health_interval"], p["health_timeout"], p["unhealthy_after"],
+                             patient=watch is not None)
+        clock = ClockWatch(deadline, p["stall_timeout"] if watch is None else 0, log, health)
+        watchers = (("log", log), ("leader", leader), ("children", children), ("health", health), ("clock", clock))
         try:
             while True:
                 now = self.clock()
-                data = follower.read()
-                if data:
-                    before = (clf.phase, clf.ready is None)
-                    clf.feed(data)
-                    last_activity = now
-                    if (clf.phase, clf.ready is None) != before and clf.phase in ("warmup", "ready"):
-                        next_health = now  # the log says it may be up: ask now, not at the next tick
-                # 1. the log says it crashed. Keep reading while the traceback is still being
-                #    written (up to a few settle times) so the report has its exception line.
-                if clf.crash is not None:
-                    since = now - (clf.crash["at"] + t0)
-                    quiet = now - last_activity
-                    if clf.settled or (since >= p["settle_time"] and quiet >= p["settle_time"]) \
-                            or since >= 5 * p["settle_time"]:
-                        verdict = "crashed"
-                        break
-                else:
-                    # 2. the leader exited
-                    if handle is not None:
-                        rc = handle.poll()
-                        exited = rc is not None
-                    else:
-                        exited = not self.procs.alive(pid)
-                    if exited:
-                        verdict = "exited"
-                        break
-                    # 3. a long-lived worker died while the leader lives. A multiprocessing worker
-                    #    (a scheduler) is long-lived from birth; other children only after child_grace.
-                    died = self._dead_worker(pid, workers, now)
-                    if died is not None:
-                        verdict = "child_died"
-                        break
-                    # 4. health
-                    if now >= next_health:
-                        poll_timeout = p["health_timeout"] if watch is not None else max(0.5, min(2.0, deadline - now))
-                        code = self.http(p["health_url"], self.headers(), poll_timeout)
-                        health["polls"] += 1
-                        health["last"] = code
-                        health["fails"] = 0 if code == 200 else health["fails"] + 1
-                        gap = p["health_interval"] if code == 200 or watch is None else max(p["health_interval"], 1.0)
-                        next_health = self.clock() + gap
-                        if code is not None:
-                            last_activity = self.clock()
-                        if code == 200 and watch is None:
-                            # one last look at the log: a crash written just before the 200 wins
-                            clf.feed(follower.read())
-                            if clf.crash is None:
-                                verdict = "ready"
-                                break
-                            continue
-                    now = self.clock()
-                    if watch is None and p["stall_timeout"] and now - last_activity >= p["stall_timeout"]:
-                        verdict = "stalled"
-                        break
-                    if now >= deadline:
-                        if watch is not None:
-                            # Healthy when the last poll answered 200; unhealthy only after
-                            # unhealthy_after failed polls in a row (a loaded server answers slowly).
-                            if health["polls"] and health["fails"] == 0:
-                                verdict = "ready"
-                            elif health["fails"] >= p["unhealthy_after"]:
-                                verdict = "unhealthy"
-                            if verdict is not None:
-                                clf.feed(follower.read())
-                                if clf.crash is not None:
-                                    verdict = None
-                                    continue
-                                break
-                        else:
-                            verdict = "timeout"
-                            break
+                candidates = dict((name, watcher.poll(now)) for name, watcher in watchers)
+                verdict = decide(candidates, now, watch is not None, p["settle_time"])
+                if verdict in CONFIRMED_BY_THE_LOG:
+                    candidates["log"] = log.poll(now)  # one last look: a crash written just before it wins
+                    verdict = decide(candidates, now, watch is not None, p["settle_time"])
+                if verdict is not None:
+                    break
                 self.sleep(p["poll_interval"])
         finally:
             elapsed = self.clock() - t0
-        # drain what is left of the log, then report
-        clf.feed(follower.read())
-        if verdict in ("exited", "child_died"):
-            # The process side spoke first; give the log the settle time to say why.
-            end = self.clock() + p["settle_time"]
-            while not (clf.crash is not None and clf.settled) and self.clock() < end:
-                self.sleep(p["poll_interval"])
-                clf.feed(follower.read())
-            clf.finalize()
+        self._drain(log, verdict)
         self.result["log_offset"] = follower.offset
-        self.result["health_polls"] = {"polls": health["polls"], "failed_in_a_row": health["fails"], "last": health["last"]}
+        self.result["health_polls"] = health.summary()
         follower.close()
         os.close(log_fd)
-        return self.report(verdict, clf, state, elapsed, rc, died, attached, watch is not None)
+        return self.report(verdict, log.clf, state, elapsed, leader.rc, children.died, attached, watch is not None)
 
-    def _dead_worker(self, pid, workers, now):
-        """(pid, seconds seen) of a worker child that died, else None; updates ``workers``."""
-        kids = self.procs.children(pid)
-        for c, st in kids.items():
-            if c not in workers or workers[c][0] != st:
-                workers[c] = (st, now, False)
-            if not workers[c][2] and WORKER_RX.search(" ".join(self.procs.cmdline(c) or [])):
-                workers[c] = (workers[c][0], workers[c][1], True)
-        for c, (st, seen, born_worker) in list(workers.items()):
-            if c not in kids:
-                if born_worker or now - seen >= self.p["child_grace"]:
-                    return c, now - seen
-                del workers[c]
-        return None
+    def _watch_offset(self, log_fd, watch):
+        """Where the log is read from: 0 for a start; for a watch ``log_offset`` (-1: the end), at a line start."""
+        if watch is None:
+            return 0
+        size = os.fstat(log_fd).st_size
+        offset = start_of_line(log_fd, size if self.p["log_offset"] == -1 else min(self.p["log_offset"], size))
+        self.result["log_watched_from"] = offset
+        return offset
+
+    def _drain(self, log, verdict):
+        """Read what is left of the log. When the process side spoke first, give the log the settle time to say why."""
+        clf = log.clf
+        clf.feed(log.follower.read())
+        if verdict in ("exited", "child_died"):
+            end = self.clock() + self.p["settle_time"]
+            while not (clf.crash is not None and clf.settled) and self.clock() < end:
+                self.sleep(self.p["poll_interval"])
+                clf.feed(log.follower.read())
+            clf.finalize()
 
     def _tail_of(self, state):
         """(log_tail, end offset) of the recorded log, read safely; ([], None) when there is none."""
@@ -1316,7 +1410,7 @@ class ModelWaiter(object):
         s = clf.summary()
         r.update(
             pid=state["pid"], log_path=state["log_path"], attempt=state.get("attempt"),
-            elapsed=round(elapsed, 3), phase=s["phase"], shards=s["shards"], emulator=s["emulator"],
+            elapsed=round(elapsed, 3), phase=s["phase"], shards=s["shards"],
             phases=[{"phase": ph["phase"], "elapsed": round(ph["at"], 3), "lineno": ph["lineno"]} for ph in clf.phases],
             log_tail=clf.tail(p["log_tail_lines"]),
         )
@@ -1364,7 +1458,7 @@ class ModelWaiter(object):
             r["would_stop"] = True  # check mode never signals
             r["msg"] += " (check mode: the server was not stopped)"
         elif p["stop_on_failure"]:
-            stopped = sglang_proc.stop_tree(state, grace=min(p["stop_timeout"], 10), clock=self.clock, sleep=self.sleep)
+            stopped = sglang_proc.stop_tree(state, grace=min(p["stop_timeout"], FAILED_STOP_GRACE), clock=self.clock, sleep=self.sleep)
             if stopped["signalled"] or stopped["killed"]:
                 r["stopped_after_failure"] = stopped
             if not stopped["remaining"]:

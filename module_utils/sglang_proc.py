@@ -61,21 +61,6 @@ def proc_state(pid):
     return f[0] if f else None
 
 
-def proc_ppid(pid):
-    f = _stat_fields(pid)
-    return int(f[1]) if f else None
-
-
-def proc_pgid(pid):
-    f = _stat_fields(pid)
-    return int(f[2]) if f else None
-
-
-def proc_sid(pid):
-    f = _stat_fields(pid)
-    return int(f[3]) if f else None
-
-
 def proc_start_time(pid):
     """Start time in clock ticks after boot (field 22): with the PID, a process's identity."""
     f = _stat_fields(pid)
@@ -100,16 +85,6 @@ def proc_uid(pid):
         if line.startswith("Uid:"):
             return int(line.split()[1])
     return None
-
-
-def proc_rss_kib(pid):
-    data = _read(os.path.join(PROC, str(pid), "status"))
-    if not data:
-        return None
-    for line in data.splitlines():
-        if line.startswith("VmRSS:"):
-            return int(line.split()[1])
-    return 0
 
 
 def pid_alive(pid):
@@ -464,9 +439,9 @@ def stop_tree(state, grace=30.0, clock=time.monotonic, sleep=time.sleep, poll=0.
 
     Only processes proven ours are signalled. Processes that join the tree while it stops (a
     worker forked during shutdown) are picked up too. Returns {"signalled": [...], "killed": [...],
-    "remaining": [...], "skipped_reason": str|None, "seconds": float}."""
+    "remaining": [...], "seconds": float}."""
     t0 = clock()
-    result = {"signalled": [], "killed": [], "remaining": [], "skipped_reason": None, "seconds": 0.0}
+    result = {"signalled": [], "killed": [], "remaining": [], "seconds": 0.0}
     leader_ours = why_not_ours(state) is None
 
     def members():
@@ -477,7 +452,6 @@ def stop_tree(state, grace=30.0, clock=time.monotonic, sleep=time.sleep, poll=0.
 
     first = members()
     if not first:
-        result["skipped_reason"] = why_not_ours(state)
         return result
     idents = dict((pid, info["start_time"]) for pid, info in first.items())
 

@@ -2,8 +2,14 @@
 
 Real SGLang 0.5.23 files (installed --no-deps from the wheel cache, really patched), the SGLang EMULATOR as the
 server. Every run uses its own prefix (a tmp dir) and a free port; the server is stopped at the end.
-The tests run in order and share one host state: converge, idempotence, check mode, a changed argument, the
-EAGLE early-init crash without the patch, the same with the patch, and check mode on a fresh prefix.
+The tests share one host (a module-scoped prefix and port) but each sets up what it needs: ``converged`` runs the
+first converge once, ``serving`` makes sure our server answers before a test that needs it, and every test reads
+the run state it starts from. Any one of them runs alone (``-k``).
+
+Results are found by task name where nothing else identifies the step (the launch, the args check, the burst check,
+the smoke watch, the patch, the install, the GPU read, the restart plan, the stop, the GPU release wait, the debug
+line that shows the server's model info); what is asserted is their result keys, and a failure is asserted by
+its message, not by the failing task's name.
 """
 
 from __future__ import annotations
@@ -43,12 +49,6 @@ class Run:
         # Task names without the "role : " prefix.
         self.tasks = [(t["task"]["name"].split(" : ", 1)[-1], t["hosts"].get("localhost", {}))
                       for play in self.out["plays"] for t in play["tasks"]]
-        self.started = {}  # task name -> start time (the json callback's ISO stamps), last run of that name
-        for play in self.out["plays"]:
-            for t in play["tasks"]:
-                start = t["task"].get("duration", {}).get("start")
-                if start:
-                    self.started[t["task"]["name"].split(" : ", 1)[-1]] = start
 
     def results(self, name):
         return [r for n, r in self.tasks if n == name]
@@ -61,8 +61,13 @@ class Run:
     def changed_tasks(self):
         return [n for n, r in self.tasks if r.get("changed")]
 
-    def failed_tasks(self):
-        return [n for n, r in self.tasks if r.get("failed") and not r.get("ignore_errors")]
+    def failures(self):
+        """The results of the tasks that failed (not ignored)."""
+        return [r for _, r in self.tasks if r.get("failed") and not r.get("ignore_errors")]
+
+    def failure_msgs(self):
+        return [r["msg"] if "results" not in r else [i["msg"] for i in r["results"] if i.get("failed")][0]
+                for r in self.failures()]
 
     def __repr__(self):
         failed = [(n, r.get("msg")) for n, r in self.tasks if r.get("failed")]
@@ -100,6 +105,25 @@ def host():
     shutil.rmtree(prefix)
 
 
+@pytest.fixture(scope="module")
+def converged(host):
+    """The first converge of the module's host (once, whichever test asks first)."""
+    run = host["play"]()
+    assert run.rc == 0, run
+    return run
+
+
+@pytest.fixture
+def serving(host, converged):
+    """Our server answers on the host's port (converged again if an earlier test left it dead)."""
+    try:
+        get(host, "/health")
+    except OSError:
+        run = host["play"]()
+        assert run.rc == 0, run
+    return run_state(host)
+
+
 def run_state(host):
     with open(os.path.join(host["prefix"], "var/lib/sglang/run/sglang.json")) as f:
         return json.load(f)
@@ -113,9 +137,8 @@ def get(host, path, key=API_KEY):
         return resp.status, json.loads(resp.read().decode() or "null")
 
 
-def test_first_run_converges_and_serves(host):
-    run = host["play"]()
-    assert run.rc == 0, run
+def test_first_run_converges_and_serves(host, converged):
+    run = converged
     # The operator sees that this is the emulator: the role shows what the server says it serves.
     assert '"emulator": true' in run.result("Show what the server did")["msg"]
     assert run.result("Launch SGLang and wait for health")["changed"] is True
@@ -139,80 +162,76 @@ def test_first_run_converges_and_serves(host):
         assert API_KEY.encode() not in f.read()
     assert API_KEY not in json.dumps(run.out)
     assert run.result("Check that every burst request produced text")["msg"].startswith("burst: 8/8")
-    host["pid"], host["attempt"] = state["pid"], state["attempt"]
-    host["first_run_s"] = run.elapsed
 
 
-def test_second_run_changes_nothing(host):
+def test_second_run_changes_nothing(host, converged):
+    before = run_state(host)
     run = host["play"]()
     assert run.rc == 0, run
     assert run.stats["changed"] == 0, run.changed_tasks()
-    assert run_state(host)["pid"] == host["pid"]
+    assert run_state(host)["pid"] == before["pid"]
 
 
-def test_check_diff_on_the_converged_host_is_clean(host):
+def test_check_diff_on_the_converged_host_is_clean(host, converged):
+    before = run_state(host)
     run = host["play"]("--check", "--diff")
     assert run.rc == 0, run
     assert run.stats["changed"] == 0, run.changed_tasks()
-    assert run_state(host)["pid"] == host["pid"]
+    assert run_state(host)["pid"] == before["pid"]
 
 
-def test_changing_one_server_argument_restarts_exactly_once(host):
-    run = host["play"]("-e", "sglang_server_speculative_num_steps=4")
+def test_changing_one_server_argument_restarts_exactly_once(host, serving):
+    before = serving
+    config = os.path.join(host["prefix"], "etc/sglang/sglang.yaml")
+    steps = 6 if "speculative-num-steps: 4\n" in open(config).read() else 4
+    run = host["play"]("-e", "sglang_server_speculative_num_steps=%d" % steps)
     assert run.rc == 0, run
     launch = run.result("Launch SGLang and wait for health")
     assert launch["changed"] is True
     assert "sglang.yaml" in launch["restart_reason"]
     state = run_state(host)
-    assert state["pid"] != host["pid"]
-    assert state["attempt"] == host["attempt"] + 1
+    assert state["pid"] != before["pid"]
+    assert state["attempt"] == before["attempt"] + 1
     # The watch after the smoke burst saw the server this run launched.
     assert run.result("Watch the server after the requests (a crash on any of them is reported with its class)")["pid"] \
         == launch["pid"] == state["pid"]
-    with open(os.path.join(host["prefix"], "etc/sglang/sglang.yaml")) as f:
-        assert "speculative-num-steps: 4\n" in f.read()
-    host["pid"], host["attempt"] = state["pid"], state["attempt"]
+    with open(config) as f:
+        assert "speculative-num-steps: %d\n" % steps in f.read()
 
 
-def test_eagle_scenario_without_the_patch_fails_at_smoke_with_the_attribute_error(host):
+def test_eagle_scenario_without_the_patch_fails_at_smoke_with_the_attribute_error(host, converged):
     run = host["play"]("-e", "sglang_emulator_scenario=eagle", "-e", "sglang_patch_enabled=false")
     assert run.rc != 0, run
     # The first smoke request fails (the scheduler died on it); the rescue fails the play with the crash.
-    assert run.failed_tasks() == ["Generate from a fixed prompt", "Fail with the crash the server log shows"], run
+    assert len(run.failures()) == 2, run
     # The server itself came up (the crash is at the first real request), then the smoke test caught it.
     assert run.result("Launch SGLang and wait for health")["changed"] is True
-    msg = run.result("Fail with the crash the server log shows")["msg"]
-    assert "crash class: first_request_crash" in msg
+    msg = run.failure_msgs()[-1]
+    assert "crash class: first_request_crash" in msg  # decided by the log classifier, not by a timeout
+    assert "timed out" not in msg and "stalled" not in msg
     assert "exception: AttributeError: 'EAGLEWorkerV2' object has no attribute 'spec_disable_batch_threshold'" in msg
     assert "early-init patch" in msg  # the hint
     assert "Traceback (most recent call last)" in msg
-    # From the failing request to the failure with the crash's class and traceback: under 2 s.
-    from datetime import datetime
-    t0 = datetime.fromisoformat(run.started["Generate from a fixed prompt"].replace("Z", "+00:00"))
-    t1 = datetime.fromisoformat(run.started["Fail with the crash the server log shows"].replace("Z", "+00:00"))
-    assert (t1 - t0).total_seconds() < 2.0, (t1 - t0)
     assert API_KEY not in json.dumps(run.out)
 
 
-def test_eagle_scenario_with_the_patch_passes(host):
+def test_eagle_scenario_with_the_patch_passes(host, converged):
     run = host["play"]("-e", "sglang_emulator_scenario=eagle")
     assert run.rc == 0, run
-    assert run.result("Apply the EAGLEWorkerV2 early-init patch")["changed"] is True
-    launch = run.result("Launch SGLang and wait for health")
-    # Restarted: the previous server died of the crash, or (if it lingered) its patched file changed.
-    assert launch["changed"] is True
-    assert launch["restart_reason"] == "not running" or "eagle_worker_v2.py" in launch["restart_reason"]
+    (path,) = [p for p in _patched_file(host) if "venv-0.5.23" in p]
+    assert b"self.spec_disable_batch_threshold = 0" in open(path, "rb").read()
+    assert run.result("Launch SGLang and wait for health")["pid"] == run_state(host)["pid"]
     assert run.result("Check that every burst request produced text")["msg"].startswith("burst: 8/8")
 
 
-def test_preflight_refuses_a_port_held_by_another_server(host):
+def test_preflight_refuses_a_port_held_by_another_server(host, serving):
     # Another prefix = another run state: the running server on this port is not "ours" there. Check mode, so
     # nothing is created; the port check fails before anything could be (re)started.
     other = os.path.join(host["prefix"], "other")
     run = host["play"]("--check", "--tags", "preflight", prefix_=other)
     assert run.rc != 0
-    assert run.failed_tasks() == ["Fail when the port is held by a process that is not our server"], run
-    assert "port %d is held" % host["port"] in run.result("Fail when the port is held by a process that is not our server")["msg"]
+    assert len(run.failures()) == 1, run
+    assert "port %d is held" % host["port"] in run.failure_msgs()[0]
     assert not os.path.exists(other)
 
 
@@ -228,14 +247,14 @@ exit 0
 """
 
 
-@pytest.mark.parametrize("tp, min_free, foreign_limit, failing_task, expected", [
-    (2, 100000, 30000, None, None),
-    (2, 130000, 30000, "Fail when a GPU lacks free memory", "GPU 0 (NVIDIA H200) has 122150 MiB free"),
-    (8, 100000, 30000, "Fail when there are not enough GPUs", "found 2 GPUs, need 8"),
+@pytest.mark.parametrize("tp, min_free, foreign_limit, expected", [
+    (2, 100000, 30000, None),
+    (2, 130000, 30000, "GPU 0 (NVIDIA H200) has 122150 MiB free"),
+    (8, 100000, 30000, "found 2 GPUs, need 8"),
     # The default limit (1024 MiB): the foreign 20998 MiB process is refused, by PID, and never touched.
-    (2, 100000, 1024, "Read the GPUs and who uses them", "PID 562"),
+    (2, 100000, 1024, "foreign processes hold GPU memory"),
 ])
-def test_gpu_preflight_on_replayed_nvidia_smi(host, tmp_path, tp, min_free, foreign_limit, failing_task, expected):
+def test_gpu_preflight_on_replayed_nvidia_smi(host, converged, tmp_path, tp, min_free, foreign_limit, expected):
     case = "synthetic-2gpu"  # GPU 0 holds a foreign 20998 MiB process (PID 562), GPU 1 is idle
     bindir = tmp_path / "bin"
     bindir.mkdir()
@@ -246,20 +265,20 @@ def test_gpu_preflight_on_replayed_nvidia_smi(host, tmp_path, tp, min_free, fore
                        "-e", "sglang_server_tp_size=%d" % tp, "-e", "sglang_server_min_free_gpu_memory_mib=%d" % min_free,
                        "-e", "sglang_server_foreign_gpu_limit_mib=%d" % foreign_limit,
                        path_prepend=str(bindir))
-    if failing_task is None:
+    if expected is None:
         assert run.rc == 0, run
         assert run.result("Read the GPUs and who uses them")["gpus"][1]["memory_free_mib"] == 143156
-    else:
-        assert run.rc != 0
-        assert run.failed_tasks() == [failing_task], run
-        result = run.result(failing_task)
-        msg = result["msg"] if "results" not in result else [r["msg"] for r in result["results"] if r.get("failed")][0]
-        assert expected in msg
-        if failing_task == "Read the GPUs and who uses them":
-            assert "20998 MiB" in msg and "limit 1024 MiB" in msg
-        elif tp == 2:
-            assert "PID 562" in msg
-            assert [r["item"]["index"] for r in run.result(failing_task)["results"] if r.get("failed")] == [0]
+        return
+    assert run.rc != 0
+    assert len(run.failures()) == 1, run
+    (msg,) = run.failure_msgs()
+    assert expected in msg
+    if foreign_limit == 1024:
+        assert "PID 562" in msg and "20998 MiB" in msg and "limit 1024 MiB" in msg
+        assert run.failures()[0]["foreign_mib_by_gpu"] == {"0": 20998}
+    elif tp == 2:
+        assert "PID 562" in msg
+        assert [r["item"]["index"] for r in run.failures()[0]["results"] if r.get("failed")] == [0]
 
 
 def test_check_diff_on_a_fresh_host_is_clean_and_touches_nothing(host):
@@ -287,16 +306,17 @@ exit 0
 """
 
 
-def test_restart_stops_our_old_server_and_waits_for_its_gpu_memory(host, tmp_path):
+def test_restart_stops_our_old_server_and_waits_for_its_gpu_memory(host, serving, tmp_path):
     bindir = tmp_path / "bin"
     bindir.mkdir()
     fake = bindir / "nvidia-smi"
     fake.write_text(FAKE_NVIDIA_SMI_OURS % {"run": os.path.join(host["prefix"], "var/lib/sglang/run")})
     fake.chmod(0o755)
-    old = run_state(host)["pid"]
+    old = serving["pid"]
     gpu = ["-e", "sglang_server_gpu_expected=true", "-e", "sglang_server_tp_size=1",
            "-e", "sglang_server_min_free_gpu_memory_mib=100000"]
-    run = host["play"](*(gpu + ["-e", "sglang_server_speculative_num_steps=5"]), path_prepend=str(bindir))
+    steps = 5 if "speculative-num-steps: 5" not in open(os.path.join(host["prefix"], "etc/sglang/sglang.yaml")).read() else 7
+    run = host["play"](*(gpu + ["-e", "sglang_server_speculative_num_steps=%d" % steps]), path_prepend=str(bindir))
     assert run.rc == 0, run
     # Our server's 20998 MiB count as free for the preflight (it is ours), and are not "foreign".
     assert [p["ours"] for p in run.result("Read the GPUs and who uses them")["processes"]] == [True]
@@ -306,7 +326,6 @@ def test_restart_stops_our_old_server_and_waits_for_its_gpu_memory(host, tmp_pat
     assert released["release_seconds"] < 5
     launch = run.result("Launch SGLang and wait for health")
     assert launch["changed"] is True and launch["pid"] != old
-    host["pid"], host["attempt"] = launch["pid"], launch["attempt"]
 
 
 def _patched_file(host):
@@ -315,10 +334,9 @@ def _patched_file(host):
     return found
 
 
-def test_check_diff_shows_the_patch_where_it_is_not_applied(host):
+def test_check_diff_shows_the_patch_where_it_is_not_applied(host, converged):
     run = host["play"]("-e", "sglang_patch_enabled=false")
     assert run.rc == 0, run
-    assert run.result("Apply the EAGLEWorkerV2 early-init patch")["changed"] is True  # removed
     (path,) = [p for p in _patched_file(host) if "venv-0.5.23" in p]
     before = open(path, "rb").read()
     assert b"eagle-deploy early-init patch" not in before
@@ -332,10 +350,9 @@ def test_check_diff_shows_the_patch_where_it_is_not_applied(host):
     run = host["play"]()
     assert run.rc == 0, run
     assert b"self.spec_disable_batch_threshold = 0" in open(path, "rb").read()
-    host["pid"], host["attempt"] = run_state(host)["pid"], run_state(host)["attempt"]
 
 
-def test_new_sglang_version_reinstalls_repatches_and_restarts(host):
+def test_new_sglang_version_reinstalls_repatches_and_restarts(host, serving):
     run = host["play"]("-e", "sglang_install_version=0.5.20")
     assert run.rc == 0, run
     assert run.result("Install the pinned SGLang into its versioned virtualenv")["changed"] is True
@@ -343,7 +360,7 @@ def test_new_sglang_version_reinstalls_repatches_and_restarts(host):
     (path,) = [p for p in _patched_file(host) if "venv-0.5.20" in p]
     assert b"self.spec_disable_batch_threshold = 0" in open(path, "rb").read()
     launch = run.result("Launch SGLang and wait for health")
-    assert launch["changed"] is True and launch["pid"] != host["pid"]
+    assert launch["changed"] is True and launch["pid"] != serving["pid"]
     assert "data sglang_version" in launch["restart_reason"]
     again = host["play"]("-e", "sglang_install_version=0.5.20")
     assert again.rc == 0 and again.stats["changed"] == 0, again

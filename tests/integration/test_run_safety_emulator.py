@@ -97,7 +97,7 @@ def test_stop_leaves_nothing_behind(dirs, cgroup):
         pytest.skip("this host gives the server no cgroup of its own: %s" % r.get("tree_tracking_note"))
     assert r["tree_tracking"] == ("cgroup" if cgroup else "session")
     if cgroup:
-        assert sglang_proc.proc_sid(grandchild) != r["pid"]  # it really left the session
+        assert sglang_proc.process_table()[grandchild]["sid"] != r["pid"]  # it really left the session
     state = sglang_proc.read_state(dirs["run_dir"], "safe")
     assert {grandchild, child, r["pid"]} <= set(sglang_proc.our_tree(state))
 

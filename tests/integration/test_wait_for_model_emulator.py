@@ -50,7 +50,9 @@ def tree_pids(log_dir):
 def test_normal_start_is_idempotent_and_stop_ends_the_tree(server):
     r = run_module("wait_for_model", server())
     assert not r.get("failed"), r.get("msg")
-    assert r["changed"] is True and r["emulator"] is True
+    assert r["changed"] is True
+    with open(r["log_path"]) as fh:
+        assert fh.readline().startswith("[EMULATOR] ")  # the test double's banner: the module does not know it
     assert [p["phase"] for p in r["phases"]] == ["launching", "loading_weights", "kv_cache", "cuda_graph", "warmup", "ready"]
     pids = tree_pids(server.log_dir)
     state = sglang_proc.read_state(server.log_dir, "emu")
@@ -79,15 +81,13 @@ def test_changed_argument_restarts_exactly_once(server):
     assert third["changed"] is False and third["pid"] == second["pid"]
 
 
-def test_crash_while_loading_is_reported_with_class_fast(server):
-    t = time.monotonic()
+def test_crash_while_loading_is_decided_by_the_log_not_the_clock(server):
     r = run_module("wait_for_model", server("crash_loading"))
-    took = time.monotonic() - t
     assert r["failed"] and r["crash_class"] == "cuda_oom"
     assert "OutOfMemoryError" in r["crash_exception"]
     assert r["msg"].startswith("server crashed: cuda_oom")
-    assert any("Scheduler hit an exception" in l for l in r["log_tail"])
-    assert took < 15
+    assert "Scheduler hit an exception" in r["deciding_line"]  # the log classifier decided, not a stall or a timeout
+    assert r["phase"] != "ready"
 
 
 def test_hang_is_a_stall(server):
@@ -126,7 +126,7 @@ def test_foreign_listener_on_port_is_refused_and_left_alive(server):
         holder.wait()
 
 
-def test_child_killed_while_parent_lives_is_caught_within_a_second(server):
+def test_child_killed_while_parent_lives_is_child_died_before_the_load_ends(server):
     killed = {}
 
     def killer():
@@ -138,7 +138,7 @@ def test_child_killed_while_parent_lives_is_caught_within_a_second(server):
                 if len(kids) >= 2:
                     time.sleep(2.5)  # the children are long-lived by now (child_grace is 2 s)
                     os.kill(kids[0], signal.SIGKILL)
-                    killed["pid"], killed["at"] = kids[0], time.monotonic()
+                    killed["pid"] = kids[0]
                     return
             time.sleep(0.05)
     th = threading.Thread(target=killer)
@@ -146,8 +146,9 @@ def test_child_killed_while_parent_lives_is_caught_within_a_second(server):
     r = run_module("wait_for_model", server("normal", extra=["--emulator-load-seconds", "8"]))
     th.join()
     assert killed, "the test could not find the emulator's children"
-    assert r["failed"] and r["crash_class"] in ("child_died", "child_sigquit", "killed")
-    assert r.get("dead_child_pid", killed["pid"]) == killed["pid"]
+    assert r["failed"] and r["crash_class"] == "child_died"
+    assert r["dead_child_pid"] == killed["pid"]
+    assert r["phase"] != "ready"  # caught by the children watcher while the server still loaded
 
 
 @pytest.mark.parametrize("log, cls", [

@@ -1,5 +1,19 @@
-"""What every module unit test needs: exit_json / fail_json that raise instead of exiting."""
+"""What every module unit test needs: exit_json / fail_json that raise instead of exiting (the
+``module_exits`` fixture), and for wait_for_model a fake world: a fake clock with a timeline of events,
+a fake launcher, fake HTTP and a fake /proc view, so that no test spawns a process or sleeps."""
 from __future__ import annotations
+
+import os
+import sys
+
+import pytest
+
+from ansible.module_utils import basic
+from ansible.module_utils import sglang_proc
+from ansible.module_utils.testing import patch_module_args
+
+import wait_for_model as wfm
+from ansible_run import free_port
 
 
 class ExitJson(Exception):
@@ -19,3 +33,181 @@ def fail_json(self, msg, **kwargs):
     kwargs["failed"] = True
     kwargs["msg"] = msg
     raise FailJson(kwargs)
+
+
+@pytest.fixture
+def module_exits(monkeypatch):
+    """AnsibleModule.exit_json / fail_json raise ExitJson / FailJson with the result."""
+    monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
+    monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
+
+
+# ------------------------------------------------------------------ wait_for_model's fake world
+SCHED_CRASH = (
+    "[2026-12-02 10:00:05 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+    '  File "/opt/sglang/srt/managers/scheduler.py", line 2753, in run_scheduler_process\n'
+    "    scheduler.event_loop_overlap()\n"
+    "RuntimeError: NCCL error: unhandled system error\n"
+)
+
+
+class World(object):
+    """A fake clock with a timeline of events (log writes, exits, child deaths, health)."""
+
+    def __init__(self, log_dir):
+        self.now = 1000.0
+        self.t0 = None
+        self.events = []  # (t_after_launch, fn)
+        self.log_dir = log_dir
+        self.health = lambda t: None  # t -> status or None
+        self.rc = None
+        self.children = {}
+        self.spawned = []
+        self.killed = []
+        self.cmdlines = {}
+        self.http_calls = 0
+
+    # clock & sleep
+    def clock(self):
+        return self.now
+
+    def sleep(self, dt):
+        self.now += dt
+        self._fire()
+
+    def _fire(self):
+        if self.t0 is None:
+            return
+        due = [e for e in self.events if self.t0 + e[0] <= self.now]
+        self.events = [e for e in self.events if self.t0 + e[0] > self.now]
+        for _, fn in sorted(due, key=lambda e: e[0]):
+            fn()
+
+    def at(self, t, fn):
+        self.events.append((t, fn))
+
+    def write(self, t, text):
+        def fn():
+            with open(os.path.join(self.log_dir, "sglang.log"), "a") as fh:
+                fh.write(text)
+        self.at(t, fn)
+
+    # launcher
+    def spawn(self, argv, env, cwd, log_fd, user, cgroup_procs=None):
+        self.spawned.append({"argv": argv, "env": env, "cgroup_procs": cgroup_procs})
+        self.t0 = self.now
+        world = self
+
+        class Handle(object):
+            pid = 4000000 + len(world.spawned)  # above pid_max: never a real process
+
+            def poll(self):
+                return world.rc
+        self._fire()
+        return Handle()
+
+    # http
+    def http(self, url, headers, timeout):
+        self.http_calls += 1
+        if self.t0 is None:
+            return self.health(None)
+        return self.health(self.now - self.t0)
+
+    # /proc view
+    def kids(self, pid):
+        return dict(self.children)
+
+    def alive(self, pid):
+        return self.rc is None
+
+
+class Procs(object):
+    def __init__(self, world):
+        self.w = world
+
+    def children(self, pid):
+        return self.w.kids(pid)
+
+    def alive(self, pid):
+        return self.w.alive(pid)
+
+    def cmdline(self, pid):
+        return self.w.cmdlines.get(pid, ["nvidia-smi"])
+
+
+class NoCgroups(object):
+    """A host without a writable cgroup v2: unit tests never create real cgroups."""
+
+    def create(self, name):
+        raise OSError(30, "Read-only file system")
+
+    def of(self, pid):
+        return None
+
+    def remove(self, mount, path):
+        return True
+
+
+class Popener(object):
+    def __init__(self, world):
+        self.w = world
+
+    def spawn(self, *a, **kw):
+        return self.w.spawn(*a, **kw)
+
+    def kill_group(self, handle):
+        self.w.killed.append(handle.pid)
+        self.w.rc = -9
+
+
+def run(world, check_mode=False, inject=None, **args):
+    params = {
+        "argv": [sys.executable, "-m", "sglang.launch_server", "--config", "/etc/sglang.yaml"],
+        "log_dir": world.log_dir,
+        "timeout": 600,
+        "stall_timeout": 120,
+        "port": free_port(),  # the real port check runs: never depend on what else listens here
+    }
+    params.update(args)
+    if check_mode:
+        params["_ansible_check_mode"] = True
+    with patch_module_args(params):
+        kw = dict(clock=world.clock, sleep=world.sleep, popener=Popener(world), http=world.http, procs=Procs(world),
+                  wall=lambda: 0.0, cgroups=NoCgroups())
+        kw.update(inject or {})
+        try:
+            wfm.main(**kw)
+        except FailJson as e:
+            return "failed", e.args[0]
+        except ExitJson as e:
+            return "ok", e.args[0]
+    raise AssertionError("module did not exit")
+
+
+@pytest.fixture
+def world(tmp_path):
+    return World(str(tmp_path))
+
+
+@pytest.fixture
+def stops(monkeypatch):
+    """stop_tree replaced by a recorder: a test can prove that nothing would have been signalled."""
+    calls = []
+
+    def fake_stop_tree(state, grace=30.0, clock=None, sleep=None, poll=0.1):
+        calls.append(state.get("pid"))
+        return {"signalled": [state.get("pid")], "killed": [], "remaining": [], "seconds": 0.0}
+    monkeypatch.setattr(sglang_proc, "stop_tree", fake_stop_tree)
+    return calls
+
+
+def record_self_as_server(world, fingerprint="old", log_text="", **extra):
+    """A trusted run state whose leader is this (live) test process: use it with ``stops``."""
+    log_path = os.path.join(world.log_dir, "sglang_r1.log")
+    with open(log_path, "w") as fh:
+        fh.write(log_text)
+    state = dict(sglang_proc.identity(os.getpid()), fingerprint=fingerprint, fingerprint_parts={}, attempt=1,
+                 log_path=log_path, user="root")
+    state.update(extra)
+    sglang_proc.write_state(world.log_dir, "sglang", state)
+    return state

@@ -18,7 +18,6 @@ import sys
 import pytest
 
 import ansible.module_utils
-from ansible.module_utils import basic
 from ansible.module_utils.common.warnings import get_warning_messages
 from ansible.module_utils.testing import patch_module_args
 
@@ -28,6 +27,9 @@ if os.path.join(REPO, "module_utils") not in ansible.module_utils.__path__:
     ansible.module_utils.__path__.append(os.path.join(REPO, "module_utils"))
 
 from ansible.module_utils import sglang_proc  # noqa: E402  (found through the path added above)
+from module_harness import ExitJson, FailJson, module_exits  # noqa: E402,F401 - module_exits is a fixture
+
+pytestmark = pytest.mark.usefixtures("module_exits")
 
 _spec = importlib.util.spec_from_file_location("gpu_facts", os.path.join(REPO, "library", "gpu_facts.py"))
 gpu_facts = importlib.util.module_from_spec(_spec)
@@ -60,14 +62,6 @@ sys.exit(int(read("rc", "0").strip() or 0))
 '''
 
 
-class ExitJson(Exception):
-    pass
-
-
-class FailJson(Exception):
-    pass
-
-
 class FakeClock:
     def __init__(self):
         self.now = 100.0
@@ -79,18 +73,6 @@ class FakeClock:
     def sleep(self, seconds):
         self.sleeps.append(seconds)
         self.now += seconds
-
-
-@pytest.fixture(autouse=True)
-def module_exits(monkeypatch):
-    def exit_json(self, **kwargs):
-        raise ExitJson(kwargs)
-
-    def fail_json(self, **kwargs):
-        raise FailJson(kwargs)
-
-    monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
-    monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
 
 
 @pytest.fixture
@@ -533,3 +515,9 @@ def test_check_mode_reads_the_same_and_changes_nothing(smi, tmp_path, procs):
     result = exits({"_ansible_check_mode": True})
     assert result["changed"] is False
     assert [p["pid"] for p in result["processes"]] == [foreign.pid]
+
+
+def test_refusing_foreign_users_and_waiting_for_release_are_separate_modes(smi):
+    smi("h200-idle")
+    result = fails({"fail_on_foreign": True, "wait_memory_below_mib": 1024})
+    assert "mutually exclusive" in result["msg"]

@@ -1,187 +1,23 @@
 """wait_for_model's wait loop, driven with a fake clock, fake launcher, fake HTTP and fake /proc.
 
-No test sleeps: time only moves when the module calls its injected sleep()."""
+No test spawns a process or sleeps: time only moves when the module calls its injected sleep(). Where a
+test needs a live server that is "ours", it records this test process (``record_self_as_server``) and
+replaces stop_tree with a recorder (``stops``). Real process trees: tests/integration."""
 from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import pytest
 
-from ansible.module_utils import basic
-from ansible.module_utils.testing import patch_module_args
 from ansible.module_utils import sglang_proc
 
 import wait_for_model as wfm
-from ansible_run import free_port
+from module_harness import SCHED_CRASH, module_exits, record_self_as_server, run, stops, world  # noqa: F401 - fixtures
 
-SCHED_CRASH = (
-    "[2026-12-02 10:00:05 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
-    '  File "/opt/sglang/srt/managers/scheduler.py", line 2753, in run_scheduler_process\n'
-    "    scheduler.event_loop_overlap()\n"
-    "RuntimeError: NCCL error: unhandled system error\n"
-)
-
-
-class Exit(Exception):
-    def __init__(self, kwargs):
-        super().__init__(kwargs)
-        self.result = kwargs
-
-
-class Fail(Exit):
-    pass
-
-
-@pytest.fixture(autouse=True)
-def _exit_fail(monkeypatch):
-    def exit_json(self, **kw):
-        raise Exit(kw)
-
-    def fail_json(self, **kw):
-        raise Fail(kw)
-    monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
-    monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
-
-
-class World(object):
-    """A fake clock with a timeline of events (log writes, exits, child deaths, health)."""
-
-    def __init__(self, log_dir):
-        self.now = 1000.0
-        self.t0 = None
-        self.events = []  # (t_after_launch, fn)
-        self.log_dir = log_dir
-        self.health = lambda t: None  # t -> status or None
-        self.rc = None
-        self.children = {}
-        self.spawned = []
-        self.killed = []
-        self.cmdlines = {}
-        self.http_calls = 0
-
-    # clock & sleep
-    def clock(self):
-        return self.now
-
-    def sleep(self, dt):
-        self.now += dt
-        self._fire()
-
-    def _fire(self):
-        if self.t0 is None:
-            return
-        due = [e for e in self.events if self.t0 + e[0] <= self.now]
-        self.events = [e for e in self.events if self.t0 + e[0] > self.now]
-        for _, fn in sorted(due, key=lambda e: e[0]):
-            fn()
-
-    def at(self, t, fn):
-        self.events.append((t, fn))
-
-    def write(self, t, text):
-        def fn():
-            with open(os.path.join(self.log_dir, "sglang.log"), "a") as fh:
-                fh.write(text)
-        self.at(t, fn)
-
-    # launcher
-    def spawn(self, argv, env, cwd, log_fd, user, cgroup_procs=None):
-        self.spawned.append({"argv": argv, "env": env, "cgroup_procs": cgroup_procs})
-        self.t0 = self.now
-        world = self
-
-        class Handle(object):
-            pid = 4000000 + len(world.spawned)  # above pid_max: never a real process
-
-            def poll(self):
-                return world.rc
-        self._fire()
-        return Handle()
-
-    # http
-    def http(self, url, headers, timeout):
-        self.http_calls += 1
-        if self.t0 is None:
-            return self.health(None)
-        return self.health(self.now - self.t0)
-
-    # /proc view
-    def kids(self, pid):
-        return dict(self.children)
-
-    def alive(self, pid):
-        return self.rc is None
-
-
-class Procs(object):
-    def __init__(self, world):
-        self.w = world
-
-    def children(self, pid):
-        return self.w.kids(pid)
-
-    def alive(self, pid):
-        return self.w.alive(pid)
-
-    def cmdline(self, pid):
-        return self.w.cmdlines.get(pid, ["nvidia-smi"])
-
-
-class NoCgroups(object):
-    """A host without a writable cgroup v2: unit tests never create real cgroups."""
-
-    def create(self, name):
-        raise OSError(30, "Read-only file system")
-
-    def of(self, pid):
-        return None
-
-    def remove(self, mount, path):
-        return True
-
-
-class Popener(object):
-    def __init__(self, world):
-        self.w = world
-
-    def spawn(self, *a, **kw):
-        return self.w.spawn(*a, **kw)
-
-    def kill_group(self, handle):
-        self.w.killed.append(handle.pid)
-        self.w.rc = -9
-
-
-def run(world, check_mode=False, inject=None, **args):
-    params = {
-        "argv": [sys.executable, "-m", "sglang.launch_server", "--config", "/etc/sglang.yaml"],
-        "log_dir": world.log_dir,
-        "timeout": 600,
-        "stall_timeout": 120,
-        "port": free_port(),  # the real port check runs: never depend on what else listens here
-    }
-    params.update(args)
-    if check_mode:
-        params["_ansible_check_mode"] = True
-    with patch_module_args(params):
-        kw = dict(clock=world.clock, sleep=world.sleep, popener=Popener(world), http=world.http, procs=Procs(world),
-                  wall=lambda: 0.0, cgroups=NoCgroups())
-        kw.update(inject or {})
-        try:
-            wfm.main(**kw)
-        except Fail as e:
-            return "failed", e.result
-        except Exit as e:
-            return "ok", e.result
-    raise AssertionError("module did not exit")
-
-
-@pytest.fixture
-def world(tmp_path):
-    return World(str(tmp_path))
+pytestmark = pytest.mark.usefixtures("module_exits")
+UNUSED_PID = 4000000  # above any pid_max: never a live process
 
 
 def test_healthy_at_once(world):
@@ -293,111 +129,50 @@ def test_check_mode_spawns_nothing(world):
     assert os.listdir(world.log_dir) == []
 
 
-def _real_server_state(world, argv, fingerprint_args):
-    """A real process recorded as ours, with the fingerprint of `fingerprint_args`."""
-    proc = subprocess.Popen(argv, start_new_session=True)
-    while sglang_proc.proc_cmdline(proc.pid) != argv:  # until exec, the child shows our command line
-        pass
-    parts = wfm.fingerprint_parts(fingerprint_args["argv"], {}, [], {}, None)
-    state = dict(sglang_proc.identity(proc.pid), fingerprint=wfm.fingerprint_of(parts), fingerprint_parts=parts,
-                 attempt=1, log_path=os.path.join(world.log_dir, "sglang_r1.log"))
-    open(state["log_path"], "w").close()
-    sglang_proc.write_state(world.log_dir, "sglang", state)
-    return proc
+SERVER_ARGV = [sys.executable, "-m", "sglang.launch_server", "--config", "/etc/sglang.yaml"]
 
 
-SLEEPER = [sys.executable, "-c", "import time; time.sleep(60)"]
+def fingerprint_of_argv(argv):
+    parts = wfm.fingerprint_parts(argv, {}, [], {}, None)
+    return wfm.fingerprint_of(parts)
 
 
-def test_already_healthy_same_fingerprint_touches_nothing(world):
-    proc = _real_server_state(world, SLEEPER, {"argv": SLEEPER})
-    try:
-        world.health = lambda t: 200
-        status, r = run(world, argv=SLEEPER)
-        assert status == "ok" and r["changed"] is False
-        assert r["pid"] == proc.pid and proc.poll() is None
-        assert world.spawned == [] and world.http_calls == 1
-    finally:
-        proc.kill()
-        proc.wait()
+def test_already_healthy_same_fingerprint_touches_nothing(world, stops):
+    state = record_self_as_server(world, fingerprint=fingerprint_of_argv(SERVER_ARGV))
+    world.health = lambda t: 200
+    status, r = run(world, argv=SERVER_ARGV)
+    assert status == "ok" and r["changed"] is False and r["restart_reason"] is None
+    assert r["pid"] == state["pid"]
+    assert world.spawned == [] and world.http_calls == 1 and stops == []
 
 
-def test_fingerprint_changed_restarts_and_stops_the_old_tree(world):
-    proc = _real_server_state(world, SLEEPER, {"argv": SLEEPER})
-    try:
-        world.health = lambda t: 200
-        new_argv = SLEEPER + ["--changed"]
-        status, r = run(world, argv=new_argv, stop_timeout=5)
-        assert status == "ok" and r["changed"] is True
-        assert r["restart_reason"] == "fingerprint changed: argv"
-        assert proc.pid in r["stopped"]["signalled"]
-        assert proc.wait(timeout=5) == -15
-        assert r["attempt"] == 2
-    finally:
-        if proc.poll() is None:
-            proc.kill()
-            proc.wait()
+def test_fingerprint_changed_restarts_and_stops_the_old_tree(world, stops):
+    state = record_self_as_server(world, fingerprint=fingerprint_of_argv(SERVER_ARGV),
+                                  fingerprint_parts=wfm.fingerprint_parts(SERVER_ARGV, {}, [], {}, None))
+    world.health = lambda t: 200
+    status, r = run(world, argv=SERVER_ARGV + ["--changed"], stop_timeout=5)
+    assert status == "ok" and r["changed"] is True
+    assert r["restart_reason"] == "fingerprint changed: argv"
+    assert stops == [state["pid"]] and r["stopped"]["signalled"] == [state["pid"]]
+    assert r["attempt"] == 2 and len(world.spawned) == 1
 
 
-def test_reused_pid_in_stale_pidfile_is_never_signalled(world):
-    # Our recorded server died; its PID now belongs to an unrelated process (same PID, other
-    # start time and command line). Simulate by recording a live foreign process with a wrong
-    # start time.
-    foreign = subprocess.Popen(SLEEPER, start_new_session=True)
-    try:
-        while sglang_proc.proc_cmdline(foreign.pid) != SLEEPER:
-            pass
-        state = dict(sglang_proc.identity(foreign.pid), fingerprint="x", attempt=1,
-                     log_path=os.path.join(world.log_dir, "sglang_r1.log"))
-        state["start_time"] -= 1000
-        state["cmdline"] = ["/opt/sglang/bin/python", "-m", "sglang.launch_server"]
-        sglang_proc.write_state(world.log_dir, "sglang", state)
-        world.health = lambda t: 200
-        status, r = run(world)
-        assert status == "failed"
-        assert "not the server we launched" in r["msg"] and "pidfile" in r["msg"]
-        assert world.spawned == []
-        assert foreign.poll() is None
-        # With on_foreign_pid=ignore the stale record is discarded, the foreign process still untouched.
-        status, r = run(world, on_foreign_pid="ignore")
-        assert status == "ok" and "reused" in r["stale_state"]
-        assert foreign.poll() is None
-        status, r = run(world, state="stopped", on_foreign_pid="ignore")
-        assert foreign.poll() is None
-    finally:
-        foreign.kill()
-        foreign.wait()
+def test_bare_pidfile_is_not_taken_as_ours(world, stops):
+    with open(os.path.join(world.log_dir, "sglang.pid"), "w") as fh:
+        fh.write("%d\n" % os.getpid())
+    status, r = run(world, state="stopped")
+    assert status == "failed" and "cannot prove" in r["msg"]
+    assert stops == []
 
 
-def test_bare_pidfile_is_not_taken_as_ours(world):
-    foreign = subprocess.Popen(SLEEPER, start_new_session=True)
-    try:
-        with open(os.path.join(world.log_dir, "sglang.pid"), "w") as fh:
-            fh.write("%d\n" % foreign.pid)
-        status, r = run(world, state="stopped")
-        assert status == "failed" and "cannot prove" in r["msg"]
-        assert foreign.poll() is None
-    finally:
-        foreign.kill()
-        foreign.wait()
-
-
-def test_stopped_stops_only_our_tree(world):
-    proc = _real_server_state(world, SLEEPER, {"argv": SLEEPER})
-    bystander = subprocess.Popen(SLEEPER)
-    try:
-        status, r = run(world, state="stopped", stop_timeout=5)
-        assert status == "ok" and r["changed"] is True
-        assert proc.wait(timeout=5) == -15
-        assert bystander.poll() is None
-        assert not os.path.exists(os.path.join(world.log_dir, "sglang.json"))
-        status, r = run(world, state="stopped")
-        assert status == "ok" and r["changed"] is False
-    finally:
-        for p in (proc, bystander):
-            if p.poll() is None:
-                p.kill()
-                p.wait()
+def test_stopped_stops_our_recorded_server_and_forgets_it(world, stops):
+    state = record_self_as_server(world)
+    status, r = run(world, state="stopped", stop_timeout=5)
+    assert status == "ok" and r["changed"] is True and r["pid"] == state["pid"]
+    assert stops == [state["pid"]]
+    assert not os.path.exists(os.path.join(world.log_dir, "sglang.json"))
+    status, r = run(world, state="stopped")
+    assert status == "ok" and r["changed"] is False and stops == [state["pid"]]
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -454,10 +229,8 @@ def test_attempt_numbering_and_pruning(world):
 
 def test_watched_reports_a_crash_from_earlier_in_the_servers_life(world):
     # The server became healthy, then died on its first decode request; the leader is gone.
-    proc = subprocess.Popen([sys.executable, "-c", "pass"], start_new_session=True)
-    state = dict(sglang_proc.identity(proc.pid), fingerprint="f", attempt=1,
-                 log_path=os.path.join(world.log_dir, "sglang_r1.log"))
-    proc.wait()
+    state = {"pid": UNUSED_PID, "start_time": 1, "boot_id": sglang_proc.boot_id(), "cmdline": SERVER_ARGV,
+             "fingerprint": "f", "attempt": 1, "log_path": os.path.join(world.log_dir, "sglang_r1.log")}
     with open(state["log_path"], "w") as fh:
         fh.write("[2026-12-02 10:00:00] The server is fired up and ready to roll!\n"
                  "[2026-12-02 10:00:01] Prefill batch. #new-seq: 1, #new-token: 7, #cached-token: 0, token usage: 0.00, "
@@ -474,16 +247,13 @@ def test_watched_reports_a_crash_from_earlier_in_the_servers_life(world):
     assert world.spawned == []
 
 
-def test_watched_healthy_server_passes_after_the_window(world):
-    proc = _real_server_state(world, SLEEPER, {"argv": SLEEPER})
-    try:
-        world.health = lambda t: 200
-        status, r = run(world, state="watched", watch_time=5)
-        assert status == "ok" and r["changed"] is False
-        assert r["elapsed"] >= 5
-    finally:
-        proc.kill()
-        proc.wait()
+def test_watched_healthy_server_passes_after_the_window(world, stops):
+    record_self_as_server(world)
+    world.health = lambda t: 200
+    status, r = run(world, state="watched", watch_time=5)
+    assert status == "ok" and r["changed"] is False
+    assert r["elapsed"] >= 5 and r["health_polls"]["last"] == 200
+    assert stops == []
 
 
 def test_ready_line_triggers_an_immediate_health_check(world):

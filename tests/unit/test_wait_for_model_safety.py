@@ -1,6 +1,6 @@
 """wait_for_model on a host shared with a less privileged service user, and with bad input (issue 8).
 
-Fake clock, fake launcher, fake HTTP, fake /proc view as in test_wait_for_model: no test spawns a
+Fake clock, fake launcher, fake HTTP, fake /proc view (tests/unit/module_harness.py): no test spawns a
 process or sleeps. Where a test needs a live process that is "ours", it records this test process's own
 identity and replaces stop_tree with a recorder, so nothing is ever signalled."""
 from __future__ import annotations
@@ -16,40 +16,13 @@ import pytest
 from ansible.module_utils import sglang_proc
 
 import wait_for_model as wfm
-from test_wait_for_model import SCHED_CRASH, World, _exit_fail, run  # noqa: F401 - _exit_fail is an autouse fixture
+from module_harness import SCHED_CRASH, module_exits, record_self_as_server, run, stops, world  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.usefixtures("module_exits")
 
 NOBODY = 65534
 SPAWN_WORKER = [sys.executable, "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5, pipe_handle=7)",
                 "--multiprocessing-fork"]
-
-
-@pytest.fixture
-def world(tmp_path):
-    return World(str(tmp_path))
-
-
-@pytest.fixture
-def stops(monkeypatch):
-    """stop_tree replaced by a recorder: a test can prove that nothing would have been signalled."""
-    calls = []
-
-    def fake_stop_tree(state, grace=30.0, clock=None, sleep=None, poll=0.1):
-        calls.append(state.get("pid"))
-        return {"signalled": [state.get("pid")], "killed": [], "remaining": [], "skipped_reason": None, "seconds": 0.0}
-    monkeypatch.setattr(sglang_proc, "stop_tree", fake_stop_tree)
-    return calls
-
-
-def record_self_as_server(world, fingerprint="old", log_text="", **extra):
-    """A trusted run state whose leader is this (live) test process."""
-    log_path = os.path.join(world.log_dir, "sglang_r1.log")
-    with open(log_path, "w") as fh:
-        fh.write(log_text)
-    state = dict(sglang_proc.identity(os.getpid()), fingerprint=fingerprint, fingerprint_parts={}, attempt=1,
-                 log_path=log_path, user="root")
-    state.update(extra)
-    sglang_proc.write_state(world.log_dir, "sglang", state)
-    return state
 
 
 # ------------------------------------------------------------------ item 2: run state only root can write
