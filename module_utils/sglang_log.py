@@ -128,19 +128,49 @@ def _quote_state(text, q):
                 return q
             q, i = None, m.end()
 
+# SGLang's own check that the KV cache (memory pool) fits, in every wording it has had: "Not enought memory.
+# Please try to increase --mem-fraction-static." (the oldest), "Not enough memory. Please try to increase
+# --mem-fraction-static.[ Current value: mem_fraction_static=...]" (max_total_num_tokens <= 0: model_runner, later
+# MemoryPoolConfig), "Not enough GPU memory for hybrid (mamba/linear-attention) state cache. ... increase
+# --mem-fraction-static", and 0.5.17's "Loaded weights leave no GPU memory for the KV cache under
+# --mem-fraction-static=X. Raise --mem-fraction-static above Y". One cause: too little memory is left for the pool
+# once the weights are in. Not torch's "CUDA out of memory" (an allocation that failed).
+_KV_POOL = re.compile(r"Not enought? (?:GPU )?memory\b.*?(?:mem[-_]fraction[-_]static|KV cache|memory pool|state cache)|"
+                      r"leaves? no (?:GPU )?memory for (?:the )?KV cache|no (?:GPU )?memory left for (?:the )?KV cache")
+# SGLang's subprocess watchdog in the launcher (0.5.x, utils/watchdog.py SubprocessWatchdog): "Subprocess
+# scheduler_0 (pid=N) crashed with exit code C. Triggering SIGQUIT for cleanup..." (only "crashed with exit code
+# C." where fail-stop is off), and the verbose variant "Subprocess NAME (pid=N) is gone: killed by SIGKILL (exit
+# code -9)." / "... is gone: exit code 1.". It reports every non-zero exit, so also a child that a stop (SIGTERM to
+# the process tree) ended: -15 (SIGTERM) and -2 (SIGINT) are a shutdown, not a crash. -9 is a SIGKILL from outside
+# (the OOM killer, kill -9, a stop's escalation, SGLang's own kill_process_tree); SIGSEGV/SIGABRT/SIGBUS/SIGILL/
+# SIGFPE are a native crash (a signature below).
+_CHILD_EXIT = re.compile(r"Subprocess (\S+) \(pid=\d+\) (?:crashed with exit code|is gone: (?:killed by \w+ \()?exit code) "
+                         r"(-?\d+)")
+_STOP_CODES = (-15, -2)
+# An orderly shutdown as SGLang and uvicorn log it: the tokenizer manager's SIGTERM handler ("SIGTERM received.
+# signum=... frame=... Draining requests and shutting down..."), its drain ("Gracefully exiting... Remaining number
+# of requests 0"), uvicorn's "Shutting down".
+_STOP = re.compile(r"SIGTERM received\b|Draining requests and shutting down|Gracefully exiting\.\.\.|"
+                   r"^(?:INFO: +)?Shutting down$")
+# What a stop brings about, never a crash of its own: the launcher's SIGQUIT teardown after a child the stop
+# ended, children reported dead or killed (kill_process_tree and a stop's escalation send SIGKILL).
+_STOP_CONSEQUENCES = ("child_sigquit", "killed")
+
 # Line signatures that prove a crash on their own. (regex, class, final?) in priority order.
 # "final" classes are not refined by the traceback that follows.
 _SIGNATURES = [
     (re.compile(r"address already in use|\[Errno 98\]", re.I), "port_in_use", True),
     (re.compile(r"Initialization failed\. ?warmup error|Disaggregation warmup failed"), "warmup_failed", True),
     # The launcher's word on a dead scheduler; its exit code names the signal (-11 SIGSEGV, -6 SIGABRT, ...).
-    (re.compile(r"scheduler died during initialization \(exit code: -(?:11|6|7|4|8)\)", re.I), "native_crash", False),
+    (re.compile(r"scheduler died during initialization \(exit code: -(?:11|6|7|4|8)\)|"
+                r"Subprocess \S+ \(pid=\d+\) (?:crashed with exit code|is gone: killed by \w+ \(exit code) -(?:11|6|7|4|8)\b",
+                re.I), "native_crash", False),
     (re.compile(r"scheduler died during initialization|scheduler (?:process )?died\b|"
                 r"(?:Scheduler|Detokenizer|TokenizerManager)\S* (?:process )?(?:exited|is dead)", re.I),
      "killed", False),
     (re.compile(r"Capture cuda graph failed.*(?:out of memory)|(?:CUDA|HIP) out of memory|OutOfMemoryError"),
      "cuda_oom", True),
-    (re.compile(r"Not enough memory\. Please try to increase --mem-fraction-static"), "kv_pool_oom", True),
+    (_KV_POOL, "kv_pool_oom", True),
     # CUDA before NCCL: "watchdog thread terminated with exception: CUDA error: ..." is a CUDA fault that
     # NCCL's watchdog only reported.
     (re.compile(r"\.cuh?:\d+: \w+: block: \[\d+,\d+,\d+\], thread: \[\d+,\d+,\d+\] Assertion .* failed|"
@@ -152,7 +182,7 @@ _SIGNATURES = [
                 r"Process group watchdog thread terminated with exception|DistBackendError"), "nccl", True),
     (re.compile(r"Capture cuda graph failed"), "cuda_graph_capture", True),
     (re.compile(r"^Error limit reached\.|^Compilation terminated\.|ninja: build stopped|"
-                r"\.cu\(\d+\): error:|errors? detected in the compilation of|"
+                r"\.cuh?\(\d+\): error:|errors? detected in the compilation of|"
                 r"CalledProcessError: Command '\['ninja'|CompilationError: "), "compile_error", True),
     # SGLang's own watchdog (scheduler, detokenizer, tokenizer): the hard one SIGQUITs the server; the
     # soft one (self.soft=True) only logs.
@@ -192,8 +222,15 @@ _WHAT = re.compile(r"^\s+what\(\):\s+(.*)")
 # cached. Small reads (a live log) skip the gate.
 _CRASH_ANCHORS = (
     # Exception lines inside a traceback need no anchor of their own: an open block makes every line
-    # count. "scheduler died", "out of memory", "NCCL error" are raised as exceptions, i.e. inside one.
-    # "CUDA error: " keeps its anchor: a C++ abort (c10::Error) prints it with no Python traceback.
+    # count. But every signature is also anchored on its own (a logger line, a C++ abort's what(), a rank's
+    # line printed without its traceback), since the anchors cost little behind the shape gate: "exited"
+    # (Detokenizer/Scheduler ... exited), "out of memory" and "OutOfMemoryError" (torch, HIP, capture), the NCCL
+    # words, "device-side assert", "illegal memory access", "unspecified launch failure", nvcc's
+    # "Compilation terminated." and "file.cu(N): error:" (".cu(", ".cuh("), "hit an exception" (Scheduler hit an
+    # exception, with or without its traceback on the line), "[Errno " (98, address in use), "xit code" (the
+    # subprocess watchdog's "crashed with exit code", "Exit code: -9"), "mem-fraction-static" (every wording of
+    # the KV pool check names it). A stop is anchored too ("SIGTERM received", "Draining requests", "Gracefully
+    # exiting", "Shutting down"): what follows it is read in its light.
     # Both sigquit wordings ("Received sigquit from a child proces(s). It usually means the child failed.",
     # "SIGQUIT received. ... It usually means one child failed.") end in "child failed".
     # nvcc ends its errors with "N error(s) detected in the compilation of ...".
@@ -210,6 +247,11 @@ _CRASH_ANCHORS = (
     b"Bus error", b"cudaError", b"detected in the compilation", b"Error limit reached",
     b"already in use", b"atchdog ", b"terminate called", b"Segmentation fault", b"Aborted", b"is dead", b"died",
     b": obj=",
+    b"exited", b"out of memory", b"OutOfMemoryError", b"NCCL error", b"ncclUnhandledCudaError", b"ncclSystemError",
+    b"ncclInternalError", b"collective operation timeout", b"DistBackendError", b"device-side assert",
+    b"illegal memory access", b"unspecified launch failure", b"Compilation terminated", b".cu(", b".cuh(",
+    b"hit an exception", b"[Errno ", b"xit code", b"mem-fraction-static",
+    b"SIGTERM received", b"Draining requests", b"Gracefully exiting", b"Shutting down",
 )
 # Phase markers, looked for only while their phase is still ahead.
 _PHASE_ANCHORS = (
@@ -351,7 +393,8 @@ class LogClassifier(object):
         self.prefill_batches = 0
         self.prefill_cached = 0
         self.decode_batches = 0
-        self.emulator = False
+        self.stopping = None  # {"line", "lineno"} of the first sign of an orderly stop (SIGTERM, SIGINT)
+        self._child_exit = None  # (line, lineno, code): a child the launcher reported gone, not (yet) explained
         self._partial = b""
         self._block = None
         self._pending_chain = None  # a closed block that a chained traceback may continue
@@ -408,8 +451,6 @@ class LogClassifier(object):
     def _scan(self, buf, end, pos=0):
         cache = {}
         limit = None  # the end the cached anchor positions were searched to
-        if self.lineno < 5 and not self.emulator and b"[EMULATOR]" in buf[:4096]:
-            self.emulator = True
         self._dirty = None
         gating = self._rest <= 0
         if not gating:
@@ -567,6 +608,18 @@ class LogClassifier(object):
             return
         self._echo_last = False
 
+        # An orderly stop, and children the launcher reports gone (see _CHILD_EXIT).
+        if self.stopping is None and _STOP.search(body):
+            self._stop(line, lineno)
+        if "xit code" in body:
+            ce = _CHILD_EXIT.search(body)
+            if ce is not None:
+                code = int(ce.group(2))
+                if code in _STOP_CODES:
+                    self._stop(line, lineno)
+                elif self._child_exit is None and not (self.stopping is not None and code == -9):
+                    self._child_exit = (line, lineno, code)
+
         # Phases and progress (cheap, and only while not crashed).
         if self.state != "crashed":
             self._track_progress(body, line, lineno)
@@ -685,6 +738,11 @@ class LogClassifier(object):
         if blk is self._block:
             self._block = None
         exc_text = blk.exception[2] if blk.exception else ""
+        exc_name = exc_text.split(":", 1)[0].rsplit(".", 1)[-1]
+        if exc_name == "KeyboardInterrupt" or (exc_name == "SystemExit" and self.stopping is not None):
+            # SIGINT (Ctrl-C, or a stop's SIGINT) raises KeyboardInterrupt wherever the process was: a stop
+            self._stop(blk.exception[0], blk.exception[1])
+            return
         fatal_line = None
         if blk.scheduler_header or blk.prefixed or "warmup error" in blk.start_line:
             fatal_line = (blk.start_line, blk.start_lineno)
@@ -708,7 +766,7 @@ class LogClassifier(object):
         files = [p for p, _ in blk.frames]
         if re.search(r"address already in use|\[Errno 98\]", text, re.I):
             return "port_in_use"
-        if "Not enough memory" in text and "mem-fraction" in text:
+        if _KV_POOL.search(text):
             return "kv_pool_oom"
         if re.search(r"out of memory|OutOfMemoryError", text):
             return "cuda_oom"
@@ -769,9 +827,15 @@ class LogClassifier(object):
         return hint
 
     # ---------------------------------------------------------------- decisions
+    def _stop(self, line, lineno):
+        if self.stopping is None:
+            self.stopping = {"line": line, "lineno": lineno}
+
     def _on_signature(self, line, lineno, cls, final):
         if cls == "port_in_use" and self.state == "ready":
             return  # a client's bind error after ready is not ours
+        if self.stopping is not None and cls in _STOP_CONSEQUENCES:
+            return  # the teardown after a stop: children gone, the launcher's SIGQUIT, a shell's "Killed"
         if self.crash is None:
             self._decide(line, lineno, cls, final)
         elif not self.settled and cls != self.crash["class"] and (
@@ -805,6 +869,11 @@ class LogClassifier(object):
         if self._block is not None:
             self._end_block(self._block, unterminated=True)
         self._pending_chain = None
+        if self.crash is None and self._child_exit is not None:
+            # The launcher reported a child gone (not by a stop) and nothing after it explained it (the log ends
+            # there: SGLang's own SIGQUIT line normally follows and decides child_sigquit).
+            line, lineno, _ = self._child_exit
+            self._decide(line, lineno, "killed", final=False)
         if self.crash is not None and not self.settled:
             self.settled = True
         return self
@@ -825,7 +894,7 @@ class LogClassifier(object):
             "lineno": crash.get("lineno") if self.crash else (self.ready or {}).get("lineno"),
             "exception": crash.get("exception"),
             "shards": list(self.shards) if self.shards else None,
-            "emulator": self.emulator,
+            "stop": dict(self.stopping) if self.stopping else None,
         }
 
 
@@ -838,12 +907,18 @@ class LogFollower(object):
       ``_HEAD`` of them) are no longer the ones we read, checked with one small ``pread`` per call;
     * replacement or rotation (a new inode at ``path``) drains the old file, then follows the new
       one from its start;
-    * a file that does not exist yet is simply empty.
+    * a file that does not exist yet is simply empty;
+    * ``start_offset``: the first read starts at that byte (a watch of a server already running); a file
+      shorter than it was truncated or replaced meanwhile: reading starts at 0, counted as a truncation;
+    * ``path`` may be an already opened descriptor's ``/proc/self/fd/N``: the file is opened again through it
+      (its own offset, the caller's untouched) and it names that inode for as long as the descriptor is open,
+      so it never sees a rotation; truncation is seen as for any path.
     """
 
-    def __init__(self, path, max_read=8 * 1024 * 1024):
+    def __init__(self, path, max_read=8 * 1024 * 1024, start_offset=0):
         self.path = path
         self.offset = 0
+        self.start_offset = max(0, int(start_offset or 0))
         self.max_read = max_read
         self._fh = None
         self._ident = None
@@ -861,6 +936,13 @@ class LogFollower(object):
         self._ident = (st.st_dev, st.st_ino)
         self.offset = 0
         self._head = b""
+        start, self.start_offset = self.start_offset, 0  # only the first file opened starts there
+        if start:
+            if st.st_size < start:
+                self.truncations += 1
+            else:
+                self.offset = start
+                self._head = os.pread(fh.fileno(), min(start, _HEAD), 0)
         return True
 
     def read(self):

@@ -166,3 +166,60 @@ def test_rotation_drains_all_of_the_old_file_even_past_one_read(tmp_path):
             break
         got += chunk
     assert got == b"0123456789\nnew\n"
+
+
+def test_follower_starts_at_start_offset_and_still_sees_a_rewrite(tmp_path):
+    p = tmp_path / "s.log"
+    p.write_bytes(b"old 1\nold 2\n")
+    f = LogFollower(str(p), start_offset=6)
+    assert f.read() == b"old 2\n"
+    assert f.offset == 12 and f.truncations == 0
+    p.write_bytes(b"new 1\nnew 2\nnew 3\n")  # copytruncate, rewritten past our offset
+    assert f.read() == b"new 1\nnew 2\nnew 3\n"
+    assert f.truncations == 1
+
+
+def test_follower_start_offset_past_the_end_starts_at_zero(tmp_path):
+    p = tmp_path / "s.log"
+    p.write_bytes(b"short\n")
+    f = LogFollower(str(p), start_offset=1000)
+    assert f.read() == b"short\n"
+    assert f.truncations == 1
+
+
+def test_follower_start_offset_of_a_file_not_there_yet(tmp_path):
+    p = tmp_path / "s.log"
+    f = LogFollower(str(p), start_offset=4)
+    assert f.read() == b""
+    p.write_bytes(b"ab\n")
+    assert f.read() == b"ab\n"  # a new file, shorter than the offset
+
+
+def test_follower_of_an_open_descriptor_path(tmp_path):
+    """The module passes /proc/self/fd/N of a log it opened and checked: the follower reads that file, from
+    the offset, and a rename or a new file at the old name never makes it switch (no false rotation)."""
+    p = tmp_path / "s.log"
+    p.write_bytes(b"one\ntwo\n")
+    fd = os.open(str(p), os.O_RDONLY)
+    try:
+        f = LogFollower("/proc/self/fd/%d" % fd, start_offset=4)
+        assert f.read() == b"two\n"
+        assert os.lseek(fd, 0, os.SEEK_CUR) == 0  # the caller's descriptor is not moved
+        with open(p, "ab") as fh:
+            fh.write(b"three\n")
+        assert f.read() == b"three\n"
+        os.rename(p, tmp_path / "s.log.1")
+        p.write_bytes(b"other file\n")
+        with open(tmp_path / "s.log.1", "ab") as fh:
+            fh.write(b"four\n")
+        assert f.read() == b"four\n"
+        assert f.read() == b""
+        assert f.rotations == 0
+        with open(tmp_path / "s.log.1", "r+b") as fh:
+            fh.truncate(0)
+            fh.write(b"cut\n")
+        assert f.read() == b"cut\n"
+        assert f.truncations == 1
+        f.close()
+    finally:
+        os.close(fd)

@@ -170,6 +170,21 @@ SIGNATURE_LINES = [
     "start.sh: line 3:  1234 Killed                  python3 -m sglang.launch_server --model-path m",
     "已杀死",
     '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 2700, in run_scheduler_process',
+    # signatures that used to be caught only with a traceback or another anchor on the line
+    "[2026-01-01 00:00:00] Detokenizer process exited",
+    "[2026-01-01 00:00:00 TP0] CUDA out of memory while capturing batch 256",
+    "[2026-01-01 00:00:00 TP0] NCCL error in all_reduce, rank 3",
+    "[2026-01-01 00:00:00 TP0] sampler: device-side assert triggered",
+    "[2026-01-01 00:00:00 TP0] forward: unspecified launch failure",
+    "Compilation terminated.",
+    "/tmp/tmpx/kernel.cu(12): error: identifier \"__nv_fp8_e4m3\" is undefined",
+    "/tmp/tmpx/common.cuh(7): error: expected a \";\"",
+    "[2026-01-01 00:00:00 TP0] Scheduler hit an exception: see the rank 0 log",
+    "[2026-01-01 00:00:00] ERROR:    [Errno 98] error while attempting to bind on address ('0.0.0.0', 30000)",
+    "[2026-01-01 00:00:00] Subprocess scheduler_0 (pid=5) crashed with exit code -11. Triggering SIGQUIT for cleanup...",
+    "[2026-01-01 00:00:00] Subprocess scheduler_0 (pid=5) crashed with exit code -9. Triggering SIGQUIT for cleanup...",
+    "[2026-01-01 00:00:00] Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.0005.",
+    "[2026-01-01 00:00:00] Not enought memory. Please try to increase --mem-fraction-static.",
 ]
 
 
@@ -218,6 +233,29 @@ def test_bulk_feed_agrees_with_line_by_line_on_random_streams(seed):
     live = line_by_line(data)
     for chunk in (None, rnd.randint(40000, 400000)):
         assert verdict(bulk(data, chunk)) == verdict(live)
+
+
+STOP_LINES = [
+    "[2026-01-01 00:00:00] SIGTERM received. signum=None frame=None. Draining requests and shutting down...",
+    "[2026-01-01 00:00:00] Subprocess scheduler_0 (pid=5) crashed with exit code -15. Triggering SIGQUIT for cleanup...",
+    "[2026-01-01 00:00:00] Gracefully exiting... Remaining number of requests 0",
+    "[2026-01-01 00:00:00] INFO:     Shutting down",
+]
+
+
+@pytest.mark.parametrize("stop", STOP_LINES)
+@pytest.mark.parametrize("chunk", [None, 100 * 1024 + 7])
+def test_a_stop_alone_in_a_bulk_stream_is_seen(stop, chunk):
+    """The stop line is read by the bulk path, so the teardown after it is no crash there either."""
+    lines = list(HEALTHY)
+    at = len(lines) // 2
+    lines[at:at] = [stop, "[2026-01-01 00:00:00] SIGQUIT received. signum=None, frame=None. It usually means one child "
+                    "failed.", "Killed"]
+    data = ("\n".join(lines) + "\n").encode()
+    live = line_by_line(data)
+    assert live.crash is None and live.stopping == {"line": stop, "lineno": at + 1}
+    clf = bulk(data, chunk)
+    assert verdict(clf) == verdict(live)
 
 
 def test_gate_rests_on_logs_of_unique_lines_and_still_catches():
