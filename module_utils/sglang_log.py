@@ -109,24 +109,30 @@ _SGLANG_PREFIX = re.compile(
 # "Finish: obj=..., out={...}", "Receive OpenAI: obj={...}", the JSON format, the oldest "in=...").
 # Its text is user data: never evidence, never the start of a traceback.
 _ECHO = re.compile(r'^(?:(?:Receive(?: OpenAI)?|Finish): obj=|in=\w+\(|\{"timestamp": "[^"]*", "event": "request\.)')
-_OPEN_QUOTE = re.compile(r"['\"]")
-_CLOSE_QUOTE = {"'": re.compile(r"[^'\\]*(?:\\.[^'\\]*)*'", re.S), '"': re.compile(r'[^"\\]*(?:\\.[^"\\]*)*"', re.S)}
+# Where an echoed request's text begins, and how an echo line ends: the field after the text
+# (", input_ids=...", ", sampling_params=...") and the object's closing ")" or "}" (Finish: "..., out={...}").
+# Older SGLang wrote the text raw, not repr()'d: a prompt's newlines then make new physical lines, any of which
+# may look like an SGLang line (a pasted log with its own "[date] Scheduler hit an exception"). So an echo
+# whose first line does not end the object goes on, as data, until a line that does, whatever that line's
+# prefix, for at most _ECHO_MAX bytes (SGLang truncates logged text to --log-requests-level's max length).
+_ECHO_TEXT = re.compile(r"\btext=['\"]")
+_ECHO_TAIL = re.compile(r"['\"], [a-z_]+=")
+_ECHO_MAX = 256 * 1024
 
 
-def _quote_state(text, q):
-    """Scan text as Python literals from state q (None, or the quote we are inside); return the end state."""
-    i = 0
-    while True:
-        if q is None:
-            m = _OPEN_QUOTE.search(text, i)
-            if m is None:
-                return None
-            q, i = m.group(), m.end()
-        else:
-            m = _CLOSE_QUOTE[q].match(text, i)
-            if m is None:
-                return q
-            q, i = None, m.end()
+def _echo_ends(text):
+    """Whether an echo line (from its text field on) closes the echoed object."""
+    text = text.rstrip()
+    return text.endswith(("')", '")')) or (text.endswith((")", "}")) and _ECHO_TAIL.search(text) is not None)
+
+
+def _echo_left(body):
+    """Bytes an echo starting with this line may still span (None: the line is the whole echo)."""
+    m = _ECHO_TEXT.search(body)
+    if m is None or _echo_ends(body[m.end():]):
+        return None
+    return _ECHO_MAX - len(body)
+
 
 # SGLang's own check that the KV cache (memory pool) fits, in every wording it has had: "Not enought memory.
 # Please try to increase --mem-fraction-static." (the oldest), "Not enough memory. Please try to increase
@@ -399,7 +405,7 @@ class LogClassifier(object):
         self._block = None
         self._pending_chain = None  # a closed block that a chained traceback may continue
         self._tail_bytes = b""
-        self._echo = None  # inside a multi-line request echo: the quote its text is still open in
+        self._echo = None  # inside a multi-line request echo: the bytes it may still span
         self._echo_last = False  # the last line (piece) fed was echo data
         self._midline = False  # the last piece fed ended without a line break (a runaway line)
         self._cri = {}  # CRI stream -> (first physical line, text so far) of a partial ("P") record
@@ -574,11 +580,12 @@ class LogClassifier(object):
         """Process one complete line (no line break)."""
         if self._midline and self._echo_last:
             # the rest of a request echo too long for one read (see _MAX_LINE)
-            self._echo = _quote_state(line, self._echo)
+            if self._echo is not None:
+                self._echo = None if _echo_ends(line) else self._echo - len(line)
             return
         if not line.strip():
             if self._echo is not None:
-                self._echo = _quote_state("\n", self._echo)
+                self._echo -= 1
                 return
             if self._block is not None and self._block.exception is None:
                 self._block.lines.append(line)
@@ -596,14 +603,14 @@ class LogClassifier(object):
         lineno = self.lineno + 1
         body, prefixed = strip_prefix(line)
         if self._echo is not None:
-            if not prefixed:
-                # a new physical line of an echoed request's text (a prompt with newlines)
-                self._echo = _quote_state("\n" + line, self._echo)
+            if self._echo > 0:
+                # a new physical line of an echoed request's text (a prompt with newlines), whatever it looks like
+                self._echo = None if _echo_ends(line) else self._echo - len(line) - 1
                 self._echo_last = True
                 return
-            self._echo = None  # a new logger line: the echo is over (or was cut)
+            self._echo = None  # longer than any echo: it was cut, and this line is the server's again
         if _ECHO.match(body):
-            self._echo = _quote_state(body, None)
+            self._echo = _echo_left(body)
             self._echo_last = True
             return
         self._echo_last = False

@@ -97,8 +97,24 @@ def test_a_real_crash_right_after_an_echoed_request_is_caught():
     assert s["crash_class"] == "native_crash" and s["line"] == "Fatal Python error: Segmentation fault"
 
 
-def test_a_raw_multiline_echo_ends_at_the_next_logger_line():
-    echo = P0 + 'Receive: obj=GenerateReqInput(text="unbalanced " quote\nTraceback (most recent call last):\n'
+def test_a_raw_multiline_echo_is_data_until_its_closing_line_even_across_sglang_looking_lines():
+    # Older SGLang logged the text raw: a pasted log inside a prompt brings its own "[date] ..." lines.
+    echo = (P0 + 'Receive: obj=GenerateReqInput(rid="r1", text="don\'t mind this " quote\n'
+            + P + "Scheduler hit an exception: Traceback (most recent call last):\n"
+            "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.\n"
+            + P + "Received sigquit from a child process. It usually means the child failed.\n"
+            'Killed\n", input_ids=None, sampling_params={\'max_new_tokens\': 4})\n')
+    s = verdicts(READY + echo + ACCESS)
+    assert s["state"] == "ready" and s["crash_class"] is None
+    # After the echo's closing line the server's own lines decide again.
+    crash = P + "Scheduler hit an exception: Traceback (most recent call last):\nRuntimeError: boom\n"
+    s = verdicts(READY + echo + crash)
+    assert s["state"] == "crashed" and s["line"].startswith(P + "Scheduler hit an exception")
+
+
+def test_an_echo_that_never_closes_stops_being_data_after_the_longest_echo():
+    from ansible.module_utils.sglang_log import _ECHO_MAX
+    echo = P0 + 'Receive: obj=GenerateReqInput(rid="r1", text="cut short\n' + ("y" * 1000 + "\n") * (_ECHO_MAX // 1000 + 2)
     crash = P + "Scheduler hit an exception: Traceback (most recent call last):\nRuntimeError: boom\n"
     s = verdicts(READY + echo + crash)
     assert s["state"] == "crashed" and s["line"].startswith(P + "Scheduler hit an exception")
