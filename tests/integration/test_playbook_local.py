@@ -66,8 +66,9 @@ class Run:
         return [r for _, r in self.tasks if r.get("failed") and not r.get("ignore_errors")]
 
     def failure_msgs(self):
-        return [r["msg"] if "results" not in r else [i["msg"] for i in r["results"] if i.get("failed")][0]
-                for r in self.failures()]
+        """One message per failed task (a loop's first failed item's)."""
+        return [r.get("msg", "") if "results" not in r else
+                [i.get("msg", "") for i in r["results"] if i.get("failed")][0] for r in self.failures()]
 
     def __repr__(self):
         failed = [(n, r.get("msg")) for n, r in self.tasks if r.get("failed")]
@@ -224,15 +225,20 @@ def test_eagle_scenario_with_the_patch_passes(host, converged):
     assert run.result("Check that every burst request produced text")["msg"].startswith("burst: 8/8")
 
 
-def test_preflight_refuses_a_port_held_by_another_server(host, serving):
-    # Another prefix = another run state: the running server on this port is not "ours" there. Check mode, so
-    # nothing is created; the port check fails before anything could be (re)started.
+def test_a_port_held_by_another_server_is_refused_before_a_launch(host, serving):
+    # Another prefix = another run state: the running server on this port is not "ours" there. wait_for_model
+    # refuses before anything is stopped or launched, and the server on the port keeps serving.
     other = os.path.join(host["prefix"], "other")
-    run = host["play"]("--check", "--tags", "preflight", prefix_=other)
-    assert run.rc != 0
-    assert len(run.failures()) == 1, run
-    assert "port %d is held" % host["port"] in run.failure_msgs()[0]
-    assert not os.path.exists(other)
+    try:
+        run = host["play"](prefix_=other)
+        assert run.rc != 0
+        refusal = run.failures()[0]  # the launch; the role's rescue then fails the play with it
+        assert refusal["action"].endswith("wait_for_model") and "crash_class" not in refusal, run
+        assert "port %d is held by a process that is not ours" % host["port"] in refusal["msg"]
+        assert not os.path.exists(os.path.join(other, "var/lib/sglang/run/sglang.json"))
+        assert run_state(host)["pid"] == serving["pid"] and get(host, "/health")[0] == 200
+    finally:
+        shutil.rmtree(other, ignore_errors=True)
 
 
 FAKE_NVIDIA_SMI = """#!/bin/sh
@@ -287,8 +293,8 @@ def test_check_diff_on_a_fresh_host_is_clean_and_touches_nothing(host):
     assert run.rc == 0, run
     assert run.stats["failures"] == 0
     assert "Install the pinned SGLang into its versioned virtualenv" in run.changed_tasks()
-    assert "Note that the server would be started" in run.changed_tasks()
-    assert run.result("Launch SGLang and wait for health").get("skipped") is True
+    launch = run.result("Launch SGLang and wait for health")
+    assert launch["changed"] is True and launch["restart_reason"] == "not running" and "would start" in launch["msg"]
     assert not os.path.exists(fresh)
 
 
