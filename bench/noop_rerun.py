@@ -4,7 +4,9 @@
 Converges `playbooks/serve_eagle3.yml -i inventory/local` once into its own prefix and port (the first
 run installs and starts the server; not timed), then times N unchanged re-runs against N runs of an
 empty play on the same inventory in the same process (ansible's start-up cost), alternating the two so
-that machine noise hits both alike; stops the server at the end. Prints figures; asserts nothing.
+that machine noise hits both alike; stops the server at the end and removes the prefix, unless stop.yml
+failed (then the prefix, which holds the run state that finds the server, is left and the error printed).
+Prints figures; asserts nothing.
 Last line exactly: noop_over_empty=<f> noop_s=<f> tasks=<n>
 """
 from __future__ import annotations
@@ -74,10 +76,16 @@ def main():
         med_noop, med_empty = statistics.median(noop), statistics.median(empty_s)
         print("noop_over_empty=%.2f noop_s=%.2f tasks=%d" % (med_noop / med_empty, med_noop, tasks))
     finally:
-        subprocess.run([os.path.join(BIN, "ansible-playbook"), "playbooks/stop.yml", "-i", "inventory/local",
-                        "-e", "eagle_deploy_prefix=%s" % prefix, "-e", "sglang_server_port=%d" % port],
-                       cwd=REPO, env=env, capture_output=True, check=False)
-        shutil.rmtree(prefix, ignore_errors=True)
+        stop = subprocess.run([os.path.join(BIN, "ansible-playbook"), "playbooks/stop.yml", "-i", "inventory/local",
+                               "-e", "eagle_deploy_prefix=%s" % prefix, "-e", "sglang_server_port=%d" % port],
+                              cwd=REPO, env=env, capture_output=True, text=True, check=False)
+        if stop.returncode == 0:
+            shutil.rmtree(prefix, ignore_errors=True)
+        else:
+            # The run state in the prefix is what finds our server: deleting it would orphan the server.
+            print("stop.yml failed (rc=%d); the prefix %s is left in place with its server's run state, stop it "
+                  "with: ansible-playbook playbooks/stop.yml -i inventory/local -e eagle_deploy_prefix=%s\n%s\n%s"
+                  % (stop.returncode, prefix, prefix, stop.stdout[-3000:], stop.stderr[-3000:]), file=sys.stderr)
 
 
 if __name__ == "__main__":

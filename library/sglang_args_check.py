@@ -25,6 +25,12 @@ description:
     renamed flag in a new SGLang release cannot be silently matched to another one.
   - Rejects secrets (API keys, passwords) in O(args) and O(extra_args); SGLang's API key is passed
     separately and its value never reaches this module.
+  - Some SGLang releases refuse options in their C(--config) file that they accept on the command line (SGLang
+    0.5.17 refuses every option whose C(argparse) action is neither C(store) nor C(store_true), for example the
+    deprecated C(disable-cuda-graph), and plain options that share a destination with such an alias, for example
+    C(cuda-graph-max-bs-decode)). The module reads that rule from the installed C(server_args_config_parser.py);
+    with O(config_refused=argv) it returns those options as RV(config_refused_args) and, rendered for the command
+    line after C(--config <file>), as RV(config_argv), instead of failing.
   - Read-only; runs the same in check mode.
 version_added: "1.0.0"
 author:
@@ -73,6 +79,17 @@ options:
       - Seconds allowed for the interpreter that imports SGLang (importing torch can take a while).
     type: int
     default: 300
+  config_refused:
+    description:
+      - What to do with options the installed SGLang knows but refuses in its C(--config) file.
+      - V(fail) fails the task and names them (they cannot go into the config file).
+      - V(argv) returns them in RV(config_refused_args) and RV(config_argv), for the caller to put on the command
+        line after C(--config <file>) and leave out of the file. SGLang's parser (method V(sglang_parser)) then
+        checks them as they will be given, C(--config <file>) followed by RV(config_argv).
+      - Such options are never secret (keys that look like secrets are refused before this applies).
+    type: str
+    choices: [fail, argv]
+    default: fail
 attributes:
   check_mode:
     support: full
@@ -98,6 +115,8 @@ EXAMPLES = r"""
     extra_args:
       enable-metrics: true
     secret_args: [api-key]
+    # Options the installed SGLang refuses in its --config file come back in config_argv.
+    config_refused: argv
   register: __sglang_server_args_check
 
 - name: Check names only, never importing SGLang
@@ -169,12 +188,21 @@ secret_keys:
   elements: str
   sample: ["api-key"]
 config_refused_args:
-  description: Options the installed SGLang knows but refuses in its C(--config) file (SGLang 0.5.17 refuses every
-    option whose action is neither C(store) nor C(store_true), for example the deprecated C(disable-cuda-graph)).
-  returned: on failure, with method V(ast)
+  description: Options (keys of O(args) and O(extra_args)) the installed SGLang knows but refuses in its C(--config)
+    file (SGLang 0.5.17 refuses every option whose action is neither C(store) nor C(store_true), for example the
+    deprecated C(disable-cuda-graph)); empty where it refuses none.
+  returned: always with O(config_refused=argv); on failure with O(config_refused=fail)
   type: list
   elements: str
-  sample: ["disable-cuda-graph"]
+  sample: ["disable-cuda-graph", "cuda-graph-max-bs-decode"]
+config_argv:
+  description: The options of RV(config_refused_args) rendered for the command line as SGLang's config reader would
+    render them (a flag for C(true), nothing for C(false), C(--no-x) for a false C(BooleanOptionalAction), a list as
+    several values); to be given after C(--config <file>). Never holds a secret.
+  returned: with O(config_refused=argv)
+  type: list
+  elements: str
+  sample: ["--disable-cuda-graph", "--cuda-graph-max-bs-decode", "64"]
 parser_error:
   description: What SGLang's own parser said about the arguments.
   returned: when SGLang's parser rejected the arguments
@@ -216,7 +244,7 @@ if req.get("import"):
             err = io.StringIO()
             try:
                 with contextlib.redirect_stderr(err):
-                    prepare_server_args(["--config", req["config_path"]])
+                    prepare_server_args(["--config", req["config_path"]] + req.get("argv", []))
             except SystemExit as exc:
                 lines = [l for l in err.getvalue().splitlines() if l.strip()]
                 out["parser_error"] = lines[-1] if lines else "parser exited with %s" % exc.code
@@ -388,6 +416,59 @@ def config_refused_dests(sglang_root):
     return refused
 
 
+# argparse actions that take no value on the command line (SGLang's deprecated aliases included).
+_FLAG_ACTION_RE = re.compile(r"store_?true|store_?false|store_?const|append_?const|count", re.I)
+
+
+def _action_kind(action, nargs=None):
+    """'flag' (no value), 'bool_optional' (--x / --no-x) or 'value', from an add_argument call's keywords."""
+    if isinstance(nargs, ast.Constant) and nargs.value == 0:
+        return "flag"
+    if action is None:
+        return "value"
+    if _is_boolean_optional(action):
+        return "bool_optional"
+    name = action.value if isinstance(action, ast.Constant) and isinstance(action.value, str) else ast.unparse(action)
+    return "flag" if _FLAG_ACTION_RE.search(name) else "value"
+
+
+def option_kinds(sglang_root):
+    """Option string -> kind ('flag', 'bool_optional', 'value') of every add_argument call in server_args.py.
+    Options declared as dataclass fields (not listed) take a value."""
+    try:
+        with open(os.path.join(sglang_root, "srt", "server_args.py"), encoding="utf-8") as f:
+            tree = ast.parse(f.read())
+    except (OSError, SyntaxError):
+        return {}
+    kinds = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and _call_name(node) == "add_argument":
+            kw = {k.arg: k.value for k in node.keywords if k.arg}
+            kind = _action_kind(kw.get("action"), kw.get("nargs"))
+            for a in node.args:
+                if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("-"):
+                    kinds[a.value] = kind
+    return kinds
+
+
+def to_argv(key, value, kind="value"):
+    """One option as SGLang's config reader turns a config entry into command-line words."""
+    flag = "--" + key
+    if value is None:
+        return []
+    if kind in ("flag", "bool_optional") and isinstance(value, bool):
+        if value:
+            return [flag]
+        return ["--no-" + key] if kind == "bool_optional" else []
+    if isinstance(value, bool):
+        return [flag, str(value).lower()]
+    if isinstance(value, list):
+        return [flag] + [str(v) for v in value] if value else []
+    if isinstance(value, dict):
+        return [flag, json.dumps(value)]
+    return [flag, str(value)]
+
+
 def to_yaml_scalar_doc(mapping):
     # JSON is YAML: SGLang's config reader (yaml.safe_load) reads it unchanged.
     return json.dumps(mapping, indent=1, sort_keys=False)
@@ -473,7 +554,7 @@ class SGLangArgsChecker:
             dirs = []
         return locate(dirs)
 
-    def probe(self, want_import, config_path):
+    def probe(self, want_import, config_path, argv=()):
         """Ask the virtualenv's python for SGLang's parser (it imports SGLang)."""
         python = self.params["python"]
         fd, req_path = tempfile.mkstemp(prefix="sglang_args_req_", suffix=".json")
@@ -481,7 +562,7 @@ class SGLangArgsChecker:
         os.close(out_fd)
         try:
             with os.fdopen(fd, "w") as f:
-                json.dump({"import": want_import, "config_path": config_path}, f)
+                json.dump({"import": want_import, "config_path": config_path, "argv": list(argv)}, f)
             cmd = [python, "-c", PROBE_SCRIPT, req_path, out_path]
             timeout_bin = self.module.get_bin_path("timeout")
             if timeout_bin:
@@ -512,6 +593,17 @@ class SGLangArgsChecker:
         method = self.params["method"]
 
         found = self.find_sglang()
+        sglang_root = self.params["sglang_root"] or found["package_dir"]
+        # Options the installed SGLang's --config reader refuses (read from its sources, never imported).
+        refused = (config_refused_dests(sglang_root) if sglang_root else None) or {}
+        refused_keys = [k for k in keys if normalize_key(k) in refused]
+        as_argv = self.params["config_refused"] == "argv"
+        argv = []
+        if as_argv:
+            kinds = option_kinds(sglang_root) if refused_keys else {}
+            for k in refused_keys:
+                argv.extend(to_argv(k, merged[k], kinds.get("--" + k, "value")))
+            self.result.update(config_refused_args=refused_keys, config_argv=argv)
         config_path = None
         tmpdir = None
         probe = {}
@@ -520,16 +612,16 @@ class SGLangArgsChecker:
                 tmpdir = tempfile.mkdtemp(prefix="sglang_args_check_")
                 config_path = os.path.join(tmpdir, "server.yaml")
                 fd = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+                in_file = dict((k, v) for k, v in merged.items() if not (as_argv and k in refused_keys))
                 with os.fdopen(fd, "w") as f:
-                    f.write(to_yaml_scalar_doc(merged))
-                probe = self.probe(want_import=True, config_path=config_path)
+                    f.write(to_yaml_scalar_doc(in_file))
+                probe = self.probe(want_import=True, config_path=config_path, argv=argv)
         finally:
             if tmpdir:
                 for name in os.listdir(tmpdir):
                     os.unlink(os.path.join(tmpdir, name))
                 os.rmdir(tmpdir)
 
-        sglang_root = self.params["sglang_root"] or found["package_dir"]
         if sglang_root:
             self.result["sglang_root"] = sglang_root
         if found["version"]:
@@ -579,10 +671,9 @@ class SGLangArgsChecker:
                 )
             self.fail("; ".join(parts), unknown_args=unknown, abbreviated_args=abbreviated, suggestions=suggestions)
 
-        if self.result["method"] == "ast":
+        if self.result["method"] == "ast" and not as_argv:
             # SGLang's own parser (method sglang_parser) finds these itself, with the same message.
-            refused = config_refused_dests(sglang_root) or {}
-            bad = sorted(k for k in keys if normalize_key(k) in refused)
+            bad = sorted(refused_keys)
             if bad:
                 self.fail(
                     "SGLang %s refuses %s in its --config file (%s); use the replacement option its help names"
@@ -597,11 +688,13 @@ class SGLangArgsChecker:
                           parser_error=probe["parser_error"])
             self.result["values_checked"] = bool(probe.get("parsed"))
 
-        self.result["msg"] = "%d arguments known to SGLang %s (method %s%s)" % (
+        self.result["msg"] = "%d arguments known to SGLang %s (method %s%s)%s" % (
             len(checked),
             self.result.get("sglang_version", "?"),
             self.result["method"],
             ", values checked" if self.result["values_checked"] else ", names only",
+            ("; refused in its --config file, so given on the command line: %s" % ", ".join(refused_keys))
+            if as_argv and refused_keys else "",
         )
         return self.result
 
@@ -616,6 +709,7 @@ def main():
             sglang_root=dict(type="path"),
             method=dict(type="str", default="auto", choices=["auto", "sglang_parser", "ast"]),
             timeout=dict(type="int", default=300),
+            config_refused=dict(type="str", default="fail", choices=["fail", "argv"]),
         ),
         supports_check_mode=True,
     )

@@ -42,8 +42,38 @@ options:
       - Seconds allowed for the import with O(import_check=true).
     type: int
     default: 300
+  model_dirs:
+    description:
+      - Model checkpoint directories to look at in the same call (the server's preflight); each must hold
+        C(config.json). Reported in RV(model_dirs), never a failure here (the caller decides).
+    type: list
+    elements: path
+    default: []
+  requirements:
+    description:
+      - pip requirements to look for in the virtualenv (the install role's), each C(name), C(name[extras]==version),
+        a wheel file or C(name @ file:///.../name-version-....whl). One that is not installed with that version, or
+        whose form this module cannot prove (C(>=), an index URL), is reported in RV(drift).
+      - The same test the C(ansible.builtin.pip) module makes with O(ignore:state=present), without running pip.
+    type: list
+    elements: str
+    default: []
+  user:
+    description:
+      - A service account expected to exist, C({name, group, home, shell}); any difference is reported in RV(drift).
+    type: dict
+  paths:
+    description:
+      - Paths expected in place, each a dict with C(path), C(state) (V(directory) or V(link)), C(owner), C(group),
+        and C(mode) for a directory or C(src) (the link's target) for a link. Any difference is reported in
+        RV(drift).
+    type: list
+    elements: dict
+    default: []
 notes:
   - Read-only; runs the same in check mode.
+  - O(requirements), O(user) and O(paths) let one call tell whether an installation is already as wanted
+    (RV(in_place)), so that the tasks which would converge it can be skipped on a no-op re-run.
 attributes:
   check_mode:
     support: full
@@ -64,6 +94,16 @@ EXAMPLES = r"""
   ansible.builtin.debug:
     msg: "SGLang {{ sglang.version }} in {{ sglang.package_dir }}"
   when: sglang.installed
+
+- name: Find it and look at the model dirs in the same call
+  ansible.legacy.sglang_info:
+    python: /opt/sglang/venv/bin/python
+    model_dirs: [/data/models/Kimi-K2.5-INT4, /data/models/Kimi-K2.5-EAGLE3]
+  register: sglang
+
+- name: Fail unless every model dir holds config.json
+  ansible.builtin.assert:
+    that: sglang.model_dirs | rejectattr('state', 'equalto', 'ok') | list | length == 0
 
 - name: Also check that it imports (slow on a GPU host)
   ansible.legacy.sglang_info:
@@ -112,6 +152,27 @@ eagle_worker_v2_sha256:
   returned: always
   type: str
   sample: 9f2c1e0d4b8a7c6e5f4d3c2b1a0918273645546372819aabbccddeeff0011223
+model_dirs:
+  description:
+    - One entry per O(model_dirs) item, in order. C(state) is V(ok) (a directory holding C(config.json)),
+      V(missing) (the path does not exist), V(not_a_directory), or V(no_config_json) (the directory exists
+      without C(config.json)); C(config_json) is the full path of the C(config.json) looked for.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"path": "/data/models/Kimi-K2.5-INT4", "state": "no_config_json",
+            "config_json": "/data/models/Kimi-K2.5-INT4/config.json"}]
+drift:
+  description: What differs from O(requirements), O(user) and O(paths), one line each; empty when all is in place.
+  returned: always
+  type: list
+  elements: str
+  sample: ["sglang==0.5.23: not installed (0.5.20)", "/opt/sglang: mode 0700, want 0755"]
+in_place:
+  description: Whether RV(drift) is empty.
+  returned: always
+  type: bool
+  sample: true
 importable:
   description: Whether C(import sglang) succeeded.
   returned: when O(import_check=true)
@@ -124,11 +185,121 @@ import_error:
   sample: "ModuleNotFoundError: No module named 'torch'"
 """
 
+import grp
 import json
 import os
+import pwd
+import re
+import stat
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_paths import PACKAGE, SITE_DIRS_SCRIPT, locate, venv_of, venv_site_dirs
+from ansible.module_utils.sglang_paths import (PACKAGE, SITE_DIRS_SCRIPT, canonical_name, find_distribution, locate,
+                                               venv_of, venv_site_dirs)
+
+_NAME = r"([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?"
+_PINNED_RE = re.compile(r"^%s\s*(?:==\s*([^\s;,=<>!~]+))?$" % _NAME)
+_WHEEL_RE = re.compile(r"^(?:%s\s*@\s*)?(?:file://)?(?:\S*/)?([A-Za-z0-9_.]+)-([^-/]+)(?:-[^-/]+)?-[^-/]+-[^-/]+-[^-/]+\.whl$" % _NAME)
+
+
+def model_dir_state(path):
+    """What a model checkpoint directory looks like: ok, missing, not_a_directory or no_config_json."""
+    config_json = os.path.join(path, "config.json")
+    if not os.path.exists(path):
+        state = "missing"
+    elif not os.path.isdir(path):
+        state = "not_a_directory"
+    elif not os.path.isfile(config_json):
+        state = "no_config_json"
+    else:
+        state = "ok"
+    return {"path": path, "state": state, "config_json": config_json}
+
+
+def requirement_want(req):
+    """(name, version or None) that a requirement asks for, or None when its form cannot be proven here."""
+    req = req.strip()
+    m = _WHEEL_RE.match(req)
+    if m:
+        return m.group(2), m.group(3)
+    m = _PINNED_RE.match(req)
+    if m:
+        return m.group(1), m.group(2)
+    return None
+
+
+def requirement_drift(req, site_dirs):
+    want = requirement_want(req)
+    if want is None:
+        return "%s: not a form that can be checked without pip" % req
+    name, version = want
+    for site_dir in site_dirs:
+        have, _ = find_distribution(site_dir, name)
+        if have is not None:
+            if version is None or have == version:
+                return None
+            return "%s: %s %s is installed" % (req, canonical_name(name), have)
+    return "%s: not installed" % req
+
+
+def _owner_drift(path, st, owner, group):
+    out = []
+    if owner is not None:
+        try:
+            uid = pwd.getpwnam(owner).pw_uid
+        except KeyError:
+            return ["%s: owner %s does not exist" % (path, owner)]
+        if st.st_uid != uid:
+            out.append("%s: owner uid %d, want %s" % (path, st.st_uid, owner))
+    if group is not None:
+        try:
+            gid = grp.getgrnam(group).gr_gid
+        except KeyError:
+            return out + ["%s: group %s does not exist" % (path, group)]
+        if st.st_gid != gid:
+            out.append("%s: group gid %d, want %s" % (path, st.st_gid, group))
+    return out
+
+
+def path_drift(spec):
+    """What differs between a path and {path, state: directory|link, owner, group, mode, src}."""
+    path, state = spec["path"], spec.get("state", "directory")
+    try:
+        st = os.lstat(path)
+    except OSError:
+        return ["%s: does not exist" % path]
+    if state == "link":
+        if not stat.S_ISLNK(st.st_mode):
+            return ["%s: not a link" % path]
+        if os.readlink(path) != spec.get("src"):
+            return ["%s: points at %s, want %s" % (path, os.readlink(path), spec.get("src"))]
+        return _owner_drift(path, st, spec.get("owner"), spec.get("group"))
+    if not stat.S_ISDIR(st.st_mode):
+        return ["%s: not a directory" % path]
+    out = _owner_drift(path, st, spec.get("owner"), spec.get("group"))
+    mode = spec.get("mode")
+    if mode is not None and stat.S_IMODE(st.st_mode) != int(str(mode), 8):
+        out.append("%s: mode %04o, want %s" % (path, stat.S_IMODE(st.st_mode), mode))
+    return out
+
+
+def user_drift(spec):
+    name = spec.get("name")
+    try:
+        pw = pwd.getpwnam(name)
+    except KeyError:
+        return ["user %s does not exist" % name]
+    out = []
+    group = spec.get("group")
+    if group is not None:
+        try:
+            if grp.getgrnam(group).gr_gid != pw.pw_gid:
+                out.append("user %s: primary group gid %d, want %s" % (name, pw.pw_gid, group))
+        except KeyError:
+            out.append("group %s does not exist" % group)
+    for key, have in (("home", pw.pw_dir), ("shell", pw.pw_shell)):
+        if spec.get(key) is not None and spec[key] != have:
+            out.append("user %s: %s %s, want %s" % (name, key, have, spec[key]))
+    return out
 
 
 class SGLangInfoError(Exception):
@@ -170,6 +341,14 @@ class SGLangInfo:
         lines = [line for line in (err or out).splitlines() if line.strip()]
         return {"importable": False, "import_error": lines[-1].strip() if lines else "exit status %s" % rc}
 
+    def drift(self, site_dirs):
+        out = [d for d in (requirement_drift(r, site_dirs) for r in self.params["requirements"] or []) if d]
+        if self.params["user"]:
+            out.extend(user_drift(self.params["user"]))
+        for spec in self.params["paths"] or []:
+            out.extend(path_drift(spec))
+        return out
+
     def run(self):
         venv = self.params["venv"]
         python = self.params["python"]
@@ -177,16 +356,22 @@ class SGLangInfo:
             venv = venv_of(python)
         elif python is None:
             python = os.path.join(venv, "bin", "python")
-        result = {"venv": venv, "python": python}
+        result = {"venv": venv, "python": python,
+                  "model_dirs": [model_dir_state(d) for d in self.params["model_dirs"] or []]}
         if not os.path.exists(python):
             # Nothing installed yet (check mode on a fresh host, or a typo: the caller decides).
             result.update(locate([]))
             if self.params["import_check"]:
                 result.update(importable=False, import_error="%s does not exist" % python)
             result.pop("dist_info")
+            result["drift"] = self.drift([])
+            result["in_place"] = not result["drift"]
             return result
-        result.update(locate(self.site_dirs(venv, python)))
+        site_dirs = self.site_dirs(venv, python)
+        result.update(locate(site_dirs))
         result.pop("dist_info")
+        result["drift"] = self.drift(site_dirs)
+        result["in_place"] = not result["drift"]
         if self.params["import_check"]:
             result.update(self.import_check(python))
         return result
@@ -199,6 +384,10 @@ def main():
             python=dict(type="path"),
             import_check=dict(type="bool", default=False),
             timeout=dict(type="int", default=300),
+            model_dirs=dict(type="list", elements="path", default=[]),
+            requirements=dict(type="list", elements="str", default=[]),
+            user=dict(type="dict"),
+            paths=dict(type="list", elements="dict", default=[]),
         ),
         mutually_exclusive=[("venv", "python")],
         required_one_of=[("venv", "python")],

@@ -1,0 +1,85 @@
+"""library/sglang_info.py's probes: model dirs (the server's preflight) and whether an installation is in place
+(requirements, service account, paths), which lets the install role skip its converge tasks on a no-op re-run.
+Pure file-system checks on tmp dirs; no process is started."""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import sys
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+sys.path.insert(0, os.path.join(REPO, "module_utils"))
+import ansible.module_utils  # noqa: E402
+import sglang_paths  # noqa: E402
+
+sys.modules.setdefault("ansible.module_utils.sglang_paths", sglang_paths)
+_spec = importlib.util.spec_from_file_location("sglang_info_probes", os.path.join(REPO, "library", "sglang_info.py"))
+si = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(si)
+
+
+def test_model_dir_states_name_what_is_wrong(tmp_path):
+    (tmp_path / "ok").mkdir()
+    (tmp_path / "ok" / "config.json").write_text("{}")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "file").write_text("")
+    states = {name: si.model_dir_state(str(tmp_path / name)) for name in ("ok", "empty", "file", "gone")}
+    assert {k: v["state"] for k, v in states.items()} == {
+        "ok": "ok", "empty": "no_config_json", "file": "not_a_directory", "gone": "missing"}
+    assert states["empty"]["config_json"] == str(tmp_path / "empty" / "config.json")
+
+
+@pytest.mark.parametrize("req, want", [
+    ("sglang==0.5.23", ("sglang", "0.5.23")),
+    ("sglang[all] == 0.5.23", ("sglang", "0.5.23")),
+    ("flashinfer-python", ("flashinfer-python", None)),
+    ("sglang-emulator @ file:///c/sglang_emulator-1.1-py3-none-any.whl", ("sglang_emulator", "1.1")),
+    ("/w/sglang_emulator-1.1-1-py3-none-any.whl", ("sglang_emulator", "1.1")),
+    ("torch>=2.4", None),
+    ("git+https://example.invalid/x.git", None),
+])
+def test_requirement_forms(req, want):
+    assert si.requirement_want(req) == want
+
+
+def _dist(site, name, version):
+    d = site / ("%s-%s.dist-info" % (name.replace("-", "_"), version))
+    d.mkdir(parents=True)
+    (d / "METADATA").write_text("Metadata-Version: 2.1\nName: %s\nVersion: %s\n\n" % (name, version))
+
+
+def test_requirement_drift_compares_the_installed_version(tmp_path):
+    site = tmp_path / "site-packages"
+    _dist(site, "sglang", "0.5.20")
+    _dist(site, "sglang-emulator", "1.1")
+    dirs = [str(site)]
+    assert si.requirement_drift("sglang==0.5.20", dirs) is None
+    assert si.requirement_drift("sglang==0.5.23", dirs) == "sglang==0.5.23: sglang 0.5.20 is installed"
+    assert si.requirement_drift("sglang-emulator @ file:///c/sglang_emulator-1.1-py3-none-any.whl", dirs) is None
+    assert si.requirement_drift("sglang-emulator @ file:///c/sglang_emulator-1.2-py3-none-any.whl", dirs)
+    assert si.requirement_drift("flashinfer-python", dirs) == "flashinfer-python: not installed"
+    assert "can be checked without pip" in si.requirement_drift("torch>=2", dirs)
+
+
+def test_path_drift_sees_mode_owner_and_link(tmp_path):
+    d = tmp_path / "d"
+    d.mkdir(mode=0o700)
+    os.chmod(d, 0o700)
+    me = __import__("pwd").getpwuid(os.getuid()).pw_name
+    assert si.path_drift({"path": str(d), "owner": me, "mode": "0700"}) == []
+    assert si.path_drift({"path": str(d), "owner": me, "mode": "0755"}) == ["%s: mode 0700, want 0755" % d]
+    assert si.path_drift({"path": str(tmp_path / "x")}) == ["%s: does not exist" % (tmp_path / "x")]
+    link = tmp_path / "venv"
+    link.symlink_to(str(d))
+    assert si.path_drift({"path": str(link), "state": "link", "src": str(d)}) == []
+    assert si.path_drift({"path": str(link), "state": "link", "src": "/elsewhere"})
+
+
+def test_user_drift(tmp_path):
+    root = __import__("pwd").getpwuid(0)
+    assert si.user_drift({"name": root.pw_name, "home": root.pw_dir, "shell": root.pw_shell}) == []
+    assert si.user_drift({"name": root.pw_name, "shell": "/nonexistent/sh"})
+    assert si.user_drift({"name": "no-such-user-eagle-deploy"}) == ["user no-such-user-eagle-deploy does not exist"]
