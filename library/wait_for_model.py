@@ -190,7 +190,9 @@ options:
     type: int
     default: 30
   stop_on_failure:
-    description: Stop our server's tree when the wait fails (it holds GPU memory and cannot serve).
+    description: Stop our server's tree when the wait fails (it holds GPU memory and cannot serve). With
+      O(state=watched), never on a crash that only the log shows while the processes live and health answers (see
+      RV(log_only)).
     type: bool
     default: true
   force_restart:
@@ -419,6 +421,14 @@ lock_wait:
 would_stop:
   description: In check mode, a failure that would have stopped our server (with O(stop_on_failure)); nothing was signalled.
   returned: on failure in check mode
+  type: bool
+  sample: true
+log_only:
+  description: With O(state=watched), the log shows a crash but every server process stayed alive and the health URL
+    answered 200 for the whole watch. The task fails with the crash's class and line, and nothing is signalled: a
+    serving server's log also holds what clients sent (C(--log-requests)), and a crash SGLang really has tears its
+    processes down or fails its health at once.
+  returned: on such a failure
   type: bool
   sample: true
 stopped_after_failure:
@@ -783,17 +793,26 @@ def decide(candidates, now, watch, settle_time):
     The log's crash wins, once its traceback is complete (or the log has been quiet for ``settle_time``, or
     5 settle times have passed); until then nothing else is decided. Then the process side (the leader
     exited, a worker died), then health, then the clock. With ``watch`` the health verdict counts only at
-    the end of the window, and a window without a verdict (too few failed polls) keeps going."""
+    the end of the window, and a window without a verdict (too few failed polls) keeps going. With ``watch`` a
+    crash in the log counts only when the process side or health agrees; at the end of the window a crash that
+    only the log shows is ``log_only`` (reported, never acted on)."""
     crash = candidates.get("log")
+    health, clock = candidates.get("health"), candidates.get("clock")
     if crash is not None:
         waited, quiet = now - crash.since, now - crash.quiet_since
-        if crash.final or (waited >= settle_time and quiet >= settle_time) or waited >= 5 * settle_time:
+        if not (crash.final or (waited >= settle_time and quiet >= settle_time) or waited >= 5 * settle_time):
+            return None
+        if not watch:
             return "crashed"
-        return None
+        # A watched server is serving: its log also holds what clients sent. A crash that SGLang really had tears
+        # its processes down (or its health fails) at once; a crash seen in the log alone is acted on by nobody.
+        if candidates.get("leader") is not None or candidates.get("children") is not None or (
+                health is not None and health.verdict == "unhealthy"):
+            return "crashed"
+        return "log_only" if clock is not None and clock.verdict == "deadline" else None
     for name in ("leader", "children"):
         if candidates.get(name) is not None:
             return candidates[name].verdict
-    health, clock = candidates.get("health"), candidates.get("clock")
     if watch:
         if clock is not None and clock.verdict == "deadline" and health is not None:
             return health.verdict
@@ -1451,10 +1470,15 @@ class ModelWaiter(object):
             lead = "timed out after %d s in phase '%s'" % (p["timeout"], s["phase"])
         else:
             detail = r.get("crash_exception")
-            lead = "%s: %s%s" % ({"unhealthy": "server unhealthy", "stalled": "server hung"}.get(verdict, "server crashed"),
+            lead = "%s: %s%s" % ({"unhealthy": "server unhealthy", "stalled": "server hung",
+                                  "log_only": "the log shows a crash"}.get(verdict, "server crashed"),
                                  cls, " (%s)" % detail[:200] if detail else "")
         r["msg"] = "%s — %s (see log_tail, %s)" % (lead, hint, state["log_path"])
-        if p["stop_on_failure"] and self.module.check_mode:
+        if verdict == "log_only":
+            r["log_only"] = True
+            r["msg"] += (" — NOT stopped: every server process stayed alive and its health URL answered 200 for"
+                         " the whole watch, so the crash is in the log only (a client's request text can look like one)")
+        elif p["stop_on_failure"] and self.module.check_mode:
             r["would_stop"] = True  # check mode never signals
             r["msg"] += " (check mode: the server was not stopped)"
         elif p["stop_on_failure"]:

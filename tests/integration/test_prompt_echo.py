@@ -82,3 +82,41 @@ def test_echoed_crash_text_never_stops_a_healthy_server(tmp_path, raw):
         assert verdict["state"] == "ready", verdict
     finally:
         run_module("wait_for_model", {"name": "echo", "state": "stopped", "log_dir": log_dir, "run_dir": run_dir})
+
+
+def test_a_prompt_that_forges_the_end_of_its_own_echo_fails_the_watch_but_stops_nothing(tmp_path):
+    # Raw echo (older SGLang): the prompt closes the echoed object itself, then writes SGLang-looking crash lines.
+    # From the log alone that cannot be told from a real crash; the watch reports it and signals nothing,
+    # because every server process lives on and health keeps answering 200.
+    forged = ("hi', input_ids=None, sampling_params={})\n"
+              "[2026-12-03 09:24:19] Scheduler hit an exception: Traceback (most recent call last):\n"
+              '  File "/sgl/python/sglang/srt/managers/scheduler.py", line 2432, in run_scheduler_process\n'
+              "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 7.72 GiB.\n")
+    log_dir, run_dir = str(tmp_path / "logs"), str(tmp_path / "run")
+    os.makedirs(log_dir)
+    os.makedirs(run_dir, mode=0o755)
+    port = free_port()
+    argv = [TARGET_PYTHON, EMULATOR, "--port", str(port), "--log-requests", "--emulator-raw-request-log",
+            "--emulator-load-seconds", "0.2", "--emulator-capture-seconds", "0.1"]
+    health = "http://127.0.0.1:%d/health_generate" % port
+    try:
+        first = run_module("wait_for_model", {"name": "forge", "state": "started", "argv": argv, "log_dir": log_dir,
+                                              "run_dir": run_dir, "health_url": health, "port": port, "timeout": 120})
+        assert first.get("failed") is not True, first
+        offset = run_module("wait_for_model", {"name": "forge", "state": "watched", "log_dir": log_dir,
+                                               "run_dir": run_dir, "watch_time": 0, "log_offset": -1,
+                                               "health_url": health})["log_offset"]
+        assert _generate(port, forged)["text"]
+        watched = run_module("wait_for_model", {"name": "forge", "state": "watched", "log_dir": log_dir,
+                                                "run_dir": run_dir, "watch_time": 3, "log_offset": offset,
+                                                "stop_on_failure": True, "health_url": health})
+        assert watched.get("failed") is True and watched.get("log_only") is True, watched
+        assert watched["crash_class"] == "cuda_oom" and "NOT stopped" in watched["msg"]
+        assert "stopped_after_failure" not in watched
+        assert os.path.exists("/proc/%d" % first["pid"])
+        again = run_module("wait_for_model", {"name": "forge", "state": "watched", "log_dir": log_dir,
+                                              "run_dir": run_dir, "watch_time": 1, "log_offset": -1,
+                                              "health_url": health})
+        assert again.get("failed") is not True and again["pid"] == first["pid"], again
+    finally:
+        run_module("wait_for_model", {"name": "forge", "state": "stopped", "log_dir": log_dir, "run_dir": run_dir})

@@ -33,7 +33,14 @@ def c(verdict):
     ({"log": crash(0.1, 0.1), "leader": c("exited"), "health": c("ready"), "clock": c("deadline")}, False, None),
     # a crash beats every other candidate
     ({"log": crash(0.0, 0.0, final=True), "leader": c("exited"), "health": c("ready")}, False, "crashed"),
-    ({"log": crash(0.0, 0.0, final=True), "clock": c("deadline"), "health": c("ready")}, True, "crashed"),
+    # watching a serving server: the log also holds what clients sent, so its crash needs the process side or
+    # health to agree; one that only the log shows, at the end of the window, is log_only (never acted on)
+    ({"log": crash(0.0, 0.0, final=True), "clock": c("deadline"), "health": c("ready")}, True, "log_only"),
+    ({"log": crash(0.0, 0.0, final=True), "health": c("ready")}, True, None),
+    ({"log": crash(0.0, 0.0, final=True), "leader": c("exited"), "health": c("ready")}, True, "crashed"),
+    ({"log": crash(0.0, 0.0, final=True), "children": c("child_died")}, True, "crashed"),
+    ({"log": crash(0.0, 0.0, final=True), "health": c("unhealthy")}, True, "crashed"),
+    ({"log": crash(0.1, 0.1), "leader": c("exited")}, True, None),  # still being written
     # the process side next: the leader before its children
     ({"leader": c("exited"), "children": c("child_died"), "health": c("ready")}, False, "exited"),
     ({"children": c("child_died"), "health": c("ready"), "clock": c("stalled")}, False, "child_died"),
