@@ -19,6 +19,8 @@ echo "== ansible-doc renders every module"
 for m in library/*.py; do
     ansible-doc -M library "$(basename "${m}" .py)" >/dev/null
 done
+echo "== fetch the SGLang wheels the tests read (.cache/sglang-wheels; tests never download)"
+python tests/unit/sglang_src.py
 echo "== pytest (unit + integration)"
 python -m pytest -q tests
 echo "== pytest took $((SECONDS - t0)) s so far"
