@@ -136,3 +136,11 @@ def test_fault_d_reused_pid_never_signalled(host):
     start_time = int(stat[stat.rindex(")") + 2:].split()[19])
     assert start_time == d["unrelated_start_time"]
     assert host.process.get(pid=d["unrelated_pid"]).args == "sleep 3601"
+
+
+def test_the_real_parser_and_the_source_reading_know_the_same_options(host):
+    # sglang_args_check on the host, where the real SGLang imports: its own parser and the ast reading of its
+    # sources (the fallback used where SGLang cannot import) must know the same options.
+    e = fault(host, "e")
+    assert e["parser"]["method"] == "sglang_parser" and e["ast"]["method"] == "ast"
+    assert e["parser"]["option_count"] == e["ast"]["option_count"] > 300
