@@ -8,7 +8,6 @@ puts them after `--config <file>`; 0.5.23 has no such rule and gets an empty lis
 
 from __future__ import annotations
 
-import importlib.util
 import os
 import sys
 import zipfile
@@ -22,10 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sglang_src  # noqa: E402  (test helper next to this file)
 from module_harness import ExitJson, FailJson, exit_json, fail_json  # noqa: E402
 
-MODULE_FILE = os.path.join(sglang_src.REPO, "library", "sglang_args_check.py")
-_spec = importlib.util.spec_from_file_location("sglang_args_check_argv", MODULE_FILE)
-sac = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(sac)
+from test_sglang_args_check import sac  # noqa: E402  (the module under test, loaded once)
 
 # inventory/h200's settings as the role renders them (tests/data/h200-sglang: what ran on the H200).
 H200_ARGS = {
