@@ -4,12 +4,13 @@
 # Then one device call:   run(command="bash tests/gpu/real_sglang.sh", carry=[".sgl"], timeout_s=600)
 # Steps, most important first, each only if the time left allows it (one call may run 600 s):
 #   patch     role sglang_patch (early_init_patch) on the real eagle_worker_v2.py -> patch.json (at_risk ...)
+#   argscheck sglang_args_check method=sglang_parser config_refused=argv against the real 0.5.17 parser; its
+#             config_argv (--disable-cuda-graph) goes after --config FILE in every launch below, as the role does
 #   serve     wait_for_model state=started (ready), /generate through EAGLEWorkerV2, /get_server_info, the
 #             smoke burst, state=watched, nvidia-smi, state=stopped, nvidia-smi  -> serve_*.json, generate.json
-#   oom       --mem-fraction-static 0.999: the module must fail fast with cuda_oom (or kv_pool_oom)
 #   kill      a fresh server, kill -9 of its sglang::scheduler child, state=watched -> child_died, then stopped
+#   oom       --mem-fraction-static 0.999: the module must fail fast with cuda_oom (or kv_pool_oom)
 #   lowmem    --mem-fraction-static 0.0005: no room for the KV pool -> kv_pool_oom
-#   argscheck sglang_args_check method=sglang_parser against the real 0.5.17 parser
 # Evidence (server logs, log lines stamped by a 2 ms poller, module JSON, nvidia-smi) is packed into
 # $OUT/evidence.tar.gz after every step, so a timeout still returns what was done.
 set -uo pipefail
@@ -26,6 +27,9 @@ if [ -f /tmp/sglang/run/sglang.pid ]; then
 fi
 rm -rf "$ev" /tmp/sglang /tmp/sgl-venv
 mkdir -p "$ev" /tmp/sglang/log /tmp/sglang/run /tmp/sglang/etc "${OUT:=/tmp/out}"
+# wait_for_model refuses a run dir that is not root-owned (or owned by its user) and 0755: make it so.
+chmod 0755 /tmp/sglang /tmp/sglang/run; [ "$(id -u)" = 0 ] && chown root:root /tmp/sglang/run
+stat -c '%U %a %n' /tmp/sglang/run
 pack() { tar -czf "$OUT/evidence.tar.gz" -C /tmp ev sglang/log 2>/dev/null; }
 left() { python3 -c "import time; print(int($budget - (time.time() - $T0)))"; }
 
@@ -34,14 +38,15 @@ export PYTHONUNBUFFERED=1 HF_HUB_OFFLINE=1 TVM_FFI_CACHE_DIR=/tmp/tvmffi TRITON_
 log "start $(date -u) on $(hostname)"; nvidia-smi -L; nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv
 log "project snapshot commit $(cat .sgl/project/COMMIT)"
 
-tar -xJf .sgl/site.tar.xz -C /tmp || { log "UNPACK FAILED"; exit 1; }
-log "unpacked $(du -sm /tmp/site | cut -f1) MiB"
 # The virtualenv a host would have (bin/python a symlink, so the server's command line is the argv that
-# wait_for_model launched): the carried site dir first, then the device's torch venv.
+# wait_for_model launched). The carried site dir IS its site-packages (the modules at HEAD look for SGLang
+# only there, never through .pth paths); a .pth adds the device's torch venv after it.
 python3 -m venv --without-pip /tmp/sgl-venv
 sp=$(/tmp/sgl-venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")
+rmdir "$sp" && tar -xJf .sgl/site.tar.xz -C "$(dirname "$sp")" && mv "$(dirname "$sp")/site" "$sp" || { log "UNPACK FAILED"; exit 1; }
+log "unpacked $(du -sm "$sp" | cut -f1) MiB into $sp"
 torch_sp=$(python3 -c "import os, torch; print(os.path.dirname(os.path.dirname(torch.__file__)))")
-printf 'import sys; sys.path[0:0] = ["/tmp/site"]\n%s\n' "$torch_sp" > "$sp/00_eagle_deploy_carry.pth"
+printf '%s\n' "$torch_sp" > "$sp/00_eagle_deploy_carry.pth"
 /tmp/sgl-venv/bin/python -c "import ansible, transformers, tokenizers, torch; from importlib.metadata import version as v; print('ansible-core', ansible.__version__ if hasattr(ansible, '__version__') else v('ansible-core'), 'sglang', v('sglang'), 'transformers', transformers.__version__, 'tokenizers', tokenizers.__version__, 'torch', torch.__version__, 'sglang-kernel', v('sglang-kernel'), 'flashinfer', v('flashinfer-python'))"
 mk=$(/tmp/sgl-venv/bin/python tests/gpu/mk_models.py /tmp/m | tail -1); echo "$mk" | tee "$ev/models.json"
 tok=$(echo "$mk" | python3 -c "import json,sys; print(str(json.load(sys.stdin)['tokenizer_ok']).lower())")
@@ -75,7 +80,7 @@ export ANSIBLE_LIBRARY="$snap/library" ANSIBLE_MODULE_UTILS="$snap/module_utils"
 : > /tmp/empty_ansible.cfg; export ANSIBLE_CONFIG=/tmp/empty_ansible.cfg ANSIBLE_STDOUT_CALLBACK=ansible.builtin.default ANSIBLE_CALLBACK_RESULT_FORMAT=yaml
 export ANSIBLE_PYTHON_INTERPRETER=/tmp/sgl-venv/bin/python ANSIBLE_LOCALHOST_WARNING=false ANSIBLE_INVENTORY_UNPARSED_WARNING=false
 common=(-e "venv=/tmp/sgl-venv" -e "snapshot=$snap" -e "tokenizer_ok=$tok" -e "ev=$ev"
-        -e "patched_file=/tmp/site/sglang/srt/speculative/eagle_worker_v2.py")
+        -e "patched_file=$sp/sglang/srt/speculative/eagle_worker_v2.py")
 play() {  # play STEP [extra args...]
     local step=$1; shift
     log "step $step begins (left $(left) s)"
@@ -90,11 +95,11 @@ play() {  # play STEP [extra args...]
 
 play patch
 nvidia-smi > "$ev/nvidia-smi_before.txt"
+play argscheck   # config_refused=argv: the serve steps read config_argv back from argscheck.json
 play serve -e load_timeout=$(( $(left) - 60 ))
-[ "$(left)" -gt 100 ] && play oom -e mem_fraction=0.999 -e '{"expect_classes": ["cuda_oom", "kv_pool_oom"]}' -e load_timeout=$(( $(left) - 30 ))
 [ "$(left)" -gt 150 ] && play kill -e load_timeout=$(( $(left) - 40 ))
+[ "$(left)" -gt 100 ] && play oom -e mem_fraction=0.999 -e '{"expect_classes": ["cuda_oom", "kv_pool_oom"]}' -e load_timeout=$(( $(left) - 30 ))
 [ "$(left)" -gt 80 ] && play lowmem -e mem_fraction=0.0005 -e '{"expect_classes": ["kv_pool_oom", "cuda_oom"]}' -e load_timeout=$(( $(left) - 20 ))
-[ "$(left)" -gt 60 ] && play argscheck
 kill "$STAMPER" 2>/dev/null
 nvidia-smi > "$ev/nvidia-smi_end.txt"; ps -eo pid,ppid,args | grep -i "[s]glang" > "$ev/ps_end.txt"
 pack

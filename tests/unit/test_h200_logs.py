@@ -131,3 +131,137 @@ def test_stop_freed_the_gpu():
     assert "sglang::scheduler" in stop["nvidia_smi_before_stop"][3]
     assert stop["nvidia_smi_after_stop"][1].startswith("0 MiB")
     assert stop["stop"]["stopped"]["remaining"] == []
+
+
+# ---- Second device run (tests/data/h200-sglang/run2, project at f0ac88b; README "Second run") ----------------
+RUN2 = os.path.join(DATA, "run2")
+
+
+def _read2(name):
+    with open(os.path.join(RUN2, name), "rb") as fh:
+        return fh.read()
+
+
+def _lines2(name):
+    return _read2(name).decode("utf-8", "replace").split("\n")
+
+
+def _lineno2(name, text):
+    return next(i for i, line in enumerate(_lines2(name), 1) if text in line)
+
+
+def _result2(name):
+    with open(os.path.join(RUN2, "results", name)) as fh:
+        return json.load(fh)
+
+
+def _stamp2(log, text):
+    """Wall-clock time at which the 2 ms poller saw the first line of ``log`` containing ``text``."""
+    with open(os.path.join(RUN2, "results", "log_stamps.tsv")) as fh:
+        for row in fh:
+            t, f, line = row.rstrip("\n").split("\t", 2)
+            if f == log and text in line:
+                return float(t)
+    raise AssertionError("%s not stamped in %s" % (text, log))
+
+
+VERDICTS2 = {
+    # Ready (line 243), decoded, smoke burst, then our own stop: SIGTERM ... exit code -15 ... SIGQUIT. Ready.
+    "ready_eagle3_stop.log": ("ready", None, READY_LINE),
+    # kill -9 of sglang::scheduler: "crashed with exit code -9. Triggering SIGQUIT", then 0.5.17 sleeps 5 s
+    # before it tears its tree down.
+    "scheduler_kill9.log": ("crashed", "child_sigquit", "SIGQUIT received"),
+    "oom_mem_fraction_0.999.log": ("crashed", "cuda_oom", "Scheduler hit an exception"),
+    "kv_pool_mem_fraction_0.0005.log": ("crashed", "kv_pool_oom", "Scheduler hit an exception"),
+}
+
+
+def test_run2_every_log_has_a_verdict():
+    assert sorted(f for f in os.listdir(RUN2) if f.endswith(".log")) == sorted(VERDICTS2)
+
+
+@pytest.mark.parametrize("name", sorted(VERDICTS2))
+def test_run2_log_verdict(name):
+    state, crash_class, deciding = VERDICTS2[name]
+    s = classify_file(os.path.join(RUN2, name)).summary()
+    assert (s["state"], s["crash_class"]) == (state, crash_class)
+    assert deciding in _lines2(name)[s["lineno"] - 1]
+
+
+@pytest.mark.parametrize("name", sorted(VERDICTS2))
+def test_run2_log_verdict_does_not_depend_on_chunking(name):
+    data = _read2(name)
+    whole = classify_bytes(data).summary()
+    clf = LogClassifier()
+    pos, step = 0, 1
+    while pos < len(data):
+        clf.feed(data[pos:pos + step])
+        pos += step
+        step = step % 89 + 1
+    clf.finalize()
+    piece = clf.summary()
+    assert (piece["state"], piece["crash_class"], piece["lineno"]) == (whole["state"], whole["crash_class"], whole["lineno"])
+
+
+def test_run2_stop_log_stays_ready_and_names_the_stop():
+    s = classify_file(os.path.join(RUN2, "ready_eagle3_stop.log")).summary()
+    assert s["lineno"] == _lineno2("ready_eagle3_stop.log", READY_LINE) == 243
+    assert s["stop"]["lineno"] == _lineno2("ready_eagle3_stop.log", "SIGTERM received")
+    assert "crashed with exit code -15" in _lines2("ready_eagle3_stop.log")[s["stop"]["lineno"]]
+
+
+def test_run2_kill_log_before_the_kill_is_ready():
+    lines = _lines2("scheduler_kill9.log")
+    cut = _lineno2("scheduler_kill9.log", "crashed with exit code -9")
+    s = classify_bytes(("\n".join(lines[:cut - 1]) + "\n").encode()).summary()
+    assert (s["state"], s["crash_class"]) == ("ready", None)
+
+
+def test_run2_args_check_put_disable_cuda_graph_on_argv():
+    """sglang_args_check config_refused=argv against the real 0.5.17 parser, and every launch used its config_argv."""
+    a = _result2("argscheck.json")
+    assert a["method"] == "sglang_parser" and a["values_checked"] is True
+    assert a["config_refused_args"] == ["disable-cuda-graph"] and a["config_argv"] == ["--disable-cuda-graph"]
+    for step in ("serve", "kill", "oom", "lowmem"):
+        argv = _result2("%s_start.json" % step)["launched_argv"]
+        assert argv[-3:] == ["--config", "/tmp/sglang/etc/sglang.yaml", "--disable-cuda-graph"]
+    for name in VERDICTS2:
+        assert "Unsupported config option" not in _read2(name).decode()
+
+
+def test_run2_module_results_match_the_logs():
+    serve = _result2("serve_start.json")
+    assert "crash_class" not in serve and serve["health_polls"]["last"] == 200
+    # ready-detection delay (upper bound: includes Ansible's turn-around): ~1.1 s
+    assert 0 < serve["returned_at"] - _stamp2("sglang_r1.log", READY_LINE) < 2
+    for step, log, cls in (("oom", "oom_mem_fraction_0.999.log", "cuda_oom"),
+                           ("lowmem", "kv_pool_mem_fraction_0.0005.log", "kv_pool_oom")):
+        r = _result2("%s_start.json" % step)
+        assert r["crash_class"] == cls
+        assert r["deciding_line"] == _lines2(log)[r["deciding_lineno"] - 1]
+
+
+def test_run2_kill_watch_waited_for_the_process_side():
+    """The log said child_sigquit ~0.6 s after the kill, but the parent lived 5 s more (0.5.17 sleeps before
+    kill_process_tree): the watch answered only after the tree was gone, and the stop then found it gone."""
+    k = _result2("kill_watch.json")
+    assert "parent-alive" in k["kill"]
+    watch = k["watch"]
+    assert watch["crash_class"] == "child_sigquit"
+    assert watch["deciding_line"] == _lines2("scheduler_kill9.log")[watch["deciding_lineno"] - 1]
+    sigquit = _stamp2("sglang_r2.log", "SIGQUIT received")
+    teardown = _stamp2("sglang_r2.log", "kill_process_tree called")
+    assert 4.5 < teardown - sigquit < 6
+    assert watch["elapsed"] > 4.5
+    stop = _result2("kill_stop.json")
+    assert stop["stop"]["stale_state"] == "PID %s is not running" % k["parent_pid"]
+    assert stop["nvidia_smi_after_stop"][1].startswith("0 MiB")
+
+
+def test_run2_stop_freed_the_gpu():
+    stop = _result2("serve_stop.json")
+    assert stop["nvidia_smi_before_stop"][1].startswith("30044 MiB")
+    assert "sglang::scheduler" in stop["nvidia_smi_before_stop"][3]
+    assert stop["nvidia_smi_after_stop"][1].startswith("0 MiB")
+    assert stop["nvidia_smi_after_stop"][-1] == "0 MiB"
+    assert stop["stop"]["stopped"]["remaining"] == [] and stop["stop"]["stopped"]["killed"] == []
