@@ -425,9 +425,9 @@ would_stop:
   sample: true
 log_only:
   description: With O(state=watched), the log shows a crash but every server process stayed alive and the health URL
-    answered 200 for the whole watch. The task fails with the crash's class and line, and nothing is signalled: a
+    answered 200 for the whole watch. The task fails with the crash's class and line, and nothing is signalled (a
     serving server's log also holds what clients sent (C(--log-requests)), and a crash SGLang really has tears its
-    processes down or fails its health at once.
+    processes down or fails its health at once).
   returned: on such a failure
   type: bool
   sample: true
