@@ -61,30 +61,6 @@ def test_every_log_has_a_verdict():
     assert sorted(f for f in os.listdir(DATA) if f.endswith(".log")) == sorted(VERDICTS)
 
 
-@pytest.mark.parametrize("name", sorted(VERDICTS))
-def test_h200_log_verdict(name):
-    state, crash_class, deciding = VERDICTS[name]
-    s = classify_file(_path(name)).summary()
-    assert (s["state"], s["crash_class"]) == (state, crash_class)
-    assert deciding in _lines(name)[s["lineno"] - 1]
-
-
-@pytest.mark.parametrize("name", sorted(VERDICTS))
-def test_h200_log_verdict_does_not_depend_on_chunking(name):
-    """The same verdict when the log arrives in pieces of 1, 2, 3, ... bytes (a live, growing file)."""
-    data = _read(name)
-    whole = classify_bytes(data).summary()
-    clf = LogClassifier()
-    pos, step = 0, 1
-    while pos < len(data):
-        clf.feed(data[pos:pos + step])
-        pos += step
-        step = step % 97 + 1
-    clf.finalize()
-    piece = clf.summary()
-    assert (piece["state"], piece["crash_class"], piece["lineno"]) == (whole["state"], whole["crash_class"], whole["lineno"])
-
-
 def test_ready_log_is_ready_at_the_ready_line_before_the_stop():
     """Up to the SIGTERM of our stop, the log is a ready EAGLE-3 server that decoded requests."""
     lines = _lines("ready_eagle3.log")
@@ -180,24 +156,34 @@ def test_run2_every_log_has_a_verdict():
     assert sorted(f for f in os.listdir(RUN2) if f.endswith(".log")) == sorted(VERDICTS2)
 
 
-@pytest.mark.parametrize("name", sorted(VERDICTS2))
-def test_run2_log_verdict(name):
-    state, crash_class, deciding = VERDICTS2[name]
-    s = classify_file(os.path.join(RUN2, name)).summary()
+# Both runs' logs: (folder, file name, expected verdict).
+ALL_LOGS = [(DATA, n, v) for n, v in sorted(VERDICTS.items())] + [(RUN2, n, v) for n, v in sorted(VERDICTS2.items())]
+
+
+@pytest.mark.parametrize("folder, name, verdict", ALL_LOGS, ids=[os.path.relpath(os.path.join(f, n), DATA)
+                                                                 for f, n, _ in ALL_LOGS])
+def test_h200_log_verdict(folder, name, verdict):
+    state, crash_class, deciding = verdict
+    path = os.path.join(folder, name)
+    s = classify_file(path).summary()
     assert (s["state"], s["crash_class"]) == (state, crash_class)
-    assert deciding in _lines2(name)[s["lineno"] - 1]
+    with open(path, encoding="utf-8", errors="replace", newline="") as f:
+        assert deciding in f.read().split("\n")[s["lineno"] - 1]
 
 
-@pytest.mark.parametrize("name", sorted(VERDICTS2))
-def test_run2_log_verdict_does_not_depend_on_chunking(name):
-    data = _read2(name)
+@pytest.mark.parametrize("folder, name, verdict", ALL_LOGS, ids=[os.path.relpath(os.path.join(f, n), DATA)
+                                                                 for f, n, _ in ALL_LOGS])
+def test_h200_log_verdict_does_not_depend_on_chunking(folder, name, verdict):
+    """The same verdict when the log arrives in pieces of 1, 2, 3, ... bytes (a live, growing file)."""
+    with open(os.path.join(folder, name), "rb") as f:
+        data = f.read()
     whole = classify_bytes(data).summary()
     clf = LogClassifier()
     pos, step = 0, 1
     while pos < len(data):
         clf.feed(data[pos:pos + step])
         pos += step
-        step = step % 89 + 1
+        step = step % 97 + 1
     clf.finalize()
     piece = clf.summary()
     assert (piece["state"], piece["crash_class"], piece["lineno"]) == (whole["state"], whole["crash_class"], whole["lineno"])
