@@ -463,6 +463,7 @@ import signal
 import ssl
 import stat
 import subprocess
+import sys
 import tempfile
 import time
 from urllib.parse import urlparse
@@ -470,6 +471,7 @@ from urllib.parse import urlparse
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_log import LogClassifier, LogFollower, tail_lines
 from ansible.module_utils import sglang_proc
+from ansible.module_utils import sglang_redact
 from ansible.module_utils.sglang_paths import file_sha256
 
 
@@ -482,10 +484,12 @@ def _h(value):
     return hashlib.sha256(json.dumps(value, sort_keys=True).encode("utf-8")).hexdigest()
 
 
-def fingerprint_parts(argv, environment, files, data, run_as, secret_environment=None):
+def fingerprint_parts(argv, environment, files, data, run_as, secret_environment=None, redact=None):
     parts = {"argv": _h(argv), "environment": _h(environment), "run_as": _h(run_as or "")}
     if secret_environment:
         parts["secret_environment"] = _h(secret_environment)
+    if redact:
+        parts["redact"] = _h(sorted(redact))
     for path in files:
         parts["file " + path] = file_sha256(path)
     for key in sorted(data):
@@ -527,6 +531,16 @@ def prune_attempts(log_dir, name, keep):
     return removed
 
 
+def redactor_source():
+    """Source of module_utils/sglang_redact.py, for the log writer (also from inside an AnsiballZ zip)."""
+    loader = getattr(sglang_redact, "__loader__", None)
+    source = loader.get_source(sglang_redact.__name__) if loader is not None else None
+    if source is None:
+        with open(sglang_redact.__file__, "rb") as fh:
+            source = fh.read()
+    return source
+
+
 _TLS = []
 
 
@@ -556,11 +570,20 @@ def http_status(url, headers, timeout):
 
 
 class Popener(object):
-    """Starts the server detached. Injectable so unit tests need no real processes."""
+    """Starts the server (and its log writer) detached. Injectable so unit tests need no real processes."""
 
-    def spawn(self, argv, env, cwd, log_fd, user, cgroup_procs=None):
+    def _popen(self, argv, env, cwd, stdin, log_fd, user, cgroup_procs, pass_fds=(), ignore=()):
         kwargs = {}
         cg_fd = None
+        if ignore:
+            # Ignored before exec (a disposition exec keeps), so even a signal during interpreter start-up is.
+            def ignore_then_drop():
+                for sig in ignore:
+                    signal.signal(sig, signal.SIG_IGN)
+                if cgroup_procs is None and user is not None:
+                    os.setgroups(user[2])
+                    os.setgid(user[1])
+                    os.setuid(user[0])
         if cgroup_procs is not None:
             # Join our own cgroup in the child before exec, so that every process the server ever
             # starts is born in it. The privileges are dropped afterwards, in the same function
@@ -572,21 +595,75 @@ class Popener(object):
                     os.write(cg_fd, b"0\n")
                 except OSError:
                     pass  # the parent sees where the child is and falls back to session tracking
+                for sig in ignore:
+                    signal.signal(sig, signal.SIG_IGN)
                 if user is not None:
                     os.setgroups(user[2])
                     os.setgid(user[1])
                     os.setuid(user[0])
             kwargs["preexec_fn"] = join_then_drop
+        elif ignore:
+            kwargs["preexec_fn"] = ignore_then_drop
         elif user is not None:
             kwargs.update(user=user[0], group=user[1], extra_groups=user[2])
         try:
             return subprocess.Popen(
-                argv, stdin=subprocess.DEVNULL, stdout=log_fd, stderr=subprocess.STDOUT, cwd=cwd, env=env,
-                close_fds=True, start_new_session=True, **kwargs
+                argv, stdin=stdin, stdout=log_fd, stderr=subprocess.STDOUT, cwd=cwd, env=env,
+                close_fds=True, pass_fds=pass_fds, start_new_session=True, **kwargs
             )
         finally:
             if cg_fd is not None:
                 os.close(cg_fd)
+
+    def spawn(self, argv, env, cwd, log_fd, user, cgroup_procs=None):
+        """The server: stdin /dev/null, stdout and stderr into ``log_fd`` (the log file, or the log writer's pipe)."""
+        return self._popen(argv, env, cwd, subprocess.DEVNULL, log_fd, user, cgroup_procs)
+
+    def spawn_log_writer(self, log_fd, secrets, user, cgroup_procs=None, label="log-writer"):
+        """The log writer (module_utils/sglang_redact.py): reads a new pipe, writes ``log_fd`` with every secret
+        replaced. Its code and the secrets reach it through a second pipe, never argv or environment.
+        Returns (handle, the pipe's write end for the server's stdout and stderr)."""
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        cfg_r, cfg_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            try:
+                fcntl.fcntl(out_w, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_SIZE)  # a burst never blocks the server
+            except OSError:
+                pass
+            argv = sglang_redact.writer_argv(sys.executable, cfg_r, label)
+            handle = self._popen(argv, {}, "/", out_r, log_fd, user, cgroup_procs, pass_fds=(cfg_r,),
+                                 ignore=(signal.SIGHUP, signal.SIGINT, signal.SIGTERM))
+        except BaseException:
+            os.close(out_w)
+            os.close(cfg_w)
+            raise
+        finally:
+            os.close(out_r)
+            os.close(cfg_r)
+        try:
+            payload = memoryview(sglang_redact.writer_payload(redactor_source(), secrets))
+            while payload:
+                payload = payload[os.write(cfg_w, payload):]
+        except OSError:
+            os.close(out_w)
+            self.reap(handle, 0)
+            raise
+        finally:
+            os.close(cfg_w)
+        return handle, out_w
+
+    def reap(self, handle, timeout):
+        """Wait up to ``timeout`` s for a log writer we have just spawned to end (its pipe closed), then SIGKILL it."""
+        try:
+            handle.wait(timeout=timeout)
+            return
+        except subprocess.TimeoutExpired:
+            pass
+        try:
+            handle.kill()
+            handle.wait(timeout=10)
+        except Exception:  # noqa: BLE001 - best effort: the report says what happened
+            pass
 
     def kill_group(self, handle):
         """SIGKILL a server we have just spawned (its process group; its PID is our unreaped child,
@@ -666,6 +743,9 @@ RANGES = {
     "min_free_space_mib": (0, 1 << 30, False),
     "log_offset": (-1, None, False),
 }
+
+# Capacity asked for the pipe between the server and its log writer.
+PIPE_SIZE = 1 << 20
 
 # Seconds between SIGTERM and SIGKILL at most when stopping a server whose wait failed (it serves nothing).
 FAILED_STOP_GRACE = 10
@@ -1082,6 +1162,25 @@ class ModelWaiter(object):
                 env[key] = "" if value is None else str(value)
         return env
 
+    def secrets(self):
+        """Values the log must never show: the API key, every secret_environment value, every ``redact`` string.
+        A value shorter than sglang_redact.MIN_SECRET_LENGTH is not redacted (masking every "1" of a log would
+        destroy it): warned about by name."""
+        p = self.p
+        named = [("api_key", p["api_key"])] + [("secret_environment %s" % k, v) for k, v in
+                                               sorted(p["secret_environment"].items())]
+        named += [("redact[%d]" % i, v) for i, v in enumerate(p["redact"])]
+        out = []
+        for what, value in named:
+            value = "" if value is None else str(value)
+            if len(value) >= sglang_redact.MIN_SECRET_LENGTH:
+                if value not in out:
+                    out.append(value)
+            elif value:
+                self.module.warn("%s is shorter than %d characters: it is not redacted from the server's log"
+                                 % (what, sglang_redact.MIN_SECRET_LENGTH))
+        return out
+
     def headers(self):
         h = {}
         if self.p["api_key"]:
@@ -1205,7 +1304,7 @@ class ModelWaiter(object):
     def start(self):
         p = self.p
         parts = fingerprint_parts(p["argv"], p["environment"], p["fingerprint_files"], p["fingerprint_data"], p["run_as"],
-                                  p["secret_environment"])
+                                  p["secret_environment"], p["redact"])
         fp = fingerprint_of(parts)
         self.result["fingerprint"] = fp
         state, ours = self._existing()
@@ -1213,6 +1312,8 @@ class ModelWaiter(object):
             code = self.http(p["health_url"], self.headers(), p["health_timeout"])
             self.result.update(pid=state["pid"], log_path=state.get("log_path"), attempt=state.get("attempt"),
                                restart_reason=None, tree_tracking=state.get("tree_tracking", "session"))
+            if sglang_proc.log_writer_of(state) is not None:
+                self.result["log_writer_pid"] = state["log_writer"]["pid"]
             if code == 200:
                 tail, offset = self._tail_of(state)
                 self.result.update(elapsed=0.0, phases=[], phase="ready", log_tail=tail, log_offset=offset)
@@ -1290,24 +1391,37 @@ class ModelWaiter(object):
         cgroup = self._own_cgroup()
         fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_EXCL | os.O_NOFOLLOW, 0o640)
         link = os.path.join(log_dir, "%s.log" % p["name"])
+        cgroup_procs = os.path.join(cgroup[0], cgroup[1].lstrip("/"), "cgroup.procs") if cgroup else None
+        secrets = self.secrets()
+        writer, out_fd = None, fd
         try:
             if self.user is not None:
                 os.fchown(fd, self.user[0], self.user[1])
             previous = os.readlink(link) if os.path.islink(link) else None
             self._point_link(link, os.path.basename(log_path))
             try:
-                handle = self.popener.spawn(p["argv"], self.child_env(), p["chdir"], fd, self.user,
-                                            cgroup_procs=os.path.join(cgroup[0], cgroup[1].lstrip("/"), "cgroup.procs")
-                                            if cgroup else None)
+                if secrets:
+                    # The server writes into a pipe; the log writer puts it into the file without the secrets.
+                    writer, out_fd = self.popener.spawn_log_writer(fd, secrets, self.user, cgroup_procs=cgroup_procs,
+                                                                   label="eagle-deploy-log-writer:%s" % p["name"])
+                handle = self.popener.spawn(p["argv"], self.child_env(), p["chdir"], out_fd, self.user,
+                                            cgroup_procs=cgroup_procs)
             except OSError as e:
+                if writer is not None:
+                    os.close(out_fd)  # end of file for the log writer: it ends
+                    out_fd = fd
+                    self.popener.reap(writer, 5)
                 os.unlink(log_path)  # empty: nothing ran
                 if previous:
                     self._point_link(link, previous)
                 if cgroup:
                     self.cgroups.remove(*cgroup)
-                raise WaitError("could not start %s: %s" % (p["argv"][0], e))
+                raise WaitError("could not start %s: %s" % (p["argv"][0] if writer is not None or not secrets
+                                                            else "the log writer (%s)" % sys.executable, e))
         finally:
             os.close(fd)
+            if out_fd != fd:
+                os.close(out_fd)  # only the server holds the pipe now: its end is the log writer's end of file
         tracking = "session"
         if cgroup is not None:
             if self.cgroups.of(handle.pid) == cgroup[1]:
@@ -1333,11 +1447,18 @@ class ModelWaiter(object):
         state = dict(ident, fingerprint=fp, fingerprint_parts=parts, attempt=attempt, log_path=log_path,
                      started_at=self.wall(), user=self.user_pw.pw_name, port=self.port, tree_tracking=tracking,
                      cgroup={"mount": cgroup[0], "path": cgroup[1], "dedicated": True} if cgroup else None)
+        if writer is not None:
+            # Not the leader: stop_tree lets it write the server's last lines, then makes sure it is gone.
+            state["log_writer"] = {"pid": writer.pid, "start_time": sglang_proc.proc_start_time(writer.pid),
+                                   "cmdline": list(writer.args)}
+            self.result["log_writer_pid"] = writer.pid
         try:
             sglang_proc.write_state(self.run_dir, p["name"], state)
         except (OSError, IOError, sglang_proc.UntrustedState) as e:
             # A server nobody recorded could never be stopped by us: take it down at once.
             self.popener.kill_group(handle)
+            if writer is not None:
+                self.popener.reap(writer, 5)
             if cgroup:
                 self.cgroups.remove(*cgroup)
             raise WaitError("could not record the run state in %s (%s): the server just started (PID %d) was killed "
@@ -1513,6 +1634,7 @@ def argument_spec():
         argv=dict(type="list", elements="str"),
         environment=dict(type="dict", default={}),
         secret_environment=dict(type="dict", default={}, no_log=True),
+        redact=dict(type="list", elements="str", default=[], no_log=True),
         chdir=dict(type="path"),
         log_dir=dict(type="path", required=True),
         run_dir=dict(type="path"),

@@ -434,24 +434,55 @@ def orphans_of(state, table=None):
     return out
 
 
+def log_writer_of(state):
+    """PID of the server's log writer (the process that puts its output into the log without the secrets)
+    recorded in a trusted run state, while it is still the process we started (start time, boot id,
+    command line); else None."""
+    writer = state.get("log_writer") if state else None
+    if not isinstance(writer, dict) or state.get("untrusted") or state.get("unverified"):
+        return None
+    pid = writer.get("pid")
+    if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or not pid_alive(pid):
+        return None
+    if state.get("boot_id") and state.get("boot_id") != boot_id():
+        return None
+    if writer.get("start_time") is None or proc_start_time(pid) != writer.get("start_time"):
+        return None
+    if writer.get("cmdline") and proc_cmdline(pid) != writer.get("cmdline"):
+        return None
+    return pid
+
+
+# Seconds the log writer has, after the server's processes are gone, to write their last output and end.
+WRITER_DRAIN = 5.0
+
+
 def stop_tree(state, grace=30.0, clock=time.monotonic, sleep=time.sleep, poll=0.1):
     """SIGTERM our whole tree, wait up to ``grace`` seconds, SIGKILL what is left.
 
     Only processes proven ours are signalled. Processes that join the tree while it stops (a
-    worker forked during shutdown) are picked up too. Returns {"signalled": [...], "killed": [...],
-    "remaining": [...], "seconds": float}."""
+    worker forked during shutdown) are picked up too. The log writer (:func:`log_writer_of`) is
+    signalled last: it ignores SIGTERM and ends by itself once every server process has closed its
+    pipe; only if it is still there ``WRITER_DRAIN`` s after them is it SIGKILLed. Returns
+    {"signalled": [...], "killed": [...], "remaining": [...], "seconds": float}."""
     t0 = clock()
     result = {"signalled": [], "killed": [], "remaining": [], "seconds": 0.0}
     leader_ours = why_not_ours(state) is None
+    writer = log_writer_of(state)
+    writer_start = proc_start_time(writer) if writer is not None else None
 
     def members():
         found = our_tree(state) if leader_ours else {}
         if not found:
             found = orphans_of(state)
+        found.pop(writer, None)  # in our cgroup too; it is ended last, below
         return found
 
     first = members()
     if not first:
+        if writer is not None:
+            _end_log_writer(writer, writer_start, result, clock, sleep, poll)
+        result["seconds"] = round(clock() - t0, 3)
         return result
     idents = dict((pid, info["start_time"]) for pid, info in first.items())
 
@@ -489,8 +520,32 @@ def stop_tree(state, grace=30.0, clock=time.monotonic, sleep=time.sleep, poll=0.
         refresh()
         send(signal.SIGKILL, result["killed"])
     result["remaining"] = [pid for pid in sorted(idents) if still_same(pid)]
+    if writer is not None:
+        _end_log_writer(writer, writer_start, result, clock, sleep, poll)
     result["seconds"] = round(clock() - t0, 3)
     return result
+
+
+def _end_log_writer(pid, start_time, result, clock, sleep, poll):
+    """Give the log writer ``WRITER_DRAIN`` s to end at end of file, then SIGKILL it (added to ``result``)."""
+    def alive():
+        return pid_alive(pid) and proc_start_time(pid) == start_time
+
+    deadline = clock() + WRITER_DRAIN
+    while alive() and clock() < deadline:
+        sleep(poll)
+    if not alive():
+        return
+    try:
+        os.kill(pid, signal.SIGKILL)
+        result["killed"].append(pid)
+    except OSError:
+        pass
+    deadline = clock() + 10.0
+    while alive() and clock() < deadline:
+        sleep(poll)
+    if alive():
+        result["remaining"].append(pid)
 
 
 def listeners(port):

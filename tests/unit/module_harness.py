@@ -63,6 +63,8 @@ class World(object):
         self.rc = None
         self.children = {}
         self.spawned = []
+        self.writers = []  # log writers started: {"secrets", "log_fd", "server_out"}
+        self.reaped = []
         self.killed = []
         self.cmdlines = {}
         self.http_calls = 0
@@ -94,7 +96,7 @@ class World(object):
 
     # launcher
     def spawn(self, argv, env, cwd, log_fd, user, cgroup_procs=None):
-        self.spawned.append({"argv": argv, "env": env, "cgroup_procs": cgroup_procs})
+        self.spawned.append({"argv": argv, "env": env, "cgroup_procs": cgroup_procs, "log_fd": log_fd})
         self.t0 = self.now
         world = self
 
@@ -105,6 +107,18 @@ class World(object):
                 return world.rc
         self._fire()
         return Handle()
+
+    def spawn_log_writer(self, log_fd, secrets, user, cgroup_procs=None, label=None):
+        """A log writer that is no process: the fake server writes the log file itself."""
+        r, w = os.pipe()
+        os.close(r)
+        self.writers.append({"secrets": list(secrets), "user": user, "cgroup_procs": cgroup_procs, "label": label,
+                             "server_out": w})
+
+        class Writer(object):
+            pid = 4100000 + len(self.writers)  # above pid_max: never a real process
+            args = ["python3", "-I", "-S", "-c", "bootstrap", "9", label]
+        return Writer(), w
 
     # http
     def http(self, url, headers, timeout):
@@ -154,6 +168,12 @@ class Popener(object):
 
     def spawn(self, *a, **kw):
         return self.w.spawn(*a, **kw)
+
+    def spawn_log_writer(self, *a, **kw):
+        return self.w.spawn_log_writer(*a, **kw)
+
+    def reap(self, handle, timeout):
+        self.w.reaped.append(handle.pid)
 
     def kill_group(self, handle):
         self.w.killed.append(handle.pid)
