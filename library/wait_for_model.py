@@ -13,6 +13,10 @@ description:
   - Starts an SGLang server (or anything shaped like one) as a detached process tree, with its
     output in a per-attempt log file, and blocks until the health URL answers 200, a crash is
     seen, or the deadline passes.
+  - No secret reaches the log file. With O(api_key), O(secret_environment) or O(redact) set, the server's
+    output goes through a small log writer process (C(module_utils/sglang_redact.py)) that replaces each
+    secret with C(***) in every form a log line can show it (raw, Python repr, JSON, percent-encoded) before
+    it is written. SGLang logs its C(server_args), the API key included.
   - A crash is any of a crash signature in the log (decided by C(module_utils/sglang_log.py),
     built against real SGLang logs), the launched process exiting, a long-lived child of it (a
     scheduler, the detokenizer) dying while the parent lives on, or neither log growth nor any
@@ -63,9 +67,19 @@ options:
   secret_environment:
     description:
       - Variables for the server that are secrets (C(HF_TOKEN), say). Like O(environment), but masked in
-        Ansible's output and only their hash enters the fingerprint.
+        Ansible's output, only their hash enters the fingerprint, and their values are redacted from the log.
     type: dict
     default: {}
+  redact:
+    description:
+      - More strings to redact from the server's log (with O(api_key) and the O(secret_environment) values,
+        which always are). Each is replaced by C(***) in every form a log line can show it.
+      - A secret shorter than 4 characters is not redacted (it would mask every such string of the log); the
+        module warns, naming the option, never the value.
+      - Part of the fingerprint (by hash), so a change restarts the server, whose log writer then knows the new list.
+    type: list
+    elements: str
+    default: []
   chdir:
     description: Working directory of the server.
     type: path
@@ -101,7 +115,9 @@ options:
     type: str
     default: http://127.0.0.1:30000/health_generate
   api_key:
-    description: API key sent as C(Authorization Bearer) to the health URL. Never logged.
+    description:
+      - API key sent as C(Authorization Bearer) to the health URL. Never in Ansible's output, and redacted from
+        the server's log (see O(redact)).
     type: str
   port:
     description:
@@ -237,6 +253,12 @@ attributes:
 notes:
   - The server is started with C(start_new_session), stdin from C(/dev/null), stdout and stderr into
     the log file and no inherited descriptors, so it outlives the module and Ansible's pipes.
+  - With secrets to redact, the server's stdout and stderr are a pipe to the log writer instead, which writes
+    the log file. The log writer runs C(python -I -S -c <bootstrap>) with the module's interpreter, as the
+    service user, in the server's cgroup where it has one; its code and the secrets come through an
+    inherited pipe, never its argv or environment. It ignores SIGTERM, SIGINT and SIGHUP and ends when every
+    server process has closed the pipe, so the server's last lines are kept. It is recorded in the run state;
+    a stop ends it after the server (SIGKILL only if it is still there 5 s after the server's processes).
   - Every input is checked before anything is stopped or launched - O(name), numeric ranges, O(port) and
     the port of O(health_url) (1-65535), writable O(log_dir) and O(run_dir) with O(min_free_space_mib)
     free, C(argv[0]) found and executable the way exec finds it - so a bad value leaves a running server
@@ -442,6 +464,11 @@ pruned_logs:
   type: list
   elements: str
   sample: ["sglang_r1.log"]
+log_writer_pid:
+  description: PID of the log writer that puts the server's output into the log without the secrets.
+  returned: with O(state=started) when the server's output goes through one
+  type: int
+  sample: 41234
 dead_child_pid:
   description: PID of the long-lived child whose death failed the wait (RV(crash_class=child_died)).
   returned: on failure with RV(crash_class=child_died)

@@ -162,6 +162,13 @@ def test_first_run_converges_and_serves(host, converged):
     with open("/proc/%d/cmdline" % state["pid"], "rb") as f:
         assert API_KEY.encode() not in f.read()
     assert API_KEY not in json.dumps(run.out)
+    # The server's output reaches its log through the log writer, which masks the key.
+    assert run.result("Launch SGLang and wait for health")["log_writer_pid"] != state["pid"]
+    log_dir = os.path.join(host["prefix"], "var/log/sglang")
+    for name in os.listdir(log_dir):
+        if os.path.isfile(os.path.join(log_dir, name)):
+            with open(os.path.join(log_dir, name), "rb") as f:
+                assert API_KEY.encode() not in f.read(), name
     assert run.result("Check that every burst request produced text")["msg"].startswith("burst: 8/8")
 
 
