@@ -57,6 +57,29 @@ def test_no_api_key_on_any_command_line(procs):
     assert not [p for p in procs if any(KEY in a for a in p["argv"])]
 
 
+def test_api_key_is_in_no_file_under_the_log_dir(host):
+    """Real SGLang logs its server_args, api_key included; the log writer masked it before it reached the disk."""
+    found = host.run(f"grep -rlF -e {KEY} {LOG_DIR} {RUN_DIR}")
+    assert (found.rc, found.stdout) == (1, ""), f"files holding the key: {found.stdout}"  # grep: 1 = no match
+    # Not vacuous: the real server did log its server_args line, with the key masked in it.
+    log = host.file(f"{LOG_DIR}/sglang_r1.log").content_string
+    args = [line for line in log.splitlines() if "server_args=" in line]
+    assert args and "'api_key': '***'" in args[0], args[:1]
+    assert "[EMULATOR]" not in log
+
+
+def test_the_log_writer_is_the_service_users_and_sits_between_server_and_log(host, state, procs):
+    writer = state["log_writer"]
+    p = next(p for p in procs if p["pid"] == writer["pid"])
+    assert (p["user"], p["start_time"], p["argv"]) == (USER, writer["start_time"], writer["cmdline"])
+    assert p["argv"][-1] == "eagle-deploy-log-writer:sglang"
+    assert KEY.encode() not in host.file(f"/proc/{writer['pid']}/environ").content
+    # The server's stdout is the pipe the writer reads; the writer's stdout is the log file.
+    server_out = host.check_output(f"readlink /proc/{state['pid']}/fd/1")
+    assert server_out.startswith("pipe:") and server_out == host.check_output(f"readlink /proc/{writer['pid']}/fd/0")
+    assert host.check_output(f"readlink /proc/{writer['pid']}/fd/1") == f"{LOG_DIR}/sglang_r1.log"
+
+
 def test_real_sglang_tree_runs_as_the_service_user(state, procs):
     tree = hostcheck.server_tree(procs, state["pid"])
     assert {p["user"] for p in tree} == {USER}
@@ -118,8 +141,11 @@ def test_fault_b_scheduler_death_reported_within_seconds(host):
     b = fault(host, "b")
     assert b["crash_class"] in ("child_died", "child_sigquit")
     assert b["kill_to_verdict_s"] < 3.0
-    # After the verdict the module stopped the rest of fault_b's tree (stop_on_failure).
+    # After the verdict the module stopped the rest of fault_b's tree (stop_on_failure), and its log writer ended.
     assert not host.file(f"/proc/{b['leader_pid']}").exists
+    assert not host.file(f"/proc/{b['log_writer_pid']}").exists
+    log = host.file(f"{LOG_DIR}/fault_b_r1.log").content_string
+    assert "server_args=" in log  # the log writer copied real SGLang's output
 
 
 def test_fault_c_foreign_port_holder_untouched(host):
