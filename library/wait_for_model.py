@@ -1081,6 +1081,8 @@ class ModelWaiter(object):
         self.user = None
         self.user_pw = pwd.getpwuid(os.geteuid())
         self.missing_files = []
+        self._secrets = None
+        self.log_writer = None  # the log writer this run started (its handle lives as long as the module)
         self.port = None  # the rest is set by validate()
         self.run_dir = None
         self.fresh = False
@@ -1160,6 +1162,12 @@ class ModelWaiter(object):
                                 "Nothing was stopped or launched." % (p["argv"][0], self.child_env()["PATH"]))
             if self.user is not None and not may_access(os.stat(exe), self.user[0], self.user[2], 1):
                 raise WaitError("argv[0] %s is not executable by %s" % (exe, self.user_pw.pw_name))
+            if self.secrets() and self.user is not None:
+                python = os.path.realpath(sys.executable)
+                if not may_access(os.stat(python), self.user[0], self.user[2], 1):
+                    raise WaitError("the log writer that keeps the secrets out of the log runs this module's interpreter "
+                                    "%s as %s, who cannot execute it: use an ansible_python_interpreter the service user "
+                                    "can run. Nothing was stopped or launched." % (python, self.user_pw.pw_name))
 
     def reader(self, state=None):
         """(uid, gids) of the user whose view of the log files counts: the service user."""
@@ -1192,7 +1200,9 @@ class ModelWaiter(object):
     def secrets(self):
         """Values the log must never show: the API key, every secret_environment value, every ``redact`` string.
         A value shorter than sglang_redact.MIN_SECRET_LENGTH is not redacted (masking every "1" of a log would
-        destroy it): warned about by name."""
+        destroy it): warned about by name, once."""
+        if self._secrets is not None:
+            return self._secrets
         p = self.p
         named = [("api_key", p["api_key"])] + [("secret_environment %s" % k, v) for k, v in
                                                sorted(p["secret_environment"].items())]
@@ -1206,6 +1216,7 @@ class ModelWaiter(object):
             elif value:
                 self.module.warn("%s is shorter than %d characters: it is not redacted from the server's log"
                                  % (what, sglang_redact.MIN_SECRET_LENGTH))
+        self._secrets = out
         return out
 
     def headers(self):
@@ -1479,6 +1490,7 @@ class ModelWaiter(object):
             state["log_writer"] = {"pid": writer.pid, "start_time": sglang_proc.proc_start_time(writer.pid),
                                    "cmdline": list(writer.args)}
             self.result["log_writer_pid"] = writer.pid
+            self.log_writer = writer
         try:
             sglang_proc.write_state(self.run_dir, p["name"], state)
         except (OSError, IOError, sglang_proc.UntrustedState) as e:
