@@ -648,7 +648,9 @@ class Popener(object):
 
     def spawn_log_writer(self, log_fd, secrets, user, cgroup_procs=None, label="log-writer"):
         """The log writer (module_utils/sglang_redact.py): reads a new pipe, writes ``log_fd`` with every secret
-        replaced. Its code and the secrets reach it through a second pipe, never argv or environment.
+        replaced. Its code and the secrets reach it through a second pipe, never argv or environment. It runs
+        this module's interpreter as this module's user and switches to ``user`` itself once its code is loaded,
+        before it reads the server's output (the service user may not reach the interpreter: a venv under /root).
         Returns (handle, the pipe's write end for the server's stdout and stderr)."""
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         cfg_r, cfg_w = os.pipe2(os.O_CLOEXEC)
@@ -658,7 +660,7 @@ class Popener(object):
             except OSError:
                 pass
             argv = sglang_redact.writer_argv(sys.executable, cfg_r, label)
-            handle = self._popen(argv, {}, "/", out_r, log_fd, user, cgroup_procs, pass_fds=(cfg_r,),
+            handle = self._popen(argv, {}, "/", out_r, log_fd, None, cgroup_procs, pass_fds=(cfg_r,),
                                  ignore=(signal.SIGHUP, signal.SIGINT, signal.SIGTERM))
         except BaseException:
             os.close(out_w)
@@ -668,7 +670,7 @@ class Popener(object):
             os.close(out_r)
             os.close(cfg_r)
         try:
-            payload = memoryview(sglang_redact.writer_payload(redactor_source(), secrets))
+            payload = memoryview(sglang_redact.writer_payload(redactor_source(), secrets, user))
             while payload:
                 payload = payload[os.write(cfg_w, payload):]
         except OSError:
@@ -1162,12 +1164,6 @@ class ModelWaiter(object):
                                 "Nothing was stopped or launched." % (p["argv"][0], self.child_env()["PATH"]))
             if self.user is not None and not may_access(os.stat(exe), self.user[0], self.user[2], 1):
                 raise WaitError("argv[0] %s is not executable by %s" % (exe, self.user_pw.pw_name))
-            if self.secrets() and self.user is not None:
-                python = os.path.realpath(sys.executable)
-                if not may_access(os.stat(python), self.user[0], self.user[2], 1):
-                    raise WaitError("the log writer that keeps the secrets out of the log runs this module's interpreter "
-                                    "%s as %s, who cannot execute it: use an ansible_python_interpreter the service user "
-                                    "can run. Nothing was stopped or launched." % (python, self.user_pw.pw_name))
 
     def reader(self, state=None):
         """(uid, gids) of the user whose view of the log files counts: the service user."""

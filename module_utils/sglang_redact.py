@@ -215,11 +215,13 @@ def writer_argv(python, fd, label):
     return [python, "-I", "-S", "-c", BOOTSTRAP, str(fd), label]
 
 
-def writer_payload(source, secrets):
-    """What the log writer reads from its config descriptor: this module's source, NUL, the JSON config."""
+def writer_payload(source, secrets, user=None):
+    """What the log writer reads from its config descriptor: this module's source, NUL, the JSON config
+    (the secrets, and ``user``: (uid, gid, groups) to switch to before the first read of the server's output)."""
     if isinstance(source, str):
         source = source.encode("utf-8")
-    return source + b"\0" + json.dumps({"secrets": list(secrets)}).encode("utf-8")
+    config = {"secrets": list(secrets), "user": [user[0], user[1], list(user[2])] if user else None}
+    return source + b"\0" + json.dumps(config).encode("utf-8")
 
 
 def _write_all(fd, data, write):
@@ -238,13 +240,22 @@ def _write_all(fd, data, write):
 def serve(config, in_fd=0, out_fd=1, read=os.read, write=os.write):
     """The log writer: copy ``in_fd`` (the server's output) to ``out_fd`` (the log file) through the
     redactor until end of file. Stop signals are ignored: the server's end closes the pipe, and then the
-    last held bytes are written. Returns the number of bytes that could not be written."""
+    last held bytes are written. Started by root, it switches to the service user (``user`` of the config)
+    after its code is loaded and before it reads a byte of the server's output: so it can run the module's
+    interpreter wherever that lives (a venv under /root, say). Returns the number of bytes that could not
+    be written."""
     for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
         signal.signal(sig, signal.SIG_IGN)
     if isinstance(config, (bytes, bytearray)):
         config = config.decode("utf-8")
-    redactor = Redactor(json.loads(config)["secrets"])
+    config = json.loads(config)
+    redactor = Redactor(config["secrets"])
+    user = config.get("user")
     config = None
+    if user and os.geteuid() == 0:
+        os.setgroups(user[2])
+        os.setgid(user[1])
+        os.setuid(user[0])
     lost = 0
     while True:
         data = read(in_fd, READ_SIZE)

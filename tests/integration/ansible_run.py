@@ -15,7 +15,7 @@ EMULATOR = os.path.join(REPO, "tests", "emulator", "sglang-emulator")  # the emu
 TARGET_PYTHON = shutil.which("python3", path="/usr/bin") or sys.executable
 
 
-def run_module(module, args, check=False, timeout=300):
+def run_module(module, args, check=False, timeout=300, python=TARGET_PYTHON):
     env = dict(os.environ)
     env.update({
         "ANSIBLE_CONFIG": os.path.join(REPO, "ansible.cfg"),
@@ -26,7 +26,7 @@ def run_module(module, args, check=False, timeout=300):
         "PATH": BIN + os.pathsep + env.get("PATH", ""),
     })
     cmd = [os.path.join(BIN, "ansible"), "localhost", "-i", "localhost,", "-c", "local",
-           "-e", "ansible_python_interpreter=%s" % TARGET_PYTHON, "-m", module, "-a", json.dumps(args)]
+           "-e", "ansible_python_interpreter=%s" % python, "-m", module, "-a", json.dumps(args)]
     if check:
         cmd.append("--check")
     proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=REPO, timeout=timeout, check=False)

@@ -9,6 +9,7 @@ import pwd
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 
@@ -78,10 +79,13 @@ def module_args(d, **kw):
     return a
 
 
-@pytest.mark.parametrize("cgroup", [True, False], ids=["own_cgroup", "session"])
-def test_no_secret_reaches_the_log_dir_and_the_last_lines_survive_the_stop(deployment, cgroup):
+# The second case runs the module with this venv's interpreter, which lives where the service user cannot reach
+# (/root): the log writer starts as root and switches to the service user itself.
+@pytest.mark.parametrize("cgroup, python", [(True, TARGET_PYTHON), (False, sys.executable)],
+                         ids=["own_cgroup", "session_root_only_interpreter"])
+def test_no_secret_reaches_the_log_dir_and_the_last_lines_survive_the_stop(deployment, cgroup, python):
     d = deployment
-    r = run_module("wait_for_model", module_args(d, cgroup=cgroup))
+    r = run_module("wait_for_model", module_args(d, cgroup=cgroup), python=python)
     assert not r.get("failed"), r.get("msg")
     assert r["tree_tracking"] == ("cgroup" if cgroup and sglang_proc.cgroup2_mount() else "session")
     state = sglang_proc.read_state(d["log_dir"], "red")

@@ -240,6 +240,20 @@ def test_serve_copies_through_the_redactor_until_eof(ignored):
     assert {s for s, h in ignored if h == signal.SIG_IGN} == {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
 
 
+def test_serve_switches_to_the_service_user_before_it_reads_the_server(ignored, monkeypatch):
+    calls = []
+    monkeypatch.setattr(sr.os, "geteuid", lambda: 0)
+    for name in ("setgroups", "setgid", "setuid"):
+        monkeypatch.setattr(sr.os, name, lambda value, name=name: calls.append((name, value)))
+    io = FakeIO([SERVER_ARGS])
+    read = io.read
+    io.read = lambda fd, n: calls.append(("read", fd)) or read(fd, n)
+    config = sr.writer_payload("", [KEY], user=(998, 997, [997, 44])).partition(b"\0")[2]
+    sr.serve(config, read=io.read, write=io.write)
+    assert calls[:4] == [("setgroups", [997, 44]), ("setgid", 997), ("setuid", 998), ("read", 0)]
+    assert bytes(io.written) == reference(SERVER_ARGS, [KEY])
+
+
 def test_serve_keeps_reading_when_the_log_cannot_be_written(ignored):
     io = FakeIO([b"first line\n", b"second line\n"], fail_writes=1)
     assert sr.serve(json.dumps({"secrets": [KEY]}), read=io.read, write=io.write) == len(b"first line\n")
@@ -250,7 +264,7 @@ def test_payload_carries_source_and_secrets_and_argv_carries_neither():
     source = "def serve(c):\n    pass\n"
     payload = sr.writer_payload(source, [KEY])
     code, _, config = payload.partition(b"\0")
-    assert code == source.encode() and json.loads(config) == {"secrets": [KEY]}
+    assert code == source.encode() and json.loads(config) == {"secrets": [KEY], "user": None}
     argv = sr.writer_argv("/usr/bin/python3", 5, "log-writer:sglang")
     assert argv[:4] == ["/usr/bin/python3", "-I", "-S", "-c"] and argv[5:] == ["5", "log-writer:sglang"]
     assert not any(KEY in a for a in argv)

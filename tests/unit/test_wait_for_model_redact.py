@@ -70,14 +70,6 @@ def test_the_redact_list_is_part_of_the_fingerprint_by_hash():
     assert "another-secret" not in json.dumps(more)
 
 
-def test_an_interpreter_the_service_user_cannot_run_is_refused_before_anything_is_stopped(world, stops, monkeypatch):
-    record_self_as_server(world)
-    monkeypatch.setattr(wfm, "may_access", lambda st, uid, gids, bits: st.st_ino != os.stat(wfm.sys.executable).st_ino)
-    status, r = run(world, argv=["/bin/true"], api_key=KEY, run_as="nobody")
-    assert status == "failed" and "the log writer" in r["msg"] and "Nothing was stopped" in r["msg"]
-    assert stops == [] and world.spawned == [] and world.writers == []
-
-
 def test_a_log_writer_that_cannot_start_starts_nothing(world):
     def refuse(*a, **kw):
         raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
