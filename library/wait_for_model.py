@@ -254,9 +254,10 @@ notes:
   - The server is started with C(start_new_session), stdin from C(/dev/null), stdout and stderr into
     the log file and no inherited descriptors, so it outlives the module and Ansible's pipes.
   - With secrets to redact, the server's stdout and stderr are a pipe to the log writer instead, which writes
-    the log file. The log writer runs C(python -I -S -c <bootstrap>) with the module's interpreter, as the
-    service user, in the server's cgroup where it has one; its code and the secrets come through an
-    inherited pipe, never its argv or environment. It ignores SIGTERM, SIGINT and SIGHUP and ends when every
+    the log file. The log writer runs C(python -I -S -c <bootstrap>) with the module's interpreter, in the
+    server's cgroup where it has one; it switches to the service user once its code is loaded, before it
+    reads the server's output. Its code and the secrets come through an inherited pipe, never its argv or
+    environment. It ignores SIGTERM, SIGINT and SIGHUP and ends when every
     server process has closed the pipe, so the server's last lines are kept. It is recorded in the run state;
     a stop ends it after the server (SIGKILL only if it is still there 5 s after the server's processes).
   - Every input is checked before anything is stopped or launched - O(name), numeric ranges, O(port) and
