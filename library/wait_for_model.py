@@ -597,21 +597,21 @@ def http_status(url, headers, timeout):
         return None
 
 
+# Capacity asked for the pipe between the server and its log writer.
+PIPE_SIZE = 1 << 20
+
+
 class Popener(object):
     """Starts the server (and its log writer) detached. Injectable so unit tests need no real processes."""
 
     def _popen(self, argv, env, cwd, stdin, log_fd, user, cgroup_procs, pass_fds=(), ignore=()):
         kwargs = {}
         cg_fd = None
-        if ignore:
+
+        def ignore_signals():
             # Ignored before exec (a disposition exec keeps), so even a signal during interpreter start-up is.
-            def ignore_then_drop():
-                for sig in ignore:
-                    signal.signal(sig, signal.SIG_IGN)
-                if cgroup_procs is None and user is not None:
-                    os.setgroups(user[2])
-                    os.setgid(user[1])
-                    os.setuid(user[0])
+            for sig in ignore:
+                signal.signal(sig, signal.SIG_IGN)
         if cgroup_procs is not None:
             # Join our own cgroup in the child before exec, so that every process the server ever
             # starts is born in it. The privileges are dropped afterwards, in the same function
@@ -623,17 +623,16 @@ class Popener(object):
                     os.write(cg_fd, b"0\n")
                 except OSError:
                     pass  # the parent sees where the child is and falls back to session tracking
-                for sig in ignore:
-                    signal.signal(sig, signal.SIG_IGN)
+                ignore_signals()
                 if user is not None:
                     os.setgroups(user[2])
                     os.setgid(user[1])
                     os.setuid(user[0])
             kwargs["preexec_fn"] = join_then_drop
-        elif ignore:
-            kwargs["preexec_fn"] = ignore_then_drop
         elif user is not None:
             kwargs.update(user=user[0], group=user[1], extra_groups=user[2])
+        if ignore and "preexec_fn" not in kwargs:
+            kwargs["preexec_fn"] = ignore_signals
         try:
             return subprocess.Popen(
                 argv, stdin=stdin, stdout=log_fd, stderr=subprocess.STDOUT, cwd=cwd, env=env,
@@ -773,9 +772,6 @@ RANGES = {
     "min_free_space_mib": (0, 1 << 30, False),
     "log_offset": (-1, None, False),
 }
-
-# Capacity asked for the pipe between the server and its log writer.
-PIPE_SIZE = 1 << 20
 
 # Seconds between SIGTERM and SIGKILL at most when stopping a server whose wait failed (it serves nothing).
 FAILED_STOP_GRACE = 10
