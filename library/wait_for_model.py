@@ -13,16 +13,23 @@ description:
   - Starts an SGLang server (or anything shaped like one) as a detached process tree, with its
     output in a per-attempt log file, and blocks until the health URL answers 200, a crash is
     seen, or the deadline passes.
-  - A crash is any of a crash signature in the log (decided by C(module_utils/sglang_log.py),
-    built against real SGLang logs), the launched process exiting, a long-lived child of it (a
-    scheduler, the detokenizer) dying while the parent lives on, or neither log growth nor any
-    health answer for O(stall_timeout) seconds (a hang). A crash is reported within about a
-    second, with its class, a hint, the deciding line and the log tail.
+  - What acts is evidence that no client can write - the launched process exiting, a long-lived child
+    of it (a scheduler, the detokenizer) dying while the parent lives on, neither log growth nor any
+    health answer for O(stall_timeout) seconds (a hang), not healthy by O(timeout); with
+    O(state=watched), the health URL failing O(unhealthy_after) requests in a row.
+  - The log explains and hurries; it never acts alone. Its crash signatures (C(module_utils/sglang_log.py),
+    built against real SGLang logs) name the class, the hint, the deciding line and the traceback of a
+    failure that evidence proved, and make the module ask the health URL at once. A crash the log shows
+    while every process lives and the health URL answers 200 to a request sent after the line was read is
+    returned as RV(log_crash) with a warning, and nothing is stopped or failed (a serving server's log also
+    holds what clients wrote, in uvicorn's access lines and C(--log-requests) echoes). A crash is reported within a
+    poll (0.1 s) of the evidence.
   - Idempotent. When our server is running and healthy and its fingerprint (argv, environment,
     the hashes of O(fingerprint_files) and O(fingerprint_data)) is unchanged, nothing is touched
-    and C(changed=false). When it is running with the same fingerprint but not healthy yet (a
-    previous run was interrupted while it loaded), the module attaches to it and waits instead of
-    restarting a 10-minute load.
+    and C(changed=false). When it is running with the same fingerprint but did not answer the first
+    health request (still loading after an interrupted run, or busy), the module attaches to it and waits
+    instead of restarting a 10-minute load; it reads only what is logged from then on (history is never
+    judged again) and gives each health request O(health_timeout).
   - Our previous server is stopped (its whole process tree, found from the run-state file and
     verified by start time, boot id and command line, so that a reused PID is never signalled;
     SIGTERM, then SIGKILL after O(stop_timeout)). A process that is not ours is never signalled.
@@ -41,10 +48,12 @@ options:
     description:
       - C(started) launches (or keeps) the server and waits for it.
       - C(stopped) stops our server's process tree, only ours, and removes the run state.
-      - C(watched) launches nothing; it reads our server's whole log so far and keeps watching the log,
-        the process tree and the health URL for O(watch_time) seconds. It fails with the crash class if
-        the server crashed at any time during its life (a first decode request that killed it, say) or
-        is not healthy at the end. Use it after smoke requests.
+      - C(watched) launches nothing; it reads our server's log from O(log_offset) and watches the log,
+        the process tree and the health URL for O(watch_time) seconds. It fails with the log's crash class
+        when the server died (a first decode request that killed it, say) or its health failed
+        O(unhealthy_after) requests in a row. When the log shows a crash, the watch goes on past O(watch_time)
+        until the health URL has either answered 200 to a request sent after the crash line or failed
+        O(unhealthy_after) times in a row. Use it after smoke requests.
     type: str
     choices: [started, stopped, watched]
     default: started
@@ -190,9 +199,8 @@ options:
     type: int
     default: 30
   stop_on_failure:
-    description: Stop our server's tree when the wait fails (it holds GPU memory and cannot serve). With
-      O(state=watched), never on a crash that only the log shows while the processes live and health answers (see
-      RV(log_only)).
+    description: Stop our server's tree when the wait fails (it holds GPU memory and cannot serve). A wait fails
+      only on evidence (see the description), never on a log line alone (RV(log_crash)).
     type: bool
     default: true
   force_restart:
@@ -423,14 +431,23 @@ would_stop:
   returned: on failure in check mode
   type: bool
   sample: true
-log_only:
-  description: With O(state=watched), the log shows a crash but every server process stayed alive and the health URL
-    answered 200 for the whole watch. The task fails with the crash's class and line, and nothing is signalled (a
-    serving server's log also holds what clients sent (C(--log-requests)), and a crash SGLang really has tears its
-    processes down or fails its health at once).
-  returned: on such a failure
-  type: bool
-  sample: true
+log_crash:
+  description:
+    - The crash the log shows, next to what acted. With C(acted_on=false) the server stayed alive and its health
+      URL answered 200 to a request sent after the line was read - the task succeeds with a warning and nothing
+      was stopped (client text, a forged request echo, a crash SGLang recovered from). With C(acted_on=true) the
+      failure was proved by RV(evidence) (a stall, a timeout) and the line explains it; a crash that a process
+      death or failing health corroborated is reported in RV(crash_class) and RV(deciding_line) instead.
+  returned: when the log shows a crash that is not the failure's own deciding line
+  type: dict
+  sample: {"class": "cuda_oom", "line": "[2026-12-03 10:00:07] ... OutOfMemoryError ...", "lineno": 212,
+           "hint": "...", "exception": null, "acted_on": false,
+           "why": "every server process stayed alive and the health URL answered 200 to a request sent after this line was read"}
+evidence:
+  description: What proved the failure, in words - a process death, failing health or the clock, never a log line.
+  returned: on failure
+  type: str
+  sample: "worker PID 41290 of the server died"
 stopped_after_failure:
   description: What stopping our server after a failure did (O(stop_on_failure)).
   returned: on failure, when something was signalled
