@@ -142,6 +142,14 @@ def make_handler(engine):
                 return self._generate(body)
             return self._completions(body)
 
+        def _other_method(self):
+            """Any other method (HEAD, PUT, DELETE, ...): FastAPI's 405 after the API-key check, with its access line."""
+            if not self._authorized(self.path.split("?")[0]):
+                return self._send(401, {"error": "Unauthorized"})
+            return self._send(405, {"detail": "Method Not Allowed"})
+
+        do_HEAD = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _other_method  # noqa: N815 - http.server's names
+
         def _health_generate(self):
             delay = engine.take_health_delay()
             if delay:
