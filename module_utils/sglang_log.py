@@ -138,12 +138,27 @@ _NOTICE_PREFIX = re.compile(r"\[[WI](?:\d{4} \d\d:\d\d:\d\d\.\d+)?(?: +\d+)? ?[\
 _NOTICE_WORDS = re.compile(r"\bfall(?:s|ing)? ?back\b|\bfallback\b|\bdeprecat(?:ed|ion)\b|\bwill be removed\b", re.I)
 
 
-def is_notice(line, body):
-    """Whether a log line (``body``: the line without its prefixes) is a notice that no signature may decide."""
+_ERROR_PREFIX = re.compile(r"\[[EF](?:\d{4} \d\d:\d\d:\d\d\.\d+)?(?: +\d+)? ?[\w.]+:\d+\] |"
+                           r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? +(?:ERROR|CRITICAL|FATAL) ")
+
+
+def line_level(line, body):
+    """``"notice"`` for a line that says it is a warning or info, ``"error"`` for one whose prefix says error or
+    fatal, None when the line says nothing of its level (SGLang's own format). ``body``: the line without its
+    prefixes (strip_prefix)."""
     if _NOTICE_BODY.match(body):
-        return True
+        return "notice"
     prefix = line[:len(line) - len(body)] if line.endswith(body) else ""
-    return bool(prefix) and _NOTICE_PREFIX.search(prefix) is not None
+    if not prefix:
+        return None
+    if _NOTICE_PREFIX.search(prefix) is not None:
+        return "notice"
+    return "error" if _ERROR_PREFIX.search(prefix) is not None else None
+
+
+def is_notice(line, body):
+    """Whether a log line is a warning or info line by its own words or prefix (see line_level)."""
+    return line_level(line, body) == "notice"
 
 
 _ECHO_TEXT = re.compile(r"\btext=['\"]")
@@ -676,8 +691,7 @@ class LogClassifier(object):
         if body[:1] in (" ", "\t"):
             what = _WHAT.match(body)  # "  what():  <message>" of a C++ exception that aborted the process
             text = what.group(1) if what else None
-        elif (is_notice(line, body) and not (self._block is not None and _EXCEPTION.match(body.strip()))) or (
-                self._block is None and _NOTICE_WORDS.search(body) and not _EXCEPTION.match(body.strip())):
+        elif self._is_notice(line, body):
             self.notices += 1
             return
         if text:
@@ -688,6 +702,15 @@ class LogClassifier(object):
 
         # Traceback blocks.
         self._track_blocks(line, body, prefixed, lineno)
+
+    def _is_notice(self, line, body):
+        """A warning or info line (never a traceback's own exception line), or, where the line names no level,
+        one outside a traceback that says it falls back or that something is deprecated."""
+        level = line_level(line, body)
+        if level == "notice":
+            return not (self._block is not None and _EXCEPTION.match(body.strip()))
+        return (level is None and self._block is None and _NOTICE_WORDS.search(body) is not None
+                and not _EXCEPTION.match(body.strip()))
 
     def _track_progress(self, body, line, lineno):
         for rx, phase in _PHASE_MARKERS:

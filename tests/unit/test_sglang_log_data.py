@@ -97,6 +97,9 @@ def test_a_real_crash_after_data_and_notices_is_decided_by_its_own_line(line):
     ("[2026-12-03 10:00:01 TP0] Capture cuda graph failed: CUDA error: an illegal memory access was encountered",
      "cuda_error"),
     ("ninja: build stopped: subcommand failed.", "compile_error"),
+    # a level-less line may say "fallback" and still be an error when its prefix says so
+    ("2026-03-18 11:22:06.731 ERROR 120984 [ TP0 cuda_graph_runner.py:410] Capture cuda graph failed: CUDA out of "
+     "memory (no fallback)", "cuda_oom"),
 ])
 def test_the_same_words_in_an_error_still_decide(line, cls):
     clf = verdict(READY + line + "\n")
