@@ -981,12 +981,13 @@ class ClockWatch(object):
 class ModelWaiter(object):
     """Launch / attach / wait / stop. Clock, sleep, process launch, HTTP, /proc, cgroups and the lock are injectable."""
 
-    def __init__(self, module, clock=time.monotonic, sleep=time.sleep, popener=None, http=http_status,
+    def __init__(self, module, clock=time.monotonic, sleep=None, popener=None, http=http_status,
                  procs=None, wall=time.time, cgroups=None, locker=fcntl.flock):
         self.module = module
         self.p = module.params
         self.clock = clock
-        self.sleep = sleep
+        # time.sleep looked up when called (not bound at import): the unit-test guard that forbids sleeping sees it
+        self.sleep = sleep or (lambda seconds: time.sleep(seconds))
         self.popener = popener or Popener()
         self.http = http
         self.procs = procs or ProcView()
@@ -1412,8 +1413,11 @@ class ModelWaiter(object):
         self.result["health_polls"] = health.summary()
         follower.close()
         os.close(log_fd)
-        return self.report(verdict, log.clf, state, elapsed, leader.rc, children.died, attached, watch is not None,
-                           health, candidates)
+        result = self.report(verdict, log.clf, state, elapsed, leader.rc, children.died, attached, watch is not None,
+                             health, candidates)
+        if result.get("failed"):
+            self.stop_after_failure(state)
+        return result
 
     def _watch_offset(self, log_fd, watch, attached=False):
         """Where the log is read from: 0 for a server this run launched; the current end (at a line start) when
@@ -1521,17 +1525,25 @@ class ModelWaiter(object):
         r["msg"] = "%s — %s (evidence: %s; see log_tail, %s)" % (lead, hint, r["evidence"], state["log_path"])
         if crash is not None and "deciding_line" not in r:
             r["msg"] += " — the log shows %s at line %d: %s" % (crash["class"], crash["lineno"], crash["line"].strip()[:200])
-        if p["stop_on_failure"] and self.module.check_mode:
-            r["would_stop"] = True  # check mode never signals
-            r["msg"] += " (check mode: the server was not stopped)"
-        elif p["stop_on_failure"]:
-            stopped = sglang_proc.stop_tree(state, grace=min(p["stop_timeout"], FAILED_STOP_GRACE), clock=self.clock, sleep=self.sleep)
-            if stopped["signalled"] or stopped["killed"]:
-                r["stopped_after_failure"] = stopped
-            if not stopped["remaining"]:
-                self._remove_cgroup(state)
         r["failed"] = True
         return r
+
+    def stop_after_failure(self, state):
+        """A failed wait's server holds GPU memory and serves nothing: stop it (``stop_on_failure``), never in
+        check mode."""
+        r = self.result
+        if not self.p["stop_on_failure"]:
+            return
+        if self.module.check_mode:
+            r["would_stop"] = True  # check mode never signals
+            r["msg"] += " (check mode: the server was not stopped)"
+            return
+        stopped = sglang_proc.stop_tree(state, grace=min(self.p["stop_timeout"], FAILED_STOP_GRACE), clock=self.clock,
+                                        sleep=self.sleep)
+        if stopped["signalled"] or stopped["killed"]:
+            r["stopped_after_failure"] = stopped
+        if not stopped["remaining"]:
+            self._remove_cgroup(state)
 
     def _evidence(self, verdict, rc, died, health, candidates):
         """What proved a failure, in words: the process side, health or the clock, never a log line (decide())."""
