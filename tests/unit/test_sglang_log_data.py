@@ -9,6 +9,7 @@ not a death.
 from __future__ import annotations
 
 import random
+import warnings
 
 import pytest
 
@@ -127,3 +128,68 @@ def test_is_notice_reads_the_level_that_the_prefix_carries():
     line = "[E1203 10:00:01.123456789 ProcessGroupNCCL.cpp:1032] anything"
     body, _ = strip_prefix(line)
     assert not is_notice(line, body)
+
+
+# ------------------------------------------------------------------ what real SGLang prints below ERROR
+def _message(node):
+    """A logging call's message as it would print, placeholders filled ("X", "1"); None when not a literal."""
+    import ast
+    if isinstance(node, ast.Constant) and isinstance(node.value, str):
+        text = node.value
+    elif isinstance(node, ast.JoinedStr):
+        text = "".join(v.value if isinstance(v, ast.Constant) else "X" for v in node.values)
+    elif isinstance(node, ast.BinOp) and isinstance(node.op, ast.Mod):
+        text = _message(node.left)
+    elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == "format":
+        text = _message(node.func.value)
+    else:
+        return None
+    if text is None:
+        return None
+    for spec, value in (("%s", "X"), ("%d", "1"), ("%r", "'X'"), ("%.2f", "1.00"), ("%.1f", "1.0")):
+        text = text.replace(spec, value)
+    return text
+
+
+def _notices_of(version):
+    """(file:line, message) of every logger.info/warning/debug call with a literal message in a release's srt/."""
+    import ast
+    import zipfile
+    from sglang_src import wheel_path
+    found = []
+    with zipfile.ZipFile(wheel_path(version)) as whl:
+        for name in whl.namelist():
+            if not (name.startswith("sglang/srt/") and name.endswith(".py")):
+                continue
+            try:
+                with warnings.catch_warnings():
+                    warnings.simplefilter("ignore")  # SGLang's own invalid escapes (SyntaxWarning)
+                    tree = ast.parse(whl.read(name).decode("utf-8"))
+            except (SyntaxError, UnicodeDecodeError):
+                continue
+            for node in ast.walk(tree):
+                if (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.args
+                        and node.func.attr in ("info", "warning", "warn", "debug", "info_once", "warning_once")):
+                    msg = _message(node.args[0])
+                    if msg:
+                        found.append(("%s:%d" % (name, node.lineno), msg))
+    return found
+
+
+# Logged below ERROR, yet a real failure that health shows too: the server is marked unhealthy.
+REAL_FAILURES_BELOW_ERROR = ("Disaggregation warmup failed",)
+
+
+@pytest.mark.parametrize("version", ["0.5.17", "0.5.23"])
+def test_no_info_or_warning_that_sglang_really_logs_reads_as_a_crash(version):
+    notices = _notices_of(version)
+    assert len(notices) > 2000  # the whole srt/ tree was read
+    wrong = []
+    for where, msg in notices:
+        if msg.startswith(REAL_FAILURES_BELOW_ERROR):
+            continue
+        text = "".join("[2026-12-03 10:00:00 TP0] %s\n" % line for line in msg.split("\n"))
+        clf = classify_bytes(READY.encode() + text.encode("utf-8") + READY_LINE.encode())
+        if clf.crash is not None:
+            wrong.append((where, clf.crash["class"], msg[:120]))
+    assert wrong == []
