@@ -350,7 +350,7 @@ def test_replay_outcome_without_manifest(tmp_path, text, label):
 
 
 def test_banner_says_it_is_not_sglang():
-    assert sglang_emulator.BANNER.startswith("[EMULATOR] sglang-emulator 1.1: this is NOT SGLang")
+    assert sglang_emulator.BANNER.startswith("[EMULATOR] sglang-emulator " + sglang_emulator.VERSION + ": this is NOT SGLang")
 
 
 @pytest.mark.parametrize("version", sglang_src.RELEASES)
