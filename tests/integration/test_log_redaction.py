@@ -12,6 +12,7 @@ import subprocess
 import sys
 import tempfile
 import time
+from urllib.parse import quote
 
 import pytest
 
@@ -19,7 +20,7 @@ from ansible.module_utils import sglang_proc
 from ansible.module_utils.sglang_redact import encoded_forms
 
 import wait_for_model as wfm
-from ansible_run import TARGET_PYTHON, free_port, run_module
+from ansible_run import EMULATOR, TARGET_PYTHON, free_port, run_module
 
 SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "secret_printing_server.py")
 KEY = "it-api-key-'quoted'/7f3a9c"
@@ -130,6 +131,25 @@ def test_without_secrets_the_server_writes_its_log_file_itself(deployment):
     assert not r.get("failed"), r.get("msg")
     assert "log_writer_pid" not in r and "log_writer" not in sglang_proc.read_state(d["log_dir"], "red")
     assert os.readlink("/proc/%d/fd/1" % r["pid"]) == r["log_path"]
+
+
+def test_the_emulator_logs_the_key_like_sglang_and_the_log_writer_masks_it(deployment):
+    """The emulator prints server_args with the key in clear, as SGLang does; a client request with the key in its
+    query string lands in uvicorn's access line. Neither reaches the file."""
+    d = deployment
+    argv = [TARGET_PYTHON, EMULATOR, "--config", d["config"], "--port", str(d["port"]), "--model-path", "/models/tiny",
+            "--emulator-load-seconds", "0.5", "--emulator-capture-seconds", "0.1"]
+    r = run_module("wait_for_model", module_args(d, argv=argv, health_url="http://127.0.0.1:%d/health_generate" % d["port"]))
+    assert not r.get("failed"), r.get("msg")
+    url = "http://127.0.0.1:%d/v1/models?api_key=%s" % (d["port"], quote(KEY, safe=""))
+    subprocess.run(["curl", "-s", "-o", "/dev/null", url], check=False, timeout=30)
+    time.sleep(0.5)
+    with open(r["log_path"], "rb") as fh:
+        log = fh.read()
+    assert log.startswith(b"[EMULATOR] ")
+    assert b"server_args=ServerArgs(" in log and b'api_key="***"' in log
+    assert b"GET /v1/models?api_key=*** HTTP/1.1" in log  # uvicorn's access line, the key percent-encoded
+    assert hits(d["top"]) == {d["config"]: [KEY]}
 
 
 # ------------------------------------------------------------------ the log writer process alone
