@@ -12,8 +12,8 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "module_utils"))
-import ansible.module_utils  # noqa: E402
-import sglang_paths  # noqa: E402
+import ansible.module_utils  # noqa: E402 - the sys.path set-up above comes first
+import sglang_paths  # noqa: E402 - module_utils/sglang_paths.py, importable once sys.path has module_utils/
 
 sys.modules.setdefault("ansible.module_utils.sglang_paths", sglang_paths)
 _spec = importlib.util.spec_from_file_location("sglang_info_probes", os.path.join(REPO, "library", "sglang_info.py"))
