@@ -1,5 +1,5 @@
-"""wait_for_model run by Ansible with real processes (issue 8): two runs at once, a process tree that
-escapes its session, bad input next to a healthy server."""
+"""wait_for_model run by Ansible with real processes: two runs at once, a process tree that escapes its
+session, bad input next to a healthy server, forged run state."""
 from __future__ import annotations
 
 import os
@@ -198,7 +198,7 @@ def test_missing_binary_creates_no_log_file(dirs):
 
 
 def test_forged_state_in_a_service_user_writable_run_dir_signals_nothing(dirs):
-    # The issue's attack: the service user writes <name>.json naming a root process; here the victim is
+    # The attack: the service user writes <name>.json naming a root process; here the victim is
     # a process of this test, recorded with its true identity, in a run dir others can write.
     victim = __import__("subprocess").Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
     dirs["pids"].append(victim.pid)
