@@ -77,8 +77,13 @@ options:
     description:
       - Directory of the run-state files and the lock file. Defaults to O(log_dir).
       - It must be owned by root (or by the user running the module) and writable by no one else, and so
-        must the run-state files in it; otherwise the run state is not trusted and the module refuses to
-        act on it (nothing is signalled). Keep it apart from the service user's O(log_dir).
+        must the run-state and lock files in it; otherwise the run state is not trusted and the module refuses to
+        act on it (nothing is signalled). Keep it apart from the service user's O(log_dir) and home.
+      - Its path must hold no symlink and no C(..), and every directory above it must be owned by root (or that
+        user) and writable by no one else, except a root-owned sticky directory such as C(/tmp). So a run dir
+        inside the service user's home is refused. Good places are C(/var/lib/eagle-deploy/run) or C(/run/eagle-deploy).
+      - A deployment is O(run_dir) and O(name) - two deployments of one name in two run dirs have their own run
+        state, lock and cgroup.
     type: path
   run_as:
     description:
@@ -144,12 +149,15 @@ options:
     default: 64
   cgroup:
     description:
-      - Run the server in a cgroup v2 of its own (C(eagle-deploy-<name>), below the module's own cgroup)
-        where the host allows it (cgroup v2 mounted read-write, the module runs as root). Every process in
+      - Run the server in a cgroup v2 of its own (C(eagle-deploy-<name>-<hash of the run_dir path>), one per
+        deployment, below the module's own cgroup) where the host allows it (cgroup v2 mounted read-write, the module runs as root). Every process in
         it is then part of our server's tree, also one that left the session (double fork and C(setsid)),
         so a stop leaves nothing behind. Where it is not possible the tree is tracked by session, and
         RV(tree_tracking) says which.
       - A cgroup that is not our own (an ssh session's, a container's root) never makes a process ours.
+      - Every launch also puts a random run token in the server's environment (C(EAGLE_DEPLOY_RUN=<name>:<hex>), no
+        secret; recorded in the run state). After the leader died, a process of its old session is stopped only if
+        it carries that token, runs as the recorded user and started after the leader, never by its session id alone.
     type: bool
     default: true
   timeout:
@@ -237,10 +245,15 @@ attributes:
 notes:
   - The server is started with C(start_new_session), stdin from C(/dev/null), stdout and stderr into
     the log file and no inherited descriptors, so it outlives the module and Ansible's pipes.
-  - Every input is checked before anything is stopped or launched - O(name), numeric ranges, O(port) and
-    the port of O(health_url) (1-65535), writable O(log_dir) and O(run_dir) with O(min_free_space_mib)
-    free, C(argv[0]) found and executable the way exec finds it - so a bad value leaves a running server
+  - Every input is checked before anything is stopped or launched - O(name) and variable names (matched as a whole),
+    numeric ranges, O(port) and the port of O(health_url) (1-65535), writable O(log_dir) and O(run_dir) with
+    O(min_free_space_mib) free, a trusted O(run_dir), and that the O(run_as) user can run C(argv[0]) the way exec finds
+    it (every directory on the way enterable, the file executable, a script readable, its C(#!) interpreter and a
+    C(/usr/bin/env NAME) on the server's PATH likewise, O(chdir) enterable) - so a bad value leaves a running server
     alone and creates no log file.
+  - Before a launch stops the old server, the program that runs in the end (C(argv[0]) or its last C(#!)
+    interpreter), when it is a Python or a POSIX shell, is run once as the O(run_as) user with C(-c ''), so a venv
+    whose Python cannot start is refused while the old server still serves (not in check mode).
   - If the run state cannot be written after the launch, the server just started is killed and the task
     fails, because a server nobody recorded could never be stopped.
   - A log file is only read when it resolves to a regular file inside O(log_dir) (no symlink out of it)
