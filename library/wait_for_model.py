@@ -1222,7 +1222,7 @@ class ModelWaiter(object):
         """((uid, gids), name) of the user the server runs as."""
         if self.user is not None:
             return (self.user[0], self.user[2]), self.user_pw.pw_name
-        return (os.geteuid(), os.getgroups()), self.user_pw.pw_name
+        return (os.geteuid(), set(os.getgroups()) | {os.getegid()}), self.user_pw.pw_name
 
     def prove_it_runs(self):
         """Run the server's interpreter (a Python or a POSIX shell, argv[0] itself or the last ``#!`` interpreter)
