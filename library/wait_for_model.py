@@ -150,7 +150,8 @@ options:
   cgroup:
     description:
       - Run the server in a cgroup v2 of its own (C(eagle-deploy-<name>-<hash of the run_dir path>), one per
-        deployment, below the module's own cgroup) where the host allows it (cgroup v2 mounted read-write, the module runs as root). Every process in
+        deployment, below the module's own cgroup) where the host allows it (cgroup v2 mounted read-write, the
+        module runs as root). Every process in
         it is then part of our server's tree, also one that left the session (double fork and C(setsid)),
         so a stop leaves nothing behind. Where it is not possible the tree is tracked by session, and
         RV(tree_tracking) says which.

@@ -543,3 +543,33 @@ def test_name_with_a_trailing_newline_is_refused(world, stops, state):
 def test_variable_name_with_a_trailing_newline_is_refused(world, stops, source):
     status, r = run(world, **{source: {"FOO\n": "1"}})
     assert status == "failed" and "is not a valid variable name" in r["msg"] and world.spawned == []
+
+
+def test_exec_problem_follows_env_options_and_nested_interpreters(shared_tmp):
+    ids = (NOBODY, [NOBODY])
+    path = "/usr/bin:/bin"
+    env_s = _script(os.path.join(shared_tmp, "env-s"), "#!/usr/bin/env -S python3 -u\n")
+    assert wfm.exec_problem(env_s, ids, path, "/") == (None, "/usr/bin/python3")
+    # A script whose interpreter is itself a script (allowed by the kernel a few levels deep).
+    inner = _script(os.path.join(shared_tmp, "inner"), "#!/bin/sh\nexec \"$@\"\n")
+    outer = _script(os.path.join(shared_tmp, "outer"), "#!%s\n" % inner)
+    assert wfm.exec_problem(outer, ids, path, "/") == (None, "/bin/sh")
+    loop = _script(os.path.join(shared_tmp, "loop"), "#!%s\n" % os.path.join(shared_tmp, "loop"))
+    why, program = wfm.exec_problem(loop, ids, path, "/")
+    assert "nested #! interpreters" in why and program is None
+    text = _script(os.path.join(shared_tmp, "data.txt"), "just text\n")
+    why, _ = wfm.exec_problem(text, ids, path, "/")
+    assert why is None or "neither a program (ELF) nor a script" in why  # binfmt_misc may run anything
+
+
+def test_walk_as_resolves_symlinks_and_dot_dot_like_the_kernel(shared_tmp):
+    real = os.path.join(shared_tmp, "real", "bin")
+    os.makedirs(real)
+    os.symlink(real, os.path.join(shared_tmp, "link"))
+    ids = (NOBODY, [NOBODY])
+    # link -> real/bin, so link/.. is real (not shared_tmp, as a lexical normpath would say)
+    assert wfm.walk_as(os.path.join(shared_tmp, "link", "..", "bin"), ids) == (real, None)
+    os.chmod(os.path.join(shared_tmp, "real"), 0o700)
+    real_path, why = wfm.walk_as(os.path.join(shared_tmp, "link", "x"), ids)
+    assert real_path is None and "directory %s cannot be entered" % os.path.join(shared_tmp, "real") in why
+    assert wfm.walk_as(os.path.join(shared_tmp, "link", "x"), (0, [0]))[1] == "%s/x does not exist" % real
