@@ -168,11 +168,11 @@ def _why_untrusted_above(st, path):
     directory (``/tmp``, mode 1777) is fine: nobody but its owner and an entry's owner may rename or remove
     an entry in it."""
     if st.st_uid not in (0, os.geteuid()):
-        return "directory %s above it is owned by uid %d, not by root or uid %d (the user running this module)" % (
-            path, st.st_uid, os.geteuid())
+        return ("directory %s above it is owned by uid %d, not by root or uid %d (the user running this module); "
+                "chown root: %s, or choose another run_dir" % (path, st.st_uid, os.geteuid(), path))
     if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
-        return "directory %s above it is writable by its group or by others (mode %04o) and not sticky" % (
-            path, stat.S_IMODE(st.st_mode))
+        return ("directory %s above it is writable by its group or by others (mode %04o) and not sticky; chmod go-w %s, "
+                "or choose another run_dir" % (path, stat.S_IMODE(st.st_mode), path))
     return None
 
 
