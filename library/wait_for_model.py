@@ -208,6 +208,15 @@ options:
     description: Restart even when the server is healthy and its fingerprint is unchanged.
     type: bool
     default: false
+  prove_launch:
+    description:
+      - With O(state=started) in check mode, prove the launch as a real run does before it stops anything (O(run_as)
+        can run C(argv[0]) and its C(#!) interpreters, and that interpreter, a Python or a POSIX shell, starts once
+        with C(-c '')), when the server would be (re)started. The task fails if the new server could not start.
+      - For a check-mode plan made before our server is stopped on purpose (to free its GPUs for the new one). Outside
+        check mode every launch is proven anyway; in check mode without it, nothing is run.
+    type: bool
+    default: false
   on_foreign_pid:
     description:
       - What to do when the pidfile points at a live process that is provably not the one we
@@ -233,7 +242,8 @@ attributes:
     support: full
     details:
       - Reports whether the server would be (re)started or stopped; spawns, signals and writes nothing
-        (the lock is taken shared, and only when its file exists).
+        (the lock is taken shared, and only when its file exists). Only with O(prove_launch) it starts the new
+        server's interpreter once (C(-c '')) as O(run_as), to prove that a restart could launch.
       - With O(state=started) and our server running with the same fingerprint but not healthy yet, it
         reports that it would wait, and does not wait.
       - With O(state=watched) it watches as usual (it reads the log, the process tree and the health URL),
@@ -1195,7 +1205,7 @@ class ModelWaiter(object):
             groups = os.getgrouplist(pw.pw_name, pw.pw_gid)
             self.user = (pw.pw_uid, pw.pw_gid, groups)
             self.user_pw = pw
-        if not check:
+        if not check or p["prove_launch"]:
             # Resolved the way exec resolves it (the server's PATH, its working directory), before
             # any log file is created; then proven runnable by the service user, interpreters included.
             env_path = self.child_env()["PATH"]
@@ -1426,6 +1436,8 @@ class ModelWaiter(object):
 
         self.result["changed"] = True
         if self.module.check_mode:
+            if p["prove_launch"]:
+                self.prove_it_runs()
             self.result["msg"] = "would %s the server (%s)" % ("restart" if ours else "start", reason)
             return self.result
         self.prove_it_runs()
@@ -1726,6 +1738,7 @@ def argument_spec():
         stop_timeout=dict(type="int", default=30),
         stop_on_failure=dict(type="bool", default=True),
         force_restart=dict(type="bool", default=False),
+        prove_launch=dict(type="bool", default=False),
         on_foreign_pid=dict(type="str", default="fail", choices=["fail", "ignore"]),
         log_tail_lines=dict(type="int", default=40),
         keep_attempts=dict(type="int", default=20),

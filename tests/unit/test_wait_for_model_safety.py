@@ -573,3 +573,20 @@ def test_walk_as_resolves_symlinks_and_dot_dot_like_the_kernel(shared_tmp):
     real_path, why = wfm.walk_as(os.path.join(shared_tmp, "link", "x"), ids)
     assert real_path is None and "directory %s cannot be entered" % os.path.join(shared_tmp, "real") in why
     assert wfm.walk_as(os.path.join(shared_tmp, "link", "x"), (0, [0]))[1] == "%s/x does not exist" % real
+
+
+def test_a_check_mode_plan_with_prove_launch_fails_when_the_new_server_could_not_start(world, stops, shared_tmp):
+    # The role's GPU path: a check-mode plan, then a stop of our server to free its GPUs, then the launch. The plan
+    # proves the launch, so a venv whose Python does not start fails before the stop.
+    record_self_as_server(world)
+    exe = _script(os.path.join(shared_tmp, "venv", "bin", "sglang"), "#!%s\n" % sys.executable)
+    world.probe_rc, world.probe_output = 127, "error while loading shared libraries: libpython3.12.so.1.0"
+    status, r = run(world, argv=[exe], check_mode=True, prove_launch=True)
+    assert status == "failed" and "libpython3.12" in r["msg"] and "Nothing was stopped or launched" in r["msg"]
+    assert world.probed == [[sys.executable, "-c", ""]] and stops == [] and world.spawned == []
+    gone = _script(os.path.join(shared_tmp, "venv", "bin", "sglang2"), "#!/nonexistent/venv/bin/python\n")
+    status, r = run(world, argv=[gone], check_mode=True, prove_launch=True)
+    assert status == "failed" and "cannot be run by" in r["msg"] and stops == []
+    world.probe_rc = 0
+    status, r = run(world, argv=[exe], check_mode=True, prove_launch=True)
+    assert status == "ok" and r["changed"] is True and "would restart" in r["msg"] and stops == []
