@@ -531,7 +531,7 @@ def describe_change(old_parts, new_parts):
 
 
 def next_attempt(log_dir, name):
-    rx = re.compile(r"^%s_r(\d+)\.log$" % re.escape(name))
+    rx = re.compile(r"\A%s_r(\d+)\.log\Z" % re.escape(name))
     best = 0
     for entry in os.listdir(log_dir):
         m = rx.match(entry)
@@ -543,7 +543,7 @@ def next_attempt(log_dir, name):
 def prune_attempts(log_dir, name, keep):
     if keep <= 0:
         return []
-    rx = re.compile(r"^%s_r(\d+)\.log$" % re.escape(name))
+    rx = re.compile(r"\A%s_r(\d+)\.log\Z" % re.escape(name))
     found = sorted((int(m.group(1)), e) for e in os.listdir(log_dir) for m in [rx.match(e)] if m)
     removed = []
     for _, entry in found[:-keep]:

@@ -590,3 +590,11 @@ def test_a_check_mode_plan_with_prove_launch_fails_when_the_new_server_could_not
     world.probe_rc = 0
     status, r = run(world, argv=[exe], check_mode=True, prove_launch=True)
     assert status == "ok" and r["changed"] is True and "would restart" in r["msg"] and stops == []
+
+
+def test_a_log_name_with_a_trailing_newline_is_no_attempt_of_ours(world):
+    # The service user owns log_dir and may create any name there: it never counts as an attempt, nor is it pruned.
+    planted = os.path.join(world.log_dir, "sglang_r99999.log\n")
+    open(planted, "w").close()
+    assert wfm.next_attempt(world.log_dir, "sglang") == 1
+    assert wfm.prune_attempts(world.log_dir, "sglang", 1) == [] and os.path.exists(planted)
