@@ -31,11 +31,11 @@ import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "library"))
-import ansible.module_utils  # noqa: E402
+import ansible.module_utils  # noqa: E402 - the sys.path set-up above comes first
 
 ansible.module_utils.__path__.append(os.path.join(REPO, "module_utils"))
-import wait_for_model as wfm  # noqa: E402
-from ansible.module_utils import sglang_proc  # noqa: E402
+import wait_for_model as wfm  # noqa: E402 - library/wait_for_model.py, once module_utils/ is on ansible.module_utils
+from ansible.module_utils import sglang_proc  # noqa: E402 - module_utils/sglang_proc.py, once on ansible.module_utils
 
 EMULATOR = os.path.join(REPO, "tests", "emulator", "sglang-emulator")  # the emulator package, run from the tree
 

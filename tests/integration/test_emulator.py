@@ -31,7 +31,7 @@ REPO = os.path.dirname(os.path.dirname(HERE))
 EMULATOR = os.path.join(REPO, "tests", "emulator", "sglang-emulator")  # the emulator package, run from the tree
 CORPUS = os.path.join(REPO, "tests", "data", "sglang-logs")
 sys.path.insert(0, os.path.join(REPO, "tests", "unit"))
-import sglang_src  # noqa: E402  (wheel cache helper)
+import sglang_src  # noqa: E402 - wheel cache helper in tests/unit, importable once it is on sys.path
 
 LOAD_SECONDS = 0.3
 FAST = ["--emulator-load-seconds", str(LOAD_SECONDS), "--emulator-capture-seconds", "0.1"]
