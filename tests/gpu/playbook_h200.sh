@@ -85,11 +85,13 @@ PY
 # play NAME PLAYBOOK [ansible-playbook args...]: one run, its console stamped per line into $EV/NAME.console.txt.
 play() {
     local name=$1 book=$2; shift 2
-    local pid0 mib0 t0 t1 rc recap
+    local pid0 mib0 t0 t1 rc recap limit
+    limit=$(( $(left) - 15 ))
+    if (( limit < 30 )); then log "run $name: not started, ${limit} s left"; return 124; fi
     pid0=$(server_pid); mib0=$(gpu_mib)
     log "run $name: $book $* (server pid ${pid0:-none}, GPU ${mib0} MiB)"
     t0=$(date +%s.%N)
-    (cd "$P" && timeout --signal=TERM "$(( $(left) - 15 ))" python3 -c \
+    (cd "$P" && timeout --signal=TERM "$limit" python3 -c \
         'import sys; sys.path.insert(0, "/opt/eagle-ctl"); sys.argv[0] = "ansible-playbook"; from ansible.cli.playbook import main; main()' \
         "$book" -i inventory/h200 -i tests/gpu/inventory-h200 --limit localhost -v "$@" 2>&1) \
         | python3 -u -c 'import sys, time
