@@ -5,12 +5,16 @@ For each run the emulator is launched through wait_for_model's own wait loop (Mo
 the module runs). A watcher thread polls the log file every millisecond and stamps the moment the
 event's line is written ("Scheduler hit an exception" for the crash scenario, "fired up" for the ready
 scenario; the emulator answers /health_generate 200 only after that line). Latency = module return -
-event. In the same run, a second thread applies the strategy of SGLang's test harness
+event. For a crash, the evidence the module acts on is a process of the server's tree gone (the scheduler
+exits after its traceback; the launcher tears the rest down): the same thread also follows the tree (the leader
+from the run state and its children, every millisecond) and stamps the first process that exits; latency from
+evidence = module return - that moment. In the same run, a second thread applies the strategy of SGLang's test harness
 (popen_launch_server: poll /health_generate every 10 s, look only at whether the parent exited) to the
 same server, and we stamp when it would have noticed.
 
 Prints figures; asserts nothing. Last line:
-crash_p50_s=<f> crash_p99_s=<f> ready_p50_s=<f> ready_p99_s=<f> harness_crash_p50_s=<f>
+crash_p50_s=<f> crash_p99_s=<f> evidence_p50_s=<f> evidence_p99_s=<f> ready_p50_s=<f> ready_p99_s=<f>
+harness_crash_p50_s=<f>
 """
 from __future__ import annotations
 
@@ -27,11 +31,11 @@ import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "library"))
-import ansible.module_utils  # noqa: E402
+import ansible.module_utils  # noqa: E402 - the sys.path set-up above comes first
 
 ansible.module_utils.__path__.append(os.path.join(REPO, "module_utils"))
-import wait_for_model as wfm  # noqa: E402
-from ansible.module_utils import sglang_proc  # noqa: E402
+import wait_for_model as wfm  # noqa: E402 - library/wait_for_model.py, once module_utils/ is on ansible.module_utils
+from ansible.module_utils import sglang_proc  # noqa: E402 - module_utils/sglang_proc.py, once on ansible.module_utils
 
 EMULATOR = os.path.join(REPO, "tests", "emulator", "sglang-emulator")  # the emulator package, run from the tree
 
@@ -52,19 +56,41 @@ def free_port():
     return port
 
 
-def stamp_line(path, needle, out, stop):
-    """Poll the log every 1 ms; record when `needle` first appears."""
+def stamp_line(path, needle, out, stop, log_dir=None, name="bench"):
+    """Poll the log every 1 ms; record when `needle` first appears. With ``log_dir``, also follow the server's
+    process tree (the leader from its run state, and the leader's children) and record when the first of
+    them exits (gone, or a zombie)."""
     needle = needle.encode()
     seen = b""
+    known = set()
     while not stop.is_set():
-        try:
-            with open(path, "rb") as fh:
-                fh.seek(len(seen))
-                seen += fh.read()
-        except OSError:
-            pass
-        if needle in seen:
-            out["event"] = time.monotonic()
+        if "event" not in out:
+            try:
+                with open(path, "rb") as fh:
+                    fh.seek(len(seen))
+                    seen += fh.read()
+            except OSError:
+                pass
+            if needle in seen:
+                out["event"] = time.monotonic()
+        if log_dir is not None and "evidence" not in out:
+            if not known:
+                state = None
+                try:
+                    state = sglang_proc.read_state(log_dir, name)
+                except Exception:  # noqa: BLE001 - not written yet
+                    pass
+                if state and state.get("pid"):
+                    known.add(state["pid"])
+            for pid in list(known):
+                try:
+                    with open("/proc/%d/task/%d/children" % (pid, pid)) as fh:
+                        known.update(int(x) for x in fh.read().split())
+                except OSError:
+                    pass
+            if any(sglang_proc.proc_state(pid) in (None, "Z", "X") for pid in known):
+                out["evidence"] = time.monotonic()
+        if "event" in out and (log_dir is None or "evidence" in out):
             return
         time.sleep(0.001)
 
@@ -96,7 +122,8 @@ def one_run(scenario, tmp, run_harness):
     marks = {}
     stop = threading.Event()
     needle = "Scheduler hit an exception" if scenario == "crash_loading" else "The server is fired up"
-    watcher = threading.Thread(target=stamp_line, args=(os.path.join(log_dir, "bench_r1.log"), needle, marks, stop))
+    watcher = threading.Thread(target=stamp_line, args=(os.path.join(log_dir, "bench_r1.log"), needle, marks, stop,
+                                                        log_dir if scenario == "crash_loading" else None))
     watcher.start()
     hthread = None
     waiter = wfm.ModelWaiter(module)
@@ -122,9 +149,12 @@ def one_run(scenario, tmp, run_harness):
     ok = ("event" in marks) and (bool(result.get("failed")) == (scenario == "crash_loading"))
     if not ok:
         raise SystemExit("run did not behave: %r %r" % (marks, {k: result.get(k) for k in ("failed", "crash_class", "msg")}))
+    if scenario == "crash_loading" and "evidence" not in marks:
+        raise SystemExit("crash run: no process of the server was seen to exit: %r" % marks)
     return (marks["returned"] - marks["event"],
             (marks["harness"] - marks["event"]) if "harness" in marks else None,
-            result.get("crash_class"))
+            result.get("crash_class"),
+            (marks["returned"] - marks["evidence"]) if "evidence" in marks else None)
 
 
 def pct(values, q):
@@ -141,18 +171,20 @@ def main():
     args = ap.parse_args()
     random.seed(1)
     tmp = tempfile.mkdtemp(prefix="detect-latency-")
-    crash, ready, harness_lat, classes = [], [], [], set()
+    crash, evidence, ready, harness_lat, classes = [], [], [], [], set()
     hruns = args.n if args.harness_runs is None else args.harness_runs
     try:
         for i in range(args.n):
-            lat, h, cls = one_run("crash_loading", tmp, run_harness=i < hruns)
+            lat, h, cls, ev = one_run("crash_loading", tmp, run_harness=i < hruns)
             crash.append(lat)
+            evidence.append(ev)
             classes.add(cls)
             if h is not None:
                 harness_lat.append(h)
-            print("crash run %2d: module %.3f s, harness %s" % (i + 1, lat, "%.3f s" % h if h is not None else "-"), flush=True)
+            print("crash run %2d: module %.3f s after the line, %.3f s after the first process exit, harness %s"
+                  % (i + 1, lat, ev, "%.3f s" % h if h is not None else "-"), flush=True)
         for i in range(args.n):
-            lat, _, _ = one_run("normal", tmp, run_harness=False)
+            lat, _, _, _ = one_run("normal", tmp, run_harness=False)
             ready.append(lat)
             print("ready run %2d: module %.3f s" % (i + 1, lat), flush=True)
     finally:
@@ -160,8 +192,9 @@ def main():
     print("crash classes seen: %s" % ", ".join(sorted(c for c in classes if c)))
     hp50 = pct(harness_lat, 0.5) if harness_lat else float("nan")
     print("module vs harness, crash p50: %.3f s vs %.3f s (%.0fx faster)" % (pct(crash, 0.5), hp50, hp50 / pct(crash, 0.5)))
-    print("crash_p50_s=%.3f crash_p99_s=%.3f ready_p50_s=%.3f ready_p99_s=%.3f harness_crash_p50_s=%.3f"
-          % (pct(crash, 0.5), pct(crash, 0.99), pct(ready, 0.5), pct(ready, 0.99), hp50))
+    print("crash_p50_s=%.3f crash_p99_s=%.3f evidence_p50_s=%.3f evidence_p99_s=%.3f ready_p50_s=%.3f ready_p99_s=%.3f "
+          "harness_crash_p50_s=%.3f" % (pct(crash, 0.5), pct(crash, 0.99), pct(evidence, 0.5), pct(evidence, 0.99),
+                                        pct(ready, 0.5), pct(ready, 0.99), hp50))
 
 
 if __name__ == "__main__":

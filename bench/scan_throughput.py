@@ -21,7 +21,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "module_utils"))
-from sglang_log import LogClassifier, LogFollower  # noqa: E402
+from sglang_log import LogClassifier, LogFollower  # noqa: E402 - module_utils/sglang_log.py, importable once sys.path has module_utils/
 
 CORPUS = os.path.join(REPO, "tests", "data", "sglang-logs")
 GREP_SIGNATURES = [

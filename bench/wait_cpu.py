@@ -18,7 +18,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "bench"))
-from detect_latency import EMULATOR, FakeModule, free_port, wfm, sglang_proc  # noqa: E402
+from detect_latency import EMULATOR, FakeModule, free_port, wfm, sglang_proc  # noqa: E402 - bench/detect_latency.py, importable once sys.path has bench/
 
 
 def main():

@@ -51,10 +51,16 @@ options:
     default: []
   requirements:
     description:
-      - pip requirements to look for in the virtualenv (the install role's), each C(name), C(name[extras]==version),
-        a wheel file or C(name @ file:///.../name-version-....whl). One that is not installed with that version, or
-        whose form this module cannot prove (C(>=), an index URL), is reported in RV(drift).
-      - The same test the C(ansible.builtin.pip) module makes with O(ignore:state=present), without running pip.
+      - pip requirements to look for in the virtualenv (the install role's), in the forms pip takes, C(name),
+        C(name[extras]==version) (also C(===version), and C(==version.*) for a prefix), C(name[extras] @ URL) and
+        a bare wheel path or URL. Versions compare as PEP 440 says (C(==1.0) is met by C(1.0.0)).
+      - A wheel (a path, or a C(file:), C(http:) or C(https:) URL whose last part is a wheel file name) is in
+        place when its distribution is installed with the version of its file name, the test pip makes before it
+        leaves an installed distribution alone. The name before C(@) must be the wheel's own.
+      - A requirement that only pip can decide (other version specifiers, environment markers, a VCS URL, a
+        source directory or archive, which pip must build to learn its version) is reported in RV(drift), so that
+        the caller runs pip.
+      - Installed distributions are read from their C(.dist-info/METADATA) or C(.egg-info) (C(PKG-INFO)).
     type: list
     elements: str
     default: []
@@ -198,17 +204,24 @@ import_error:
 import grp
 import json
 import os
+import posixpath
 import pwd
 import re
 import stat
+from urllib.parse import unquote, urlsplit
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_paths import (PACKAGE, SITE_DIRS_SCRIPT, canonical_name, find_distribution, locate,
                                                venv_of, venv_site_dirs)
 
-_NAME = r"([A-Za-z0-9][A-Za-z0-9._-]*)(?:\[[^\]]*\])?"
-_PINNED_RE = re.compile(r"^%s\s*(?:==\s*([^\s;,=<>!~]+))?$" % _NAME)
-_WHEEL_RE = re.compile(r"^(?:%s\s*@\s*)?(?:file://)?(?:\S*/)?([A-Za-z0-9_.]+)-([^-/]+)(?:-[^-/]+)?-[^-/]+-[^-/]+-[^-/]+\.whl$" % _NAME)
+# PEP 508: a name, optional extras, then a version specifier or "@ URL", then optional environment markers.
+_REQ_RE = re.compile(r"""^(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*(?:\[[^\]]*\])?\s*
+                         (?:@\s*(?P<url>\S+)|(?P<spec>[^;@]*))\s*(?:;(?P<marker>.*))?$""", re.X)
+# PEP 440 ==/=== with one version (a trailing .* for ==); anything else needs pip's resolver.
+_EQ_RE = re.compile(r"^\(?\s*(?P<op>===?)\s*(?P<version>[^\s,;()]+)\s*\)?$")
+# PEP 427: {distribution}-{version}(-{build tag})?-{python tag}-{abi tag}-{platform tag}.whl
+_WHEEL_PARTS = (5, 6)
+_VERSION_RE = re.compile(r"^v?(?:(?P<epoch>\d+)!)?(?P<release>\d+(?:\.\d+)*)(?P<rest>.*)$", re.I)
 
 
 def model_dir_state(path):
@@ -229,27 +242,88 @@ def model_dir_state(path):
 SITE_DIRS_PTH = "eagle_deploy_site_dirs.pth"
 
 
+def wheel_name_version(location):
+    """(distribution, version) from a wheel's file name at a path or URL (PEP 427), or None when it is no wheel."""
+    path = urlsplit(location).path if "://" in location or location.startswith("file:") else location
+    base = unquote(posixpath.basename(path))
+    if not base.endswith(".whl"):
+        return None
+    parts = base[:-len(".whl")].split("-")
+    if len(parts) not in _WHEEL_PARTS or not all(parts):
+        return None
+    return parts[0], parts[1].replace("_", "-")
+
+
 def requirement_want(req):
-    """(name, version or None) that a requirement asks for, or None when its form cannot be proven here."""
+    """(name, version spec or None) that a requirement asks for, or None when only pip can tell whether it is met.
+
+    The version spec is ``==V``, ``==V.*`` or ``===V``."""
     req = req.strip()
-    m = _WHEEL_RE.match(req)
-    if m:
-        return m.group(2), m.group(3)
-    m = _PINNED_RE.match(req)
-    if m:
-        return m.group(1), m.group(2)
-    return None
+    wheel = wheel_name_version(req)
+    if wheel is not None and "@" not in req:
+        return wheel[0], "==" + wheel[1]
+    m = _REQ_RE.match(req)
+    if m is None or m.group("marker") is not None:
+        return None
+    name = m.group("name")
+    if m.group("url") is not None:
+        wheel = wheel_name_version(m.group("url"))
+        if wheel is None or canonical_name(wheel[0]) != canonical_name(name):
+            return None
+        return name, "==" + wheel[1]
+    spec = m.group("spec").strip()
+    if not spec:
+        return name, None
+    m = _EQ_RE.match(spec)
+    if m is None:
+        return None
+    return name, m.group("op") + m.group("version")
+
+
+def _pep440_key(version):
+    """(epoch, release without trailing zeros, pre/post/dev part without separators, local part with '.' as its
+    separator), lower case; None when unparsable."""
+    m = _VERSION_RE.match(version.strip())
+    if m is None:
+        return None
+    release = [int(x) for x in m.group("release").split(".")]
+    while len(release) > 1 and release[-1] == 0:
+        release.pop()
+    public, _plus, local = m.group("rest").lower().partition("+")
+    return int(m.group("epoch") or 0), tuple(release), re.sub(r"[-_.]", "", public), re.sub(r"[-_]", ".", local)
+
+
+def version_matches(spec, have):
+    """Whether installed version ``have`` meets ``==V``, ``==V.*`` or ``===V`` as PEP 440 says. Forms this cannot
+    decide (a local version label on one side only, an unparsable version) do not match: the caller runs pip."""
+    if spec.startswith("==="):
+        return spec[3:] == have
+    want = spec[2:]
+    if want == have:
+        return True
+    if want.endswith(".*"):
+        prefix, got = _VERSION_RE.match(want[:-2]), _VERSION_RE.match(have)
+        if prefix is None or got is None or prefix.group("rest"):
+            return False
+        if int(prefix.group("epoch") or 0) != int(got.group("epoch") or 0):
+            return False
+        wanted = [int(x) for x in prefix.group("release").split(".")]
+        release = [int(x) for x in got.group("release").split(".")]
+        release += [0] * max(0, len(wanted) - len(release))
+        return release[:len(wanted)] == wanted
+    a, b = _pep440_key(want), _pep440_key(have)
+    return a is not None and a == b
 
 
 def requirement_drift(req, site_dirs):
     want = requirement_want(req)
     if want is None:
         return "%s: not a form that can be checked without pip" % req
-    name, version = want
+    name, spec = want
     for site_dir in site_dirs:
         have, _ = find_distribution(site_dir, name)
         if have is not None:
-            if version is None or have == version:
+            if spec is None or version_matches(spec, have):
                 return None
             return "%s: %s %s is installed" % (req, canonical_name(name), have)
     return "%s: not installed" % req

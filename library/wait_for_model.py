@@ -13,16 +13,23 @@ description:
   - Starts an SGLang server (or anything shaped like one) as a detached process tree, with its
     output in a per-attempt log file, and blocks until the health URL answers 200, a crash is
     seen, or the deadline passes.
-  - A crash is any of a crash signature in the log (decided by C(module_utils/sglang_log.py),
-    built against real SGLang logs), the launched process exiting, a long-lived child of it (a
-    scheduler, the detokenizer) dying while the parent lives on, or neither log growth nor any
-    health answer for O(stall_timeout) seconds (a hang). A crash is reported within about a
-    second, with its class, a hint, the deciding line and the log tail.
+  - What acts is evidence that no client can write - the launched process exiting, a long-lived child
+    of it (a scheduler, the detokenizer) dying while the parent lives on, neither log growth nor any
+    health answer for O(stall_timeout) seconds (a hang), not healthy by O(timeout); with
+    O(state=watched), the health URL failing O(unhealthy_after) requests in a row.
+  - The log explains and hurries; it never acts alone. Its crash signatures (C(module_utils/sglang_log.py),
+    built against real SGLang logs) name the class, the hint, the deciding line and the traceback of a
+    failure that evidence proved, and make the module ask the health URL at once. A crash the log shows
+    while every process lives and the health URL answers 200 to a request sent after the line was read is
+    returned as RV(log_crash) with a warning, and nothing is stopped or failed (a serving server's log also
+    holds what clients wrote, in uvicorn's access lines and C(--log-requests) echoes). A crash is reported within a
+    poll (0.1 s) of the evidence.
   - Idempotent. When our server is running and healthy and its fingerprint (argv, environment,
     the hashes of O(fingerprint_files) and O(fingerprint_data)) is unchanged, nothing is touched
-    and C(changed=false). When it is running with the same fingerprint but not healthy yet (a
-    previous run was interrupted while it loaded), the module attaches to it and waits instead of
-    restarting a 10-minute load.
+    and C(changed=false). When it is running with the same fingerprint but did not answer the first
+    health request (still loading after an interrupted run, or busy), the module attaches to it and waits
+    instead of restarting a 10-minute load; it reads only what is logged from then on (history is never
+    judged again) and gives each health request O(health_timeout).
   - Our previous server is stopped (its whole process tree, found from the run-state file and
     verified by start time, boot id and command line, so that a reused PID is never signalled;
     SIGTERM, then SIGKILL after O(stop_timeout)). A process that is not ours is never signalled.
@@ -41,10 +48,12 @@ options:
     description:
       - C(started) launches (or keeps) the server and waits for it.
       - C(stopped) stops our server's process tree, only ours, and removes the run state.
-      - C(watched) launches nothing; it reads our server's whole log so far and keeps watching the log,
-        the process tree and the health URL for O(watch_time) seconds. It fails with the crash class if
-        the server crashed at any time during its life (a first decode request that killed it, say) or
-        is not healthy at the end. Use it after smoke requests.
+      - C(watched) launches nothing; it reads our server's log from O(log_offset) and watches the log,
+        the process tree and the health URL for O(watch_time) seconds. It fails with the log's crash class
+        when the server died (a first decode request that killed it, say) or its health failed
+        O(unhealthy_after) requests in a row. When the log shows a crash, the watch goes on past O(watch_time)
+        until the health URL has either answered 200 to a request sent after the crash line or failed
+        O(unhealthy_after) times in a row. Use it after smoke requests.
     type: str
     choices: [started, stopped, watched]
     default: started
@@ -190,9 +199,8 @@ options:
     type: int
     default: 30
   stop_on_failure:
-    description: Stop our server's tree when the wait fails (it holds GPU memory and cannot serve). With
-      O(state=watched), never on a crash that only the log shows while the processes live and health answers (see
-      RV(log_only)).
+    description: Stop our server's tree when the wait fails (it holds GPU memory and cannot serve). A wait fails
+      only on evidence (see the description), never on a log line alone (RV(log_crash)).
     type: bool
     default: true
   force_restart:
@@ -423,14 +431,23 @@ would_stop:
   returned: on failure in check mode
   type: bool
   sample: true
-log_only:
-  description: With O(state=watched), the log shows a crash but every server process stayed alive and the health URL
-    answered 200 for the whole watch. The task fails with the crash's class and line, and nothing is signalled (a
-    serving server's log also holds what clients sent (C(--log-requests)), and a crash SGLang really has tears its
-    processes down or fails its health at once).
-  returned: on such a failure
-  type: bool
-  sample: true
+log_crash:
+  description:
+    - The crash the log shows, next to what acted. With C(acted_on=false) the server stayed alive and its health
+      URL answered 200 to a request sent after the line was read - the task succeeds with a warning and nothing
+      was stopped (client text, a forged request echo, a crash SGLang recovered from). With C(acted_on=true) the
+      failure was proved by RV(evidence) (a stall, a timeout) and the line explains it; a crash that a process
+      death or failing health corroborated is reported in RV(crash_class) and RV(deciding_line) instead.
+  returned: when the log shows a crash that is not the failure's own deciding line
+  type: dict
+  sample: {"class": "cuda_oom", "line": "[2026-12-03 10:00:07] ... OutOfMemoryError ...", "lineno": 212,
+           "hint": "...", "exception": null, "acted_on": false,
+           "why": "every server process stayed alive and the health URL answered 200 to a request sent after this line was read"}
+evidence:
+  description: What proved the failure, in words - a process death, failing health or the clock, never a log line.
+  returned: on failure
+  type: str
+  sample: "worker PID 41290 of the server died"
 stopped_after_failure:
   description: What stopping our server after a failure did (O(stop_on_failure)).
   returned: on failure, when something was signalled
@@ -772,7 +789,8 @@ def start_of_line(fd, offset):
 
 # ------------------------------------------------------------------------------ the wait: watchers and decide()
 class Candidate(object):
-    """A watcher's candidate verdict. For a crash: when it was seen (``since``), when the log last grew
+    """A watcher's candidate verdict, and since when it holds (``since``): for a crash, when its line was read;
+    for ``ready``, when the request that answered 200 was sent. For a crash also when the log last grew
     (``quiet_since``) and whether its traceback is complete (``final``)."""
 
     __slots__ = ("verdict", "since", "quiet_since", "final")
@@ -784,35 +802,34 @@ class Candidate(object):
         return "Candidate(%r)" % self.verdict
 
 
-CONFIRMED_BY_THE_LOG = ("ready", "unhealthy")  # verdicts a crash written just before them overrules
+CONFIRMED_BY_THE_LOG = ("ready", "unhealthy")  # verdicts given one more look at the log before they stand
+DEATHS = ("leader", "children")  # the process side: evidence no client can forge
 
 
 def decide(candidates, now, watch, settle_time):
     """The verdict of one look, or None to keep waiting. Pure: the watchers' candidates and the time only.
 
-    The log's crash wins, once its traceback is complete (or the log has been quiet for ``settle_time``, or
-    5 settle times have passed); until then nothing else is decided. Then the process side (the leader
-    exited, a worker died), then health, then the clock. With ``watch`` the health verdict counts only at
-    the end of the window, and a window without a verdict (too few failed polls) keeps going. With ``watch`` a
-    crash in the log counts only when the process side or health agrees; at the end of the window a crash that
-    only the log shows is ``log_only`` (reported, never acted on)."""
+    Text never acts alone. Evidence is what no client can write: our leader exited or a worker died (a crash,
+    named by the log's class when the log has one, else ``exited``/``child_died``); watching a serving server,
+    health failing ``unhealthy_after`` requests in a row (``crashed`` when the log shows a crash, else
+    ``unhealthy``); waiting for a start, the clock (``stalled``, ``timeout``). A crash the log shows
+    (``candidates["log"]``) only explains and hurries: while it stands uncorroborated, ``ready`` needs a health
+    request sent after the crash line was read (``health.since >= crash.since``) to have answered 200, and a
+    watch does not end at its deadline until health has either answered so or failed ``unhealthy_after`` times
+    in a row. ``settle_time`` is the drain's business (the log gets it to say why once a process died)."""
     crash = candidates.get("log")
     health, clock = candidates.get("health"), candidates.get("clock")
-    if crash is not None:
-        waited, quiet = now - crash.since, now - crash.quiet_since
-        if not (crash.final or (waited >= settle_time and quiet >= settle_time) or waited >= 5 * settle_time):
-            return None
-        if not watch:
-            return "crashed"
-        # A watched server is serving: its log also holds what clients sent. A crash that SGLang really had tears
-        # its processes down (or its health fails) at once; a crash seen in the log alone is acted on by nobody.
-        if candidates.get("leader") is not None or candidates.get("children") is not None or (
-                health is not None and health.verdict == "unhealthy"):
-            return "crashed"
-        return "log_only" if clock is not None and clock.verdict == "deadline" else None
-    for name in ("leader", "children"):
+    for name in DEATHS:
         if candidates.get(name) is not None:
-            return candidates[name].verdict
+            return "crashed" if crash is not None else candidates[name].verdict
+    if watch and health is not None and health.verdict == "unhealthy":
+        return "crashed" if crash is not None else "unhealthy"
+    if crash is not None:
+        if health is not None and health.verdict == "ready" and health.since >= crash.since:
+            return "ready"  # alive and answering after the crash line: the line acts on nothing
+        if not watch and clock is not None:
+            return "timeout" if clock.verdict == "deadline" else clock.verdict
+        return None
     if watch:
         if clock is not None and clock.verdict == "deadline" and health is not None:
             return health.verdict
@@ -825,23 +842,25 @@ def decide(candidates, now, watch, settle_time):
 
 
 class LogWatch(object):
-    """Follows the log from a byte offset and feeds the classifier. Candidate: ``crashed``."""
+    """Follows the log from a byte offset and feeds the classifier. Candidate: ``crashed`` (an explanation
+    waiting for evidence; see decide())."""
 
     def __init__(self, follower, classifier, t0):
         self.follower = follower
         self.clf = classifier
         self.t0 = t0
         self.last_growth = t0
-        self.woke = False  # this look saw the log reach warmup or ready: health is asked at once
+        self.woke = False  # this look saw the log reach warmup or ready, or a crash: health is asked at once
 
     def poll(self, now):
         data = self.follower.read()
         self.woke = False
         if data:
-            before = (self.clf.phase, self.clf.ready is None)
+            before = (self.clf.phase, self.clf.ready is None, self.clf.crash is None)
             self.clf.feed(data)
             self.last_growth = now
-            self.woke = (self.clf.phase, self.clf.ready is None) != before and self.clf.phase in ("warmup", "ready")
+            after = (self.clf.phase, self.clf.ready is None, self.clf.crash is None)
+            self.woke = after != before and (self.clf.phase in ("warmup", "ready") or before[2] != after[2])
         crash = self.clf.crash
         if crash is None:
             return None
@@ -913,21 +932,25 @@ class HealthWatch(object):
         self.polls = 0
         self.fails = 0
         self.last = None
+        self.ok_sent = None  # when the request that last answered 200 was sent
 
     def poll(self, now):
         if self.log.woke:
             self.next_at = now
         if now >= self.next_at:
+            sent = self.clock()
             code = self.ask(self.timeout if self.patient else max(0.5, min(2.0, self.deadline - now)))
             self.polls += 1
             self.last = code
             self.fails = 0 if code == 200 else self.fails + 1
+            if code == 200:
+                self.ok_sent = sent
             gap = self.interval if code == 200 or not self.patient else max(self.interval, 1.0)
             self.next_at = self.clock() + gap
             if code is not None:
                 self.last_answer = self.clock()
         if self.polls and self.fails == 0:
-            return Candidate("ready")
+            return Candidate("ready", since=self.ok_sent)
         if self.fails >= self.unhealthy_after:
             return Candidate("unhealthy")
         return None
@@ -958,12 +981,13 @@ class ClockWatch(object):
 class ModelWaiter(object):
     """Launch / attach / wait / stop. Clock, sleep, process launch, HTTP, /proc, cgroups and the lock are injectable."""
 
-    def __init__(self, module, clock=time.monotonic, sleep=time.sleep, popener=None, http=http_status,
+    def __init__(self, module, clock=time.monotonic, sleep=None, popener=None, http=http_status,
                  procs=None, wall=time.time, cgroups=None, locker=fcntl.flock):
         self.module = module
         self.p = module.params
         self.clock = clock
-        self.sleep = sleep
+        # time.sleep looked up when called (not bound at import): the unit-test guard that forbids sleeping sees it
+        self.sleep = sleep or (lambda seconds: time.sleep(seconds))
         self.popener = popener or Popener()
         self.http = http
         self.procs = procs or ProcView()
@@ -1362,13 +1386,13 @@ class ModelWaiter(object):
         t0 = self.clock()
         deadline = t0 + (watch if watch is not None else p["timeout"])
         log_fd = open_log(state["log_path"], p["log_dir"], self.reader(state))
-        follower = LogFollower("/proc/self/fd/%d" % log_fd, start_offset=self._watch_offset(log_fd, watch))
+        follower = LogFollower("/proc/self/fd/%d" % log_fd, start_offset=self._watch_offset(log_fd, watch, attached))
         log = LogWatch(follower, LogClassifier(clock=lambda: self.clock() - t0), t0)
         leader = LeaderWatch(handle, state["pid"], self.procs)
         children = ChildrenWatch(state["pid"], self.procs, p["child_grace"])
         health = HealthWatch(lambda timeout: self.http(p["health_url"], self.headers(), timeout), self.clock, log,
                              t0, deadline, p["health_interval"], p["health_timeout"], p["unhealthy_after"],
-                             patient=watch is not None)
+                             patient=watch is not None or attached)
         clock = ClockWatch(deadline, p["stall_timeout"] if watch is None else 0, log, health)
         watchers = (("log", log), ("leader", leader), ("children", children), ("health", health), ("clock", clock))
         try:
@@ -1377,7 +1401,7 @@ class ModelWaiter(object):
                 candidates = dict((name, watcher.poll(now)) for name, watcher in watchers)
                 verdict = decide(candidates, now, watch is not None, p["settle_time"])
                 if verdict in CONFIRMED_BY_THE_LOG:
-                    candidates["log"] = log.poll(now)  # one last look: a crash written just before it wins
+                    candidates["log"] = log.poll(now)  # one more look: a crash line just written wants a later 200
                     verdict = decide(candidates, now, watch is not None, p["settle_time"])
                 if verdict is not None:
                     break
@@ -1389,14 +1413,21 @@ class ModelWaiter(object):
         self.result["health_polls"] = health.summary()
         follower.close()
         os.close(log_fd)
-        return self.report(verdict, log.clf, state, elapsed, leader.rc, children.died, attached, watch is not None)
+        result = self.report(verdict, log.clf, state, elapsed, leader.rc, children.died, attached, watch is not None,
+                             health, candidates)
+        if result.get("failed"):
+            self.stop_after_failure(state)
+        return result
 
-    def _watch_offset(self, log_fd, watch):
-        """Where the log is read from: 0 for a start; for a watch ``log_offset`` (-1: the end), at a line start."""
-        if watch is None:
+    def _watch_offset(self, log_fd, watch, attached=False):
+        """Where the log is read from: 0 for a server this run launched; the current end (at a line start) when
+        it attaches to a running one (history is never judged again: only what is logged from now on counts);
+        for a watch ``log_offset`` (-1: the end), at a line start."""
+        if watch is None and not attached:
             return 0
         size = os.fstat(log_fd).st_size
-        offset = start_of_line(log_fd, size if self.p["log_offset"] == -1 else min(self.p["log_offset"], size))
+        wanted = self.p["log_offset"] if watch is not None else -1
+        offset = start_of_line(log_fd, size if wanted == -1 else min(wanted, size))
         self.result["log_watched_from"] = offset
         return offset
 
@@ -1404,7 +1435,7 @@ class ModelWaiter(object):
         """Read what is left of the log. When the process side spoke first, give the log the settle time to say why."""
         clf = log.clf
         clf.feed(log.follower.read())
-        if verdict in ("exited", "child_died"):
+        if verdict in ("exited", "child_died", "crashed"):
             end = self.clock() + self.p["settle_time"]
             while not (clf.crash is not None and clf.settled) and self.clock() < end:
                 self.sleep(self.p["poll_interval"])
@@ -1423,7 +1454,7 @@ class ModelWaiter(object):
         finally:
             os.close(fd)
 
-    def report(self, verdict, clf, state, elapsed, rc, died, attached, watch_mode=False):
+    def report(self, verdict, clf, state, elapsed, rc, died, attached, watch_mode=False, health=None, candidates=None):
         p = self.p
         r = self.result
         s = clf.summary()
@@ -1433,15 +1464,29 @@ class ModelWaiter(object):
             phases=[{"phase": ph["phase"], "elapsed": round(ph["at"], 3), "lineno": ph["lineno"]} for ph in clf.phases],
             log_tail=clf.tail(p["log_tail_lines"]),
         )
+        crash = clf.crash
+        explained = {}
+        if crash is not None:
+            explained = {"class": crash["class"], "hint": crash["hint"], "line": crash["line"],
+                         "lineno": crash["lineno"], "exception": crash.get("exception")}
         if verdict == "ready":
             if watch_mode:
                 r["msg"] = "watched %.1f s: no crash, healthy" % elapsed
-                return r
-            if attached:
+            elif attached:
                 r["msg"] = "attached to our server (same fingerprint) and it became healthy"
+            if crash is not None:
+                # The log shows a crash, but every process lives and health answered 200 to a request sent after
+                # the line was read: the line is explained, never acted on.
+                explained["acted_on"] = False
+                explained["why"] = ("every server process stayed alive and the health URL answered 200 to a request "
+                                    "sent after this line was read")
+                r["log_crash"] = explained
+                note = ("the log shows %s at line %d (%s), but the server is alive and answering: nothing was stopped"
+                        % (crash["class"], crash["lineno"], crash["line"].strip()[:160]))
+                r["msg"] = "%s; %s" % (r.get("msg") or "healthy", note)
+                self.module.warn(note)
             return r
-        crash = clf.crash
-        if crash is not None:
+        if verdict == "crashed" or (crash is not None and verdict in ("exited", "child_died")):
             cls, hint = crash["class"], crash["hint"]
             r.update(deciding_line=crash["line"], deciding_lineno=crash["lineno"], crash_exception=crash.get("exception"),
                      traceback=crash.get("traceback"))
@@ -1453,7 +1498,6 @@ class ModelWaiter(object):
             cls = "child_died"
             hint = ("a long-lived child of the server (PID %d) died while the parent lives on: the server "
                     "cannot serve and would hang (the kernel OOM killer is a common cause: dmesg -T | grep -i oom)" % died[0])
-            r["dead_child_pid"] = died[0]
         elif verdict == "unhealthy":
             cls = "unhealthy"
             hint = "the server is running but its health URL does not answer 200: read log_tail"
@@ -1465,30 +1509,54 @@ class ModelWaiter(object):
             cls = "timeout"
             hint = ("not healthy after %d s (phase '%s'); raise timeout if the load is just slow"
                     % (p["timeout"], s["phase"]))
+        if died is not None:
+            r["dead_child_pid"] = died[0]
+        r["evidence"] = self._evidence(verdict, rc, died, health, candidates or {})
+        if crash is not None and "deciding_line" not in r:
+            explained["acted_on"] = True
+            r["log_crash"] = explained  # what the log says, next to what proved the failure
         r.update(crash_class=cls, hint=hint, rc=rc)
         if verdict == "timeout":
             lead = "timed out after %d s in phase '%s'" % (p["timeout"], s["phase"])
         else:
             detail = r.get("crash_exception")
-            lead = "%s: %s%s" % ({"unhealthy": "server unhealthy", "stalled": "server hung",
-                                  "log_only": "the log shows a crash"}.get(verdict, "server crashed"),
+            lead = "%s: %s%s" % ({"unhealthy": "server unhealthy", "stalled": "server hung"}.get(verdict, "server crashed"),
                                  cls, " (%s)" % detail[:200] if detail else "")
-        r["msg"] = "%s — %s (see log_tail, %s)" % (lead, hint, state["log_path"])
-        if verdict == "log_only":
-            r["log_only"] = True
-            r["msg"] += (" — NOT stopped: every server process stayed alive and its health URL answered 200 for"
-                         " the whole watch, so the crash is in the log only (a client's request text can look like one)")
-        elif p["stop_on_failure"] and self.module.check_mode:
-            r["would_stop"] = True  # check mode never signals
-            r["msg"] += " (check mode: the server was not stopped)"
-        elif p["stop_on_failure"]:
-            stopped = sglang_proc.stop_tree(state, grace=min(p["stop_timeout"], FAILED_STOP_GRACE), clock=self.clock, sleep=self.sleep)
-            if stopped["signalled"] or stopped["killed"]:
-                r["stopped_after_failure"] = stopped
-            if not stopped["remaining"]:
-                self._remove_cgroup(state)
+        r["msg"] = "%s — %s (evidence: %s; see log_tail, %s)" % (lead, hint, r["evidence"], state["log_path"])
+        if crash is not None and "deciding_line" not in r:
+            r["msg"] += " — the log shows %s at line %d: %s" % (crash["class"], crash["lineno"], crash["line"].strip()[:200])
         r["failed"] = True
         return r
+
+    def stop_after_failure(self, state):
+        """A failed wait's server holds GPU memory and serves nothing: stop it (``stop_on_failure``), never in
+        check mode."""
+        r = self.result
+        if not self.p["stop_on_failure"]:
+            return
+        if self.module.check_mode:
+            r["would_stop"] = True  # check mode never signals
+            r["msg"] += " (check mode: the server was not stopped)"
+            return
+        stopped = sglang_proc.stop_tree(state, grace=min(self.p["stop_timeout"], FAILED_STOP_GRACE), clock=self.clock,
+                                        sleep=self.sleep)
+        if stopped["signalled"] or stopped["killed"]:
+            r["stopped_after_failure"] = stopped
+        if not stopped["remaining"]:
+            self._remove_cgroup(state)
+
+    def _evidence(self, verdict, rc, died, health, candidates):
+        """What proved a failure, in words: the process side, health or the clock, never a log line (decide())."""
+        if candidates.get("children") is not None and died is not None:
+            return "worker PID %d of the server died" % died[0]
+        if candidates.get("leader") is not None:
+            return "the server's leader process exited%s" % (" (rc=%s)" % rc if rc is not None else "")
+        if verdict in ("unhealthy", "crashed") and health is not None:
+            return "the health URL failed %d requests in a row (last: %s)" % (
+                health.fails, "no answer" if health.last is None else "HTTP %s" % health.last)
+        if verdict == "stalled":
+            return "no log output and no HTTP answer for %d s" % self.p["stall_timeout"]
+        return "not healthy after %d s" % self.p["timeout"]
 
     # ---------------------------------------------------------------- stop
     def stop_only(self):

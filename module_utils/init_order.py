@@ -8,8 +8,9 @@ are taken in order, and the first one that contains a call (outside nested funct
 code runs later) is where the method can first fail. Attributes of the instance (``self.x = ...``) stored by the
 statements before it are set even when the method fails there; those stored from it on may never be.
 
-Used by ``library/early_init_patch.py`` (``at_risk``) and by the SGLang stand-in server of the tests (its package
-carries a copy of this file), which decides with the same rule whether the installed, maybe patched, file leaves ``spec_disable_batch_threshold`` unset.
+Used by ``library/early_init_patch.py``: the attributes ``at_risk`` are those that other methods read but that
+``__init__`` may never store, SGLang's ``spec_disable_batch_threshold`` among them, which the patch assigns early.
+``method_init_order`` gives the same facts for a whole source text, for any caller that reads an installed file.
 """
 
 from __future__ import annotations

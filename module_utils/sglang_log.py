@@ -115,6 +115,52 @@ _ECHO = re.compile(r'^(?:(?:Receive(?: OpenAI)?|Finish): obj=|in=\w+\(|\{"timest
 # may look like an SGLang line (a pasted log with its own "[date] Scheduler hit an exception"). So an echo
 # whose first line does not end the object goes on, as data, until a line that does, whatever that line's
 # prefix, for at most _ECHO_MAX bytes (SGLang truncates logged text to --log-requests-level's max length).
+# uvicorn's access line (SGLang keeps uvicorn's access log on, with its own format: "[date] INFO:     127.0.0.1:50420
+# - \"GET /health HTTP/1.1\" 503 Service Unavailable"): the method, the path and the raw query string are the client's
+# own text (and, behind a proxy, the client address too). Any client can write any word there, with or without the
+# API key (a 401 and a 404 are logged too), so such a line is data: it never decides and never opens a traceback.
+_ACCESS = re.compile(r'^(?:\x1b\[[0-9;]*m)?(?:INFO|DEBUG|TRACE|WARNING|ERROR|CRITICAL)(?:\x1b\[[0-9;]*m)?: +.* - ".*" '
+                     r'(?:\x1b\[[0-9;]*m)?\d{3}\b')
+# Lines that say what they are, and are not errors: a logging level below ERROR at the line's start (Python's
+# default "WARNING:name:msg", uvicorn's "INFO:     ...", vLLM-style "INFO 12-03 ..."), the warnings module
+# ("path:lineno: FutureWarning: msg", a bare "UserWarning: msg"), NCCL_DEBUG output ("host:pid:tid [0] NCCL WARN
+# ..."), c10/glog warnings and infos ("[W1203 10:00:00.000 ProcessGroupNCCL.cpp:123] ..."), and the newer SGLang
+# prefix's own level ("2026-... WARNING 1234 [ TP0 file.py:12] "). A signature word in such a line (a deprecation
+# notice naming OutOfMemoryError, an NCCL setting that mentions errors, a JIT fallback that quotes its compile
+# error) decides nothing.
+_NOTICE_BODY = re.compile(
+    r"^(?:\x1b\[[0-9;]*m)?(?:WARNING|WARN|INFO|DEBUG|NOTICE|TRACE)(?:\x1b\[[0-9;]*m)?(?::|\s)|"
+    r"^[\w.]*Warning: |^\S.*?:\d+: [\w.]*Warning: |^\S+:\d+:\d+ \[\d+\] NCCL (?:INFO|WARN|TRACE) |^Warning: ")
+_NOTICE_PREFIX = re.compile(r"\[[WI](?:\d{4} \d\d:\d\d:\d\d\.\d+)?(?: +\d+)? ?[\w.]+:\d+\] |"
+                            r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? +(?:DEBUG|INFO|WARNING|WARN) ")
+# SGLang's own logger prints no level: a warning there is told by what it says. A line outside a traceback that
+# is not an exception line and says it falls back, or that something is deprecated, reports a way around.
+_NOTICE_WORDS = re.compile(r"\bfall(?:s|ing)? ?back\b|\bfallback\b|\bdeprecat(?:ed|ion)\b|\bwill be removed\b", re.I)
+
+
+_ERROR_PREFIX = re.compile(r"\[[EF](?:\d{4} \d\d:\d\d:\d\d\.\d+)?(?: +\d+)? ?[\w.]+:\d+\] |"
+                           r"^\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)? +(?:ERROR|CRITICAL|FATAL) ")
+
+
+def line_level(line, body):
+    """``"notice"`` for a line that says it is a warning or info, ``"error"`` for one whose prefix says error or
+    fatal, None when the line says nothing of its level (SGLang's own format). ``body``: the line without its
+    prefixes (strip_prefix)."""
+    if _NOTICE_BODY.match(body):
+        return "notice"
+    prefix = line[:len(line) - len(body)] if line.endswith(body) else ""
+    if not prefix:
+        return None
+    if _NOTICE_PREFIX.search(prefix) is not None:
+        return "notice"
+    return "error" if _ERROR_PREFIX.search(prefix) is not None else None
+
+
+def is_notice(line, body):
+    """Whether a log line is a warning or info line by its own words or prefix (see line_level)."""
+    return line_level(line, body) == "notice"
+
+
 _ECHO_TEXT = re.compile(r"\btext=['\"]")
 _ECHO_TAIL = re.compile(r"['\"], [a-z_]+=")
 _ECHO_MAX = 256 * 1024
@@ -174,7 +220,8 @@ _SIGNATURES = [
     (re.compile(r"scheduler died during initialization|scheduler (?:process )?died\b|"
                 r"(?:Scheduler|Detokenizer|TokenizerManager)\S* (?:process )?(?:exited|is dead)", re.I),
      "killed", False),
-    (re.compile(r"Capture cuda graph failed.*(?:out of memory)|(?:CUDA|HIP) out of memory|OutOfMemoryError"),
+    # torch's exception (its name followed by its message, or alone), or the allocator's words.
+    (re.compile(r"Capture cuda graph failed.*(?:out of memory)|(?:CUDA|HIP) out of memory|OutOfMemoryError(?::|\s*$)"),
      "cuda_oom", True),
     (_KV_POOL, "kv_pool_oom", True),
     # CUDA before NCCL: "watchdog thread terminated with exception: CUDA error: ..." is a CUDA fault that
@@ -183,7 +230,9 @@ _SIGNATURES = [
                 r"device-side assert triggered|illegal memory access was encountered|"
                 r"CUDA (?:driver )?error: (?!out of memory)|unspecified launch failure|cudaError(?!Memory)\w+"),
      "cuda_error", True),
-    (re.compile(r"NCCL error|ncclUnhandledCudaError|ncclSystemError|ncclInternalError|"
+    # torch's "NCCL error in: <file>:<line>, <reason>" and SGLang's pynccl "NCCL error: <reason>" (not a setting
+    # that names "NCCL error handling" or "NCCL error-reporting").
+    (re.compile(r"NCCL error(?: in\b|:)|ncclUnhandledCudaError|ncclSystemError|ncclInternalError|"
                 r"Watchdog caught collective operation timeout|ProcessGroupNCCL's watchdog got stuck|"
                 r"Process group watchdog thread terminated with exception|DistBackendError"), "nccl", True),
     (re.compile(r"Capture cuda graph failed"), "cuda_graph_capture", True),
@@ -407,6 +456,8 @@ class LogClassifier(object):
         self._tail_bytes = b""
         self._echo = None  # inside a multi-line request echo: the bytes it may still span
         self._echo_last = False  # the last line (piece) fed was echo data
+        self.access_lines = 0  # uvicorn access lines seen (data: the client's request line)
+        self.notices = 0  # warning/info lines that held back a signature word or a traceback
         self._midline = False  # the last piece fed ended without a line break (a runaway line)
         self._cri = {}  # CRI stream -> (first physical line, text so far) of a partial ("P") record
         # the shape gate (see _gate): line shapes proven anchor-free, their size, the block that holds an
@@ -614,6 +665,9 @@ class LogClassifier(object):
             self._echo_last = True
             return
         self._echo_last = False
+        if _ACCESS.match(body):
+            self.access_lines += 1
+            return
 
         # An orderly stop, and children the launcher reports gone (see _CHILD_EXIT).
         if self.stopping is None and _STOP.search(body):
@@ -637,6 +691,9 @@ class LogClassifier(object):
         if body[:1] in (" ", "\t"):
             what = _WHAT.match(body)  # "  what():  <message>" of a C++ exception that aborted the process
             text = what.group(1) if what else None
+        elif self._is_notice(line, body):
+            self.notices += 1
+            return
         if text:
             for look, cls, final in _LOOKS:
                 if look(text):
@@ -645,6 +702,15 @@ class LogClassifier(object):
 
         # Traceback blocks.
         self._track_blocks(line, body, prefixed, lineno)
+
+    def _is_notice(self, line, body):
+        """A warning or info line (never a traceback's own exception line), or, where the line names no level,
+        one outside a traceback that says it falls back or that something is deprecated."""
+        level = line_level(line, body)
+        if level == "notice":
+            return not (self._block is not None and _EXCEPTION.match(body.strip()))
+        return (level is None and self._block is None and _NOTICE_WORDS.search(body) is not None
+                and not _EXCEPTION.match(body.strip()))
 
     def _track_progress(self, body, line, lineno):
         for rx, phase in _PHASE_MARKERS:

@@ -3,12 +3,13 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Where an installed SGLang is, and which version, read from the file system (standard library only).
 
-The one way the project finds SGLang (the ``sglang_info`` module, ``sglang_args_check``, and the SGLang stand-in
-server of the tests, whose package carries a copy of this file):
-the site-packages directories of a virtualenv are read from its ``pyvenv.cfg`` and ``lib/pythonX.Y``; the version
-comes from the ``sglang-<version>.dist-info/METADATA`` file there, the package from the ``sglang`` directory next
-to it. Nothing is imported and no process is started. For a Python that is not a virtualenv's, the caller asks
-that interpreter once for its import path with ``SITE_DIRS_SCRIPT`` (it imports nothing of SGLang).
+The one way the modules find SGLang (``sglang_info``, ``sglang_args_check``; ``wait_for_model`` hashes files with
+``file_sha256``): the site-packages directories of a virtualenv are read from its ``pyvenv.cfg`` and
+``lib/pythonX.Y``; a distribution's version comes from the metadata its installer wrote there
+(``<name>-<version>.dist-info/METADATA``, or ``PKG-INFO`` of a legacy ``.egg-info``), SGLang's package from the
+``sglang`` directory next to it. Nothing is imported and no process is started. For a Python that is not a
+virtualenv's, the caller asks that interpreter once for its import path with ``SITE_DIRS_SCRIPT`` (it imports
+nothing of SGLang).
 """
 
 from __future__ import annotations
@@ -70,7 +71,8 @@ def venv_site_dirs(venv):
 
 
 def read_metadata(path):
-    """Name and Version from a dist-info METADATA file (RFC 822 headers up to the first blank line)."""
+    """Name and Version from a core metadata file, dist-info METADATA or egg-info PKG-INFO (RFC 822 headers up to
+    the first blank line)."""
     meta = {}
     with open(path, encoding="utf-8", errors="replace") as handle:
         for line in handle:
@@ -82,19 +84,30 @@ def read_metadata(path):
     return meta
 
 
+def _metadata_file(path):
+    """The core metadata file of a ``.dist-info`` or ``.egg-info`` entry (an egg-info may be that file itself)."""
+    if path.endswith(".dist-info"):
+        return os.path.join(path, "METADATA")
+    return os.path.join(path, "PKG-INFO") if os.path.isdir(path) else path
+
+
 def find_distribution(site_dir, name=PACKAGE):
-    """(version, dist-info path) of distribution ``name`` installed in site_dir, or (None, None)."""
+    """(version, metadata dir) of distribution ``name`` installed in site_dir, or (None, None).
+
+    Installers name the entry ``<name>-<version>.dist-info`` (``<name>-<version>[-pyX.Y].egg-info`` for legacy
+    installs) with the name's ``-`` written as ``_``; the ``Name`` header inside decides. A dist-info wins over an
+    egg-info of the same name, as it does for Python's importlib.metadata."""
     want = canonical_name(name)
     try:
-        entries = sorted(os.listdir(site_dir))
+        entries = sorted(os.listdir(site_dir), key=lambda e: (not e.endswith(".dist-info"), e))
     except OSError:
         return None, None
     for entry in entries:
-        if not entry.endswith(".dist-info") or canonical_name(entry.split("-", 1)[0]) != want:
+        if not entry.endswith((".dist-info", ".egg-info")) or canonical_name(entry.split("-", 1)[0]) != want:
             continue
         path = os.path.join(site_dir, entry)
         try:
-            meta = read_metadata(os.path.join(path, "METADATA"))
+            meta = read_metadata(_metadata_file(path))
         except OSError:
             continue
         if canonical_name(meta.get("Name", "")) == want and meta.get("Version"):

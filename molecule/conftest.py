@@ -8,7 +8,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from tests.molecule_support import hostcheck  # noqa: E402
+from tests.molecule_support import hostcheck  # noqa: E402 - importable once sys.path has the repository root
 
 
 @pytest.fixture(scope="module")

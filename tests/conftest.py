@@ -7,7 +7,7 @@ import sys
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "library"))
 
-import ansible.module_utils  # noqa: E402
+import ansible.module_utils  # noqa: E402 - the sys.path set-up above comes first
 
 _MU = os.path.join(ROOT, "module_utils")
 if _MU not in ansible.module_utils.__path__:

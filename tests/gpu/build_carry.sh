@@ -163,13 +163,13 @@ if (( pack_b > limit_mib * 1048576 || total > 64 * 1048576 )); then
 fi
 echo "carry + tree: ${total} bytes of 67108864"
 
-# smoke.yml's burst script (roles/sglang_server/vars/main.yml at HEAD), taught to send token ids when the run
-# has no tokenizer (--skip-tokenizer-init): the requests, threads and checks are the role's own.
-git -C "${repo}" show HEAD:roles/sglang_server/vars/main.yml > "${carry}/project/sglang_server_vars.yml"
+# smoke.yml's burst program (roles/sglang_server/files/smoke_burst.py at HEAD), taught to send token ids when the
+# run has no tokenizer (--skip-tokenizer-init): the requests, threads and checks are the role's own.
+git -C "${repo}" show HEAD:roles/sglang_server/files/smoke_burst.py > "${carry}/project/smoke_burst.py"
 "${python}" - "${carry}/project" <<'PY'
-import sys, yaml
+import sys
 d = sys.argv[1]
-s = yaml.safe_load(open(d + "/sglang_server_vars.yml"))["_sglang_server_burst_script"]
+s = open(d + "/smoke_burst.py").read()
 a = '    headers = {"Content-Type": "application/json"}\n'
 b = 'text = got.get("text") or ""'
 assert s.count(a) == 1 and s.count(b) == 1, "the role's burst script changed; update build_carry.sh"

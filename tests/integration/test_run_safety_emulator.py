@@ -1,5 +1,5 @@
-"""wait_for_model run by Ansible with real processes (issue 8): two runs at once, a process tree that
-escapes its session, bad input next to a healthy server."""
+"""wait_for_model run by Ansible with real processes: two runs at once, a process tree that escapes its
+session, bad input next to a healthy server, forged run state."""
 from __future__ import annotations
 
 import os
@@ -161,14 +161,15 @@ def test_two_runs_at_once_launch_one_server(dirs):
 def test_a_run_that_cannot_get_the_lock_fails_naming_the_holder(dirs):
     port = free_port()
     first = {}
-    th = threading.Thread(target=lambda: first.update(run_module("wait_for_model", _emulator_args(dirs, port, load="6"))))
+    # The first run loads for 20 s: the second (an Ansible start away, seconds on a loaded machine) finds it holding the lock.
+    th = threading.Thread(target=lambda: first.update(run_module("wait_for_model", _emulator_args(dirs, port, load="20"))))
     th.start()
     try:
         lock = os.path.join(dirs["run_dir"], "safe.lock")
         deadline = time.monotonic() + 20
         while not (os.path.exists(lock) and os.path.getsize(lock)) and time.monotonic() < deadline:
             time.sleep(0.05)
-        second = run_module("wait_for_model", _emulator_args(dirs, port, load="6", lock_timeout=1))
+        second = run_module("wait_for_model", _emulator_args(dirs, port, load="20", lock_timeout=1))
         assert second["failed"] and "another run holds the lock for safe since" in second["msg"]
         assert "crash_class" not in second
     finally:
@@ -197,7 +198,7 @@ def test_missing_binary_creates_no_log_file(dirs):
 
 
 def test_forged_state_in_a_service_user_writable_run_dir_signals_nothing(dirs):
-    # The issue's attack: the service user writes <name>.json naming a root process; here the victim is
+    # The attack: the service user writes <name>.json naming a root process; here the victim is
     # a process of this test, recorded with its true identity, in a run dir others can write.
     victim = __import__("subprocess").Popen([sys.executable, "-c", "import time; time.sleep(60)"], start_new_session=True)
     dirs["pids"].append(victim.pid)
@@ -230,7 +231,7 @@ def test_no_launch_while_another_run_holds_the_lock(dirs):
     th = threading.Thread(target=lambda: result.update(run_module("wait_for_model", _emulator_args(dirs, port, load="1"))))
     th.start()
     try:
-        time.sleep(4)  # the run is waiting for the lock: nothing may have been launched
+        time.sleep(8)  # the run is waiting for the lock (Ansible's start included): nothing may have been launched
         assert _emulator_leaders(port) == [] and not os.path.exists(os.path.join(dirs["run_dir"], "safe.json"))
     finally:
         os.close(fd)  # releases the lock: now it launches

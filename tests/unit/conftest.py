@@ -1,4 +1,4 @@
-"""House rule for unit tests (issue 9): no test spawns a process, sleeps or busy-waits.
+"""House rule for unit tests: no test spawns a process, sleeps or busy-waits.
 
 For the duration of every test under tests/unit, subprocess.Popen (and so subprocess.run, check_output and
 AnsibleModule.run_command), os.fork, os.posix_spawn(p), os.system and the real time.sleep raise

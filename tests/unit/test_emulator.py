@@ -14,11 +14,11 @@ import jinja2
 import pytest
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import sglang_src  # noqa: E402  (test helper next to this file)
+import sglang_src  # noqa: E402 - test helper next to this file, importable once sys.path has this directory
 
 sys.path.insert(0, os.path.join(sglang_src.REPO, "tests", "emulator"))
-import sglang_emulator  # noqa: E402
-from sglang_emulator import cli, logs, replay, scenarios, scheduler  # noqa: E402
+import sglang_emulator  # noqa: E402 - tests/emulator, importable once it is on sys.path
+from sglang_emulator import cli, logs, replay, scenarios, scheduler  # noqa: E402 - tests/emulator, once on sys.path
 
 PATCH_MODULE_FILE = os.path.join(sglang_src.REPO, "library", "early_init_patch.py")
 CORPUS = os.path.join(sglang_src.REPO, "tests", "data", "sglang-logs")
@@ -350,7 +350,7 @@ def test_replay_outcome_without_manifest(tmp_path, text, label):
 
 
 def test_banner_says_it_is_not_sglang():
-    assert sglang_emulator.BANNER.startswith("[EMULATOR] sglang-emulator 1.1: this is NOT SGLang")
+    assert sglang_emulator.BANNER.startswith("[EMULATOR] sglang-emulator " + sglang_emulator.VERSION + ": this is NOT SGLang")
 
 
 @pytest.mark.parametrize("version", sglang_src.RELEASES)

@@ -109,7 +109,7 @@ def test_stop_freed_the_gpu():
     assert stop["stop"]["stopped"]["remaining"] == []
 
 
-# ---- Second device run (tests/data/h200-sglang/run2, project at f0ac88b; README "Second run") ----------------
+# ---- tests/data/h200-sglang/run2: a run with the project at f0ac88b (README there, "Second run") ---------------
 RUN2 = os.path.join(DATA, "run2")
 
 

@@ -23,7 +23,7 @@ from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import sglang_src  # noqa: E402  (test helper next to this file)
+import sglang_src  # noqa: E402 - test helper next to this file, importable once sys.path has this directory
 
 MODULE_FILE = os.path.join(sglang_src.REPO, "library", "sglang_args_check.py")
 _spec = importlib.util.spec_from_file_location("sglang_args_check", MODULE_FILE)
@@ -49,9 +49,9 @@ SERVER_ARGS = {
 }
 
 
-from module_harness import ExitJson, FailJson  # noqa: E402
-from module_harness import exit_json as _exit_json  # noqa: E402
-from module_harness import fail_json as _fail_json  # noqa: E402
+from module_harness import ExitJson, FailJson  # noqa: E402 - test helper next to this file, importable once sys.path has this directory
+from module_harness import exit_json as _exit_json  # noqa: E402 - test helper next to this file, importable once sys.path has this directory
+from module_harness import fail_json as _fail_json  # noqa: E402 - test helper next to this file, importable once sys.path has this directory
 
 
 def _extract_server_sources(version, dest):

@@ -18,10 +18,10 @@ from ansible.module_utils import basic
 from ansible.module_utils.testing import patch_module_args
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-import sglang_src  # noqa: E402  (test helper next to this file)
-from module_harness import ExitJson, FailJson, exit_json, fail_json  # noqa: E402
+import sglang_src  # noqa: E402 - test helper next to this file, importable once sys.path has this directory
+from module_harness import ExitJson, FailJson, exit_json, fail_json  # noqa: E402 - test helper next to this file, importable once sys.path has this directory
 
-from test_sglang_args_check import sac  # noqa: E402  (the module under test, loaded once)
+from test_sglang_args_check import sac  # noqa: E402 - the module under test, loaded once by that test file
 
 # inventory/h200's settings as the role renders them (tests/data/h200-sglang: what ran on the H200).
 H200_ARGS = {

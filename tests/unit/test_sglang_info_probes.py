@@ -12,8 +12,8 @@ import pytest
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 sys.path.insert(0, os.path.join(REPO, "module_utils"))
-import ansible.module_utils  # noqa: E402
-import sglang_paths  # noqa: E402
+import ansible.module_utils  # noqa: E402 - the sys.path set-up above comes first
+import sglang_paths  # noqa: E402 - module_utils/sglang_paths.py, importable once sys.path has module_utils/
 
 sys.modules.setdefault("ansible.module_utils.sglang_paths", sglang_paths)
 _spec = importlib.util.spec_from_file_location("sglang_info_probes", os.path.join(REPO, "library", "sglang_info.py"))
@@ -33,16 +33,55 @@ def test_model_dir_states_name_what_is_wrong(tmp_path):
 
 
 @pytest.mark.parametrize("req, want", [
-    ("sglang==0.5.23", ("sglang", "0.5.23")),
-    ("sglang[all] == 0.5.23", ("sglang", "0.5.23")),
+    ("sglang==0.5.23", ("sglang", "==0.5.23")),
+    ("sglang[all] == 0.5.23", ("sglang", "==0.5.23")),
+    ("sglang (==0.5.23)", ("sglang", "==0.5.23")),
+    ("sglang===0.5.23", ("sglang", "===0.5.23")),
+    ("sglang==0.5.*", ("sglang", "==0.5.*")),
     ("flashinfer-python", ("flashinfer-python", None)),
-    ("sglang-emulator @ file:///c/sglang_emulator-1.1-py3-none-any.whl", ("sglang_emulator", "1.1")),
-    ("/w/sglang_emulator-1.1-1-py3-none-any.whl", ("sglang_emulator", "1.1")),
-    ("torch>=2.4", None),
-    ("git+https://example.invalid/x.git", None),
+    ("sgl-kernel @ file:///w/sgl_kernel-0.3.9-cp310-abi3-manylinux2014_x86_64.whl", ("sgl-kernel", "==0.3.9")),
+    ("sgl_kernel[x] @ https://h.invalid/p/sgl_kernel-0.3.9-cp310-abi3-linux_x86_64.whl#sha256=00",
+     ("sgl_kernel", "==0.3.9")),
+    ("torch @ https://h.invalid/torch-2.8.0%2Bcu128-cp311-cp311-linux_x86_64.whl", ("torch", "==2.8.0+cu128")),
+    ("/w/flashinfer_python-0.6.1-1-py3-none-any.whl", ("flashinfer_python", "==0.6.1")),
+    ("https://h.invalid/flashinfer_python-0.6.1-py3-none-any.whl", ("flashinfer_python", "==0.6.1")),
 ])
 def test_requirement_forms(req, want):
     assert si.requirement_want(req) == want
+
+
+@pytest.mark.parametrize("req", [
+    "torch>=2.4",
+    "sglang==0.5.23,!=0.5.22",
+    "sglang==0.5.23; python_version >= '3.10'",
+    "git+https://example.invalid/x.git",
+    "sglang @ git+https://example.invalid/sglang.git@v0.5.23",
+    "sglang @ file:///src/sglang",
+    "sglang @ https://h.invalid/sglang-0.5.23.tar.gz",
+    "other @ file:///w/sgl_kernel-0.3.9-cp310-abi3-linux_x86_64.whl",
+    "/w/not-a-wheel.whl",
+])
+def test_requirements_only_pip_can_decide(req):
+    assert si.requirement_want(req) is None
+
+
+@pytest.mark.parametrize("spec, have, met", [
+    ("==1.0", "1.0.0", True),
+    ("==1.0.0", "1", True),
+    ("==1.0rc1", "1.0.0RC1", True),
+    ("==2.8.0+cu128", "2.8.0+cu128", True),
+    ("==2.8.0", "2.8.0+cu128", False),
+    ("==1.0+cu12.1", "1.0+cu121", False),
+    ("==1.0", "1.0.post1", False),
+    ("==0.5.*", "0.5.23", True),
+    ("==0.5.*", "0.50.1", False),
+    ("==0.5.*", "0.5", True),
+    ("===0.5.23", "0.5.23", True),
+    ("===0.5.23", "0.5.23.0", False),
+    ("==2024-nightly", "2024-nightly", True),
+])
+def test_versions_compare_as_pep_440_says(spec, have, met):
+    assert si.version_matches(spec, have) is met
 
 
 def _dist(site, name, version):
@@ -54,14 +93,26 @@ def _dist(site, name, version):
 def test_requirement_drift_compares_the_installed_version(tmp_path):
     site = tmp_path / "site-packages"
     _dist(site, "sglang", "0.5.20")
-    _dist(site, "sglang-emulator", "1.1")
+    _dist(site, "sgl-kernel", "0.3.9")
     dirs = [str(site)]
     assert si.requirement_drift("sglang==0.5.20", dirs) is None
     assert si.requirement_drift("sglang==0.5.23", dirs) == "sglang==0.5.23: sglang 0.5.20 is installed"
-    assert si.requirement_drift("sglang-emulator @ file:///c/sglang_emulator-1.1-py3-none-any.whl", dirs) is None
-    assert si.requirement_drift("sglang-emulator @ file:///c/sglang_emulator-1.2-py3-none-any.whl", dirs)
+    assert si.requirement_drift("sgl-kernel @ file:///w/sgl_kernel-0.3.9-py3-none-any.whl", dirs) is None
+    assert si.requirement_drift("sgl-kernel @ file:///w/sgl_kernel-0.4.0-py3-none-any.whl", dirs)
     assert si.requirement_drift("flashinfer-python", dirs) == "flashinfer-python: not installed"
     assert "can be checked without pip" in si.requirement_drift("torch>=2", dirs)
+
+
+def test_an_egg_info_counts_and_a_dist_info_wins(tmp_path):
+    site = tmp_path / "site-packages"
+    egg = site / "legacy_pkg-2.0-py3.11.egg-info"
+    egg.mkdir(parents=True)
+    (egg / "PKG-INFO").write_text("Metadata-Version: 1.2\nName: legacy-pkg\nVersion: 2.0\n\n")
+    (site / "single_file-1.1-py3.11.egg-info").write_text("Metadata-Version: 1.1\nName: single-file\nVersion: 1.1\n")
+    assert sglang_paths.find_distribution(str(site), "legacy-pkg") == ("2.0", str(egg))
+    assert si.requirement_drift("single-file==1.1", [str(site)]) is None
+    _dist(site, "legacy-pkg", "3.0")
+    assert sglang_paths.find_distribution(str(site), "legacy_pkg")[0] == "3.0"
 
 
 def test_path_drift_sees_mode_owner_and_link(tmp_path):

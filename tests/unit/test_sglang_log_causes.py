@@ -1,4 +1,4 @@
-"""Issue 8, items 1, 7 and 8 (copytruncate): request echo is data, deaths are named by cause, rotation.
+"""Request echo is data, deaths are named by their cause, and a log rotated by copytruncate is followed.
 
 Every case is crafted from the real message formats (SGLang's request_logger / tokenizer_manager,
 http_server, watchdog; torch's ProcessGroupNCCL and c10 aborts; CPython's faulthandler; bash's job
@@ -41,7 +41,7 @@ def verdicts(text):
     return whole
 
 
-# ------------------------------------------------------------------ 1. request echo is data
+# ------------------------------------------------------------------ request echo is data
 ECHO_TEXT = ("my server log says Traceback (most recent call last):\\n  File \\\"/x/scheduler.py\\\", line 1, "
              "in run_scheduler_process\\ntorch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\\n"
              "Killed\\nScheduler hit an exception: NCCL error\\nThe server is fired up and ready to roll!")
@@ -120,7 +120,7 @@ def test_an_echo_that_never_closes_stops_being_data_after_the_longest_echo():
     assert s["state"] == "crashed" and s["line"].startswith(P + "Scheduler hit an exception")
 
 
-# ------------------------------------------------------------------ 7. deaths named by cause
+# ------------------------------------------------------------------ deaths named by cause
 FAULTHANDLER = ("Fatal Python error: Segmentation fault\n\n"
                 "Thread 0x00007f2e93fff640 (most recent call first):\n"
                 '  File "/x/sglang/srt/managers/scheduler.py", line 462 in watchdog_thread\n'
@@ -265,7 +265,7 @@ def test_a_new_format_ready_line():
     assert s["state"] == "ready"
 
 
-# ------------------------------------------------------------------ 8. copytruncate past the old offset
+# ------------------------------------------------------------------ copytruncate, then writes past the offset read
 def test_copytruncate_rewritten_past_the_old_offset_is_read_from_the_start(tmp_path):
     p = tmp_path / "s.log"
     p.write_bytes(b"[2026-03-18 11:22:06] first run line\n" * 3)

@@ -170,7 +170,7 @@ SIGNATURE_LINES = [
     "start.sh: line 3:  1234 Killed                  python3 -m sglang.launch_server --model-path m",
     "已杀死",
     '  File "/sgl-workspace/sglang/python/sglang/srt/managers/scheduler.py", line 2700, in run_scheduler_process',
-    # signatures that used to be caught only with a traceback or another anchor on the line
+    # signatures caught on a line of their own, with no traceback or other anchor next to them
     "[2026-01-01 00:00:00] Detokenizer process exited",
     "[2026-01-01 00:00:00 TP0] CUDA out of memory while capturing batch 256",
     "[2026-01-01 00:00:00 TP0] NCCL error in all_reduce, rank 3",

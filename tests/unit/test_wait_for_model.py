@@ -18,6 +18,8 @@ from module_harness import SCHED_CRASH, module_exits, record_self_as_server, run
 
 pytestmark = pytest.mark.usefixtures("module_exits")
 UNUSED_PID = 4000000  # above any pid_max: never a live process
+SPAWN_WORKER = ["/usr/bin/python3", "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5)",
+                "--multiprocessing-fork"]
 
 
 def test_healthy_at_once(world):
@@ -46,19 +48,49 @@ def test_becomes_healthy_with_phase_timeline(world):
     assert r["shards"] == [32, 64]
 
 
-def test_crash_line_fails_fast_with_class_and_traceback(world):
+def test_a_crash_is_reported_as_soon_as_a_worker_dies_with_the_logs_class_and_traceback(world):
+    world.children = {4100: 111}
+    world.cmdlines = {4100: SPAWN_WORKER}
     world.write(3, "[2026-12-02 10:00:00 TP0] Load weight begin. avail mem=78.00 GB\n")
     world.write(30, SCHED_CRASH)
+    world.at(30.05, lambda: world.children.pop(4100))  # the scheduler exits after its traceback
     world.health = lambda t: None
     status, r = run(world)
     assert status == "failed"
     assert r["crash_class"] == "nccl"
     assert r["deciding_line"].endswith("Scheduler hit an exception: Traceback (most recent call last):")
     assert r["crash_exception"].startswith("RuntimeError: NCCL error")
-    assert 30 <= r["elapsed"] <= 30.5
+    assert 30.05 <= r["elapsed"] <= 30.3  # one poll after the evidence
     assert r["msg"].startswith("server crashed: nccl")
+    assert r["evidence"] == "worker PID 4100 of the server died"
     assert any("NCCL error" in l for l in r["log_tail"])
     assert r["phase"] == "loading_weights"
+
+
+def test_a_crash_line_alone_decides_nothing_while_the_processes_live(world):
+    # The same lines, but every process lives on and the server comes up: the line explains, it never acts.
+    world.children = {4100: 111}
+    world.cmdlines = {4100: SPAWN_WORKER}
+    world.write(30, SCHED_CRASH)
+    world.health = lambda t: 200 if t >= 100 else None
+    status, r = run(world)
+    assert status == "ok", r
+    assert 100 <= r["elapsed"] < 100.5
+    assert r["log_crash"]["class"] == "nccl" and r["log_crash"]["acted_on"] is False
+    assert "nothing was stopped" in r["msg"] and world.killed == []
+
+
+def test_a_crash_line_with_live_processes_that_never_answer_ends_as_the_clock_says(world):
+    world.children = {4100: 111}
+    world.cmdlines = {4100: SPAWN_WORKER}
+    world.write(30, SCHED_CRASH)
+    world.health = lambda t: None
+    status, r = run(world, stall_timeout=120, timeout=600)
+    assert status == "failed" and r["crash_class"] == "stalled"
+    assert 150 <= r["elapsed"] <= 151  # the stall clock (from the last output), not the crash line, decided
+    assert r["evidence"] == "no log output and no HTTP answer for 120 s"
+    assert r["log_crash"]["class"] == "nccl" and r["log_crash"]["acted_on"] is True
+    assert "the log shows nccl at line 1" in r["msg"]
 
 
 def test_parent_exit_without_crash_line(world):

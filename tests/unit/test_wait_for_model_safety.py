@@ -274,15 +274,37 @@ def test_watched_from_an_offset_ignores_an_old_crash_and_echoed_prompts(world, s
     assert stops == []
 
 
-def test_watched_from_the_end_then_a_new_crash_is_caught(world, stops):
+def test_watched_from_the_end_then_a_new_crash_is_caught_once_health_fails(world, stops):
+    # A crash whose processes hang: the log explains, health failing in a row proves it.
     record_self_as_server(world, log_text="[2026-12-02 10:00:00] The server is fired up and ready to roll!\n")
     world.health = lambda t: 200
     status, mark = run(world, state="watched", watch_time=0, log_offset=-1)
     assert status == "ok"
     with open(os.path.join(world.log_dir, "sglang_r1.log"), "a") as fh:
         fh.write(SCHED_CRASH)
-    status, r = run(world, state="watched", log_offset=mark["log_offset"])
+    world.health = lambda t: None
+    status, r = run(world, state="watched", log_offset=mark["log_offset"], watch_time=3)
     assert status == "failed" and r["crash_class"] == "nccl" and r["log_watched_from"] == mark["log_offset"]
+    assert r["evidence"].startswith("the health URL failed 3 requests in a row")
+    assert stops == [os.getpid()]
+
+
+def test_a_crash_line_on_a_serving_server_that_keeps_answering_is_never_acted_on(world, stops):
+    record_self_as_server(world, log_text="[2026-12-02 10:00:00] The server is fired up and ready to roll!\n" + SCHED_CRASH)
+    world.health = lambda t: 200
+    status, r = run(world, state="watched", log_offset=0, watch_time=3)
+    assert status == "ok" and r["log_crash"]["class"] == "nccl" and r["log_crash"]["acted_on"] is False
+    assert stops == []
+
+
+def test_a_short_watch_waits_for_the_health_budget_before_it_says_anything_of_a_crash_line(world, stops):
+    # One probe fits in a 0.2 s window; the crash needs unhealthy_after failures, so the watch goes on past it.
+    record_self_as_server(world, log_text="[2026-12-02 10:00:00] The server is fired up and ready to roll!\n" + SCHED_CRASH)
+    world.health = lambda t: None
+    status, r = run(world, state="watched", log_offset=0, watch_time=0.2, unhealthy_after=3, health_timeout=10)
+    assert status == "failed" and r["crash_class"] == "nccl"
+    assert r["health_polls"]["failed_in_a_row"] == 3 and r["elapsed"] >= 2.0  # 3 polls, at least 1 s apart
+    assert stops == [os.getpid()]
 
 
 def test_offset_inside_a_line_starts_at_the_next_line(world, stops):

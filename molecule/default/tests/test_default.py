@@ -13,7 +13,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
 
-from tests.molecule_support import hostcheck  # noqa: E402
+from tests.molecule_support import hostcheck  # noqa: E402 - importable once sys.path has the repository root
 
 V = hostcheck.scenario_vars()
 USER = V["sglang_install_user"]

@@ -17,12 +17,13 @@ from __future__ import annotations
 
 import os
 
-VERSION = "1.1"
+VERSION = "1.2"
 BANNER = (
     "[EMULATOR] sglang-emulator %s: this is NOT SGLang; it emulates SGLang's HTTP API and log lines "
     "for rehearsals and tests" % VERSION
 )
-SCENARIOS = ("normal", "crash_loading", "eagle", "child_dies", "hang", "health_503", "port_taken", "replay")
+SCENARIOS = ("normal", "crash_loading", "eagle", "child_dies", "hang", "crash_hang", "health_503", "port_taken",
+             "replay")
 EAGLE_ALGORITHMS = ("EAGLE", "EAGLE3")
 EAGLE_ATTRIBUTE = "spec_disable_batch_threshold"
 EAGLE_CLASS = "EAGLEWorkerV2"

@@ -105,6 +105,7 @@ def build_parser():
     add("--emulator-shards", dest="emulator_shards", type=int, default=4)
     add("--emulator-capture-seconds", dest="emulator_capture_seconds", type=float, default=1.0)
     add("--emulator-child-die-after", dest="emulator_child_die_after", type=float, default=2.0)
+    add("--emulator-warmup-seconds", dest="emulator_warmup_seconds", type=float, default=0.0)
     add("--emulator-replay", dest="emulator_replay", default=None)
     add("--emulator-replay-speed", dest="emulator_replay_speed", type=float, default=100.0)
     add("--emulator-sglang-root", dest="emulator_sglang_root", default=None)
@@ -173,7 +174,7 @@ def server_args_line(args):
         ("context_length", args.context_length), ("is_embedding", False), ("host", args.host),
         ("port", args.port), ("mem_fraction_static", args.mem_fraction_static or 0.79),
         ("tp_size", args.tp_size), ("dp_size", args.dp_size), ("log_level", args.log_level),
-        ("api_key", "<redacted by emulator>" if args.api_key else None),
+        ("api_key", args.api_key),  # as SGLang logs it: in clear (the deployment must redact it)
         ("served_model_name", args.served_model_name),
         ("speculative_algorithm", args.speculative_algorithm),
         ("speculative_draft_model_path", args.speculative_draft_model_path),

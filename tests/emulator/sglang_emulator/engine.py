@@ -59,6 +59,7 @@ class Engine:
         self.server = None
         self.last_receive = time.time()
         self.eagle = eagle
+        self.health_delay = [0.0, 0]  # [seconds, how many health requests still wait that long]
         self.cfg = {
             "scenario": self.scenario,
             "log_level": args.log_level,
@@ -219,8 +220,19 @@ class Engine:
             os._exit(1)
         threading.Thread(target=self.server.serve_forever, kwargs={"poll_interval": 0.2}, daemon=True).start()
 
+    def take_health_delay(self):
+        """Seconds the current health request waits first (the test control /emulator/health_delay)."""
+        with self.pending_lock:
+            seconds, count = self.health_delay
+            if count <= 0:
+                return 0.0
+            self.health_delay = [seconds, count - 1]
+            return seconds
+
     def warmup(self):
         """SGLang's _wait_and_warmup: GET /get_model_info, then one POST /generate through HTTP."""
+        if self.args.emulator_warmup_seconds > 0:  # a big model's warm-up: HTTP is up, not ready yet
+            time.sleep(self.args.emulator_warmup_seconds)
         host = {"0.0.0.0": "127.0.0.1", "": "127.0.0.1", "::": "::1"}.get(self.args.host, self.args.host)
         base = "http://%s:%d" % (url_host(host), self.server.server_address[1])
         headers = {"X-Emulator-Warmup": self.warmup_token}

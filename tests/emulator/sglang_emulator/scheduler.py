@@ -234,6 +234,21 @@ class SchedulerEmu:
             pass
         os._exit(1 if during_init else 0)
 
+    def crash_and_hang(self):
+        """crash_hang: the decode raises and is logged like a scheduler crash, but the process tree stays up and
+        answers nothing (no SIGQUIT reaches the launcher): only health can prove the server dead."""
+        root = self.cfg["site_root"]
+        log_block("Scheduler hit an exception: " + "\n".join([
+            "Traceback (most recent call last):",
+            '  File "%s/srt/managers/scheduler.py", line 2960, in run_scheduler_process' % root,
+            "    scheduler.event_loop_overlap()",
+            '  File "%s/srt/managers/scheduler.py", line 1064, in event_loop_overlap' % root,
+            "    batch_result = self.run_batch(batch)",
+            "RuntimeError: CUDA error: an illegal memory access was encountered",
+        ]), rank=self.rank)
+        while True:
+            time.sleep(3600)
+
     # -- serving ------------------------------------------------------------------------------------------------
     def serve(self):
         while True:
@@ -270,6 +285,8 @@ class SchedulerEmu:
             plan = cfg.get("eagle")
             if plan is not None and plan["will_crash"]:
                 self.crash(self.eagle_traceback(), during_init=False)
+            if cfg["scenario"] == "crash_hang":
+                self.crash_and_hang()
         ids = fake_output_ids(req["prompt"], max_new)
         if max_new > 1 and not is_health:
             time.sleep(min(0.001 * max_new, 0.2))

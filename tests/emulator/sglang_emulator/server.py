@@ -7,6 +7,7 @@ from __future__ import annotations
 import http.server
 import json
 import time
+import urllib.parse
 import uuid
 
 from sglang_emulator import HEALTH_GENERATE_TIMEOUT, HTTP_REASONS, REQUEST_TIMEOUT, VERSION
@@ -52,8 +53,12 @@ def make_handler(engine):
             pass
 
         def _access(self, code):
+            # uvicorn's AccessFormatter with SGLang's format ("[%(asctime)s] %(levelprefix)s %(client_addr)s -
+            # \"%(request_line)s\" %(status_code)s"): the path re-quoted, the query string as the client sent it.
+            path, _, query = self.path.partition("?")
+            shown = urllib.parse.quote(urllib.parse.unquote(path)) + ("?" + query if query else "")
             log('INFO:     %s:%d - "%s %s HTTP/1.1" %d %s' % (
-                self.client_address[0], self.client_address[1], self.command, self.path.split("?")[0], code,
+                self.client_address[0], self.client_address[1], self.command, shown, code,
                 HTTP_REASONS.get(code, "")))
 
         def _send(self, code, payload=None, ctype="application/json"):
@@ -119,6 +124,14 @@ def make_handler(engine):
                 return self._send(401, {"error": "Unauthorized"})
             if path in ("/health", "/health_generate"):
                 return self._send(405, {"detail": "Method Not Allowed"})
+            if path == "/emulator/health_delay":
+                # Test control (the emulator only): the next `count` health requests take `seconds` (a busy server).
+                try:
+                    body = self._body()
+                    engine.health_delay = [float(body.get("seconds", 0)), int(body.get("count", 1))]
+                except (ValueError, TypeError, UnicodeDecodeError) as exc:
+                    return self._send(400, {"error": {"message": str(exc)}})
+                return self._send(200, {"health_delay": engine.health_delay})
             if path not in ("/generate", "/v1/completions"):
                 return self._send(404, {"detail": "Not Found"})
             try:
@@ -129,7 +142,18 @@ def make_handler(engine):
                 return self._generate(body)
             return self._completions(body)
 
+        def _other_method(self):
+            """Any other method (HEAD, PUT, DELETE, ...): FastAPI's 405 after the API-key check, with its access line."""
+            if not self._authorized(self.path.split("?")[0]):
+                return self._send(401, {"error": "Unauthorized"})
+            return self._send(405, {"detail": "Method Not Allowed"})
+
+        do_HEAD = do_PUT = do_DELETE = do_PATCH = do_OPTIONS = _other_method  # noqa: N815 - http.server's names
+
         def _health_generate(self):
+            delay = engine.take_health_delay()
+            if delay:
+                time.sleep(delay)
             if not engine.ready or engine.scenario == "health_503":
                 return self._send(503)
             tic = time.time()
