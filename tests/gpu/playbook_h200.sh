@@ -17,10 +17,12 @@
 #      one restart, serves), incident_noop; apikey (a key set, then grep the log dir for it); stop (stop.yml).
 #      Runs of b use tests/gpu/incident.yml (--skip-server-warmup: SGLang's own warm-up decodes 8 tokens, which
 #      would hit the incident's AttributeError before the server ever reports healthy).
+#   c: on a fresh machine: c_install (the install role only), the variant, c_incident_off with
+#      tests/gpu/incident-sync.yml (also --disable-overlap-schedule, so that the first decode is the smoke's), c_stop.
 # Evidence (console of each run stamped per line, server logs stamped per line by a 2 ms poller, nvidia-smi, pids,
 # runs.jsonl) is packed into $OUT/evidence_<part>.tar.gz after every run, so a timeout still returns it.
 set -uo pipefail
-part=${1:?usage: playbook_h200.sh a|b}
+part=${1:?usage: playbook_h200.sh a|b|c}
 T0=$(date +%s.%N)
 budget=${PLAYBOOK_H200_BUDGET_S:-575}
 P=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)   # .sgl/project
@@ -174,6 +176,20 @@ b)
     sleep 2
     { nvidia-smi --query-gpu=memory.used,memory.total --format=csv; nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv;
       echo "processes of user sglang:"; pgrep -u sglang -a || echo "(none)"; } | tee "$EV/after_stop.txt"
+    ;;
+c)
+    # The incident with the synchronous scheduler, on a fresh machine: install only, the variant, then patch off.
+    rm -rf "$EV"; mkdir -p "$EV"
+    setup || { pack; exit 1; }
+    start_stamper
+    play c_install playbooks/serve_eagle3.yml --tags sglang_install --skip-tags always || { pack; exit 1; }
+    ewv2=$(/opt/sglang/venv/bin/python -c "import sysconfig; print(sysconfig.get_paths()['purelib'])")/sglang/srt/speculative/eagle_worker_v2.py
+    python3 "$P/tests/gpu/incident_variant.py" "$ewv2" | tee "$EV/incident_variant.json"
+    play c_incident_off playbooks/serve_eagle3.yml -e @tests/gpu/incident-sync.yml -e sglang_patch_enabled=false
+    log "c_incident_off ended rc=$? (a failure is what this run must show)"
+    play c_stop playbooks/stop.yml
+    { nvidia-smi --query-gpu=memory.used,memory.total --format=csv; echo "processes of user sglang:"; pgrep -u sglang -a || echo "(none)"; } \
+        | tee "$EV/c_after_stop.txt"
     ;;
 esac
 kill "$STAMPER" 2>/dev/null
