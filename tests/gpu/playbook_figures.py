@@ -9,7 +9,7 @@ poller saw it), and prints one JSON object per run:
   changed, pid_*     PLAY RECAP's changed count, the server PID before and after
   launch             wait_for_model's `elapsed` for a (re)start: launch to ready (or to the crash verdict)
   ready_to_return    the server log's ready line -> the console line of the launch task's result
-  crash_to_failure   the first line of the crash -> the console line of the failed launch task
+  crash_to_failure   the first line of the crash -> the run's last failed task (the launch, or the smoke's report)
   stop_old_s         the role's stop of the old server before a restart (wait_for_model state=stopped: SIGTERM
                      to the whole tree until no process is left)
   gpu_release_s      after that stop -> GPU memory below the threshold (gpu_facts, the role's own figure)
@@ -90,9 +90,11 @@ def figures(root):
             crash = [s for s, t in mine if "Scheduler hit an exception" in t or t.startswith("Traceback")]
             if status == "changed" and ready:
                 row["ready_to_return"] = round(stamp - ready[0], 3)
-            if status == "fatal" and crash:
-                row["crash_to_failure"] = round(stamp - crash[0], 3)
-                row["crash_class"] = keys.get("crash_class")
+            fatal = [s for s, t in lines if t.startswith("fatal: [localhost]")]
+            if crash and fatal:
+                row["crash_to_failure"] = round(fatal[-1] - crash[0], 3)
+                row["crash_class"] = keys.get("crash_class") or next(
+                    (t.split(": ", 1)[1] for _, t in lines if t.startswith("crash class: ")), None)
         rows.append(row)
     return rows
 

@@ -43,6 +43,8 @@ VERDICTS = {
     "logs/sglang_r4.log": ("ready", None, READY_LINE),
     "logs/sglang_r5.log": ("ready", None, READY_LINE),
     "attempt1/sglang_r1.log": ("ready", None, READY_LINE),
+    # The same variant with the synchronous scheduler: health answered, the smoke's first request decoded and died.
+    "sync/logs/sglang_r1.log": ("crashed", "first_request_crash", "Scheduler hit an exception"),
 }
 
 
@@ -51,7 +53,7 @@ def _figures():
 
 
 def test_every_server_log_has_a_verdict():
-    found = sorted(os.path.join(d, f) for d in ("logs", "attempt1") for f in os.listdir(os.path.join(DATA, d))
+    found = sorted(os.path.join(d, f) for d in ("logs", "attempt1", "sync/logs") for f in os.listdir(os.path.join(DATA, d))
                    if f.endswith(".log"))
     assert found == sorted(VERDICTS)
 
@@ -144,3 +146,17 @@ def test_runs_record_their_own_console():
     with open(os.path.join(DATA, "runs.jsonl")) as fh:
         runs = [json.loads(line)["run"] for line in fh]
     assert sorted(runs) == sorted(f[:-len(".console.txt")] for f in os.listdir(os.path.join(DATA, "console")))
+
+
+def test_with_the_synchronous_scheduler_the_smoke_reports_the_incident():
+    """Health answered (the launch task returned ready), then the smoke's fixed prompt decoded and the server died:
+    the role's smoke rescue fails with the class, the exception, the hint naming the patch and the traceback."""
+    row = {r["run"]: r for r in playbook_figures.figures(os.path.join(DATA, "sync"))}["c_incident_off"]
+    assert row["rc"] == 2 and row["status"] == "changed" and row["ready_to_return"] < 2
+    assert row["crash_class"] == "first_request_crash" and row["crash_to_failure"] < 7
+    console = _read("sync/console/c_incident_off.console.txt").decode()
+    report = console[console.index("TASK [sglang_server : Fail with the crash the server log shows]"):]
+    assert "smoke test failed at 'Generate from a fixed prompt'" in report
+    assert "hint: EAGLEWorkerV2 was only half constructed" in report and "sglang_patch_enabled: true" in report
+    assert ATTR_ERROR in report and "in forward_batch_generation" in report
+    assert "disable_overlap_schedule=True" in _read("sync/logs/sglang_r1.log").decode()
