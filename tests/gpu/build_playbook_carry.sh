@@ -22,7 +22,7 @@ set -euo pipefail
 dest="${1:?usage: build_playbook_carry.sh CHECKOUT}"
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
 repo="$(cd "${here}/../.." && pwd)"
-python="${EAGLE_PYTHON:-/work/main/.venv/bin/python}"
+python="${EAGLE_PYTHON:-${repo}/.venv/bin/python}"
 cache="${repo}/.cache/sgl-wheels"
 carry="${dest}/.sgl"
 controller=(ansible-core==2.19.14 resolvelib==1.2.1)
