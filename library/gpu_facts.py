@@ -16,8 +16,10 @@ description:
     figures and every compute process with its owner, its command line (secrets masked) and whether it belongs to
     the server that M(wait_for_model) started.
   - A process is B(ours) when it is in the process tree recorded by M(wait_for_model) in O(run_dir) for server
-    O(name), that is the verified leader, every process in the leader's session, and their descendants. Everything
-    else is foreign, including processes whose PID is not visible in this host's C(/proc).
+    O(name), that is the verified leader, every process in the leader's session or in its own cgroup, and their
+    descendants; once the leader is dead, what is left in its cgroup and what of its session carries the launch's run
+    token (C(EAGLE_DEPLOY_RUN)), runs as its user and started after it. Everything else is foreign, including
+    processes whose PID is not visible in this host's C(/proc).
   - 'One call does one of three things, chosen by its options (O(fail_on_foreign) and O(wait_memory_below_mib)
     are mutually exclusive):'
   - B(facts) (neither option) - report, and fail only when C(nvidia-smi) itself fails or O(gpu_indices) names a GPU
@@ -448,7 +450,8 @@ class GpuFacts:
         why = None if tree else why_not_ours(state)
         if not tree:
             for pid in orphans_of(state):
-                reasons[pid] = "left over from our leader PID %s (%s; same session, started after it)" % (leader, why)
+                reasons[pid] = ("left over from our leader PID %s (%s; in its cgroup, or in its session with its run token,"
+                                " as its user, started after it)" % (leader, why))
         return True, reasons, why
 
     def _classify(self, pid, cmdline, found, ours, why):

@@ -86,8 +86,13 @@ options:
     description:
       - Directory of the run-state files and the lock file. Defaults to O(log_dir).
       - It must be owned by root (or by the user running the module) and writable by no one else, and so
-        must the run-state files in it; otherwise the run state is not trusted and the module refuses to
-        act on it (nothing is signalled). Keep it apart from the service user's O(log_dir).
+        must the run-state and lock files in it; otherwise the run state is not trusted and the module refuses to
+        act on it (nothing is signalled). Keep it apart from the service user's O(log_dir) and home.
+      - Its path must hold no symlink and no C(..), and every directory above it must be owned by root (or that
+        user) and writable by no one else, except a root-owned sticky directory such as C(/tmp). So a run dir
+        inside the service user's home is refused. Good places are C(/var/lib/eagle-deploy/run) or C(/run/eagle-deploy).
+      - A deployment is O(run_dir) and O(name) - two deployments of one name in two run dirs have their own run
+        state, lock and cgroup.
     type: path
   run_as:
     description:
@@ -153,12 +158,16 @@ options:
     default: 64
   cgroup:
     description:
-      - Run the server in a cgroup v2 of its own (C(eagle-deploy-<name>), below the module's own cgroup)
-        where the host allows it (cgroup v2 mounted read-write, the module runs as root). Every process in
+      - Run the server in a cgroup v2 of its own (C(eagle-deploy-<name>-<hash of the run_dir path>), one per
+        deployment, below the module's own cgroup) where the host allows it (cgroup v2 mounted read-write, the
+        module runs as root). Every process in
         it is then part of our server's tree, also one that left the session (double fork and C(setsid)),
         so a stop leaves nothing behind. Where it is not possible the tree is tracked by session, and
         RV(tree_tracking) says which.
       - A cgroup that is not our own (an ssh session's, a container's root) never makes a process ours.
+      - Every launch also puts a random run token in the server's environment (C(EAGLE_DEPLOY_RUN=<name>:<hex>), no
+        secret; recorded in the run state). After the leader died, a process of its old session is stopped only if
+        it carries that token, runs as the recorded user and started after the leader, never by its session id alone.
     type: bool
     default: true
   timeout:
@@ -207,6 +216,15 @@ options:
     description: Restart even when the server is healthy and its fingerprint is unchanged.
     type: bool
     default: false
+  prove_launch:
+    description:
+      - With O(state=started) in check mode, prove the launch as a real run does before it stops anything (O(run_as)
+        can run C(argv[0]) and its C(#!) interpreters, and that interpreter, a Python or a POSIX shell, starts once
+        with C(-c '')), when the server would be (re)started. The task fails if the new server could not start.
+      - For a check-mode plan made before our server is stopped on purpose (to free its GPUs for the new one). Outside
+        check mode every launch is proven anyway; in check mode without it, nothing is run.
+    type: bool
+    default: false
   on_foreign_pid:
     description:
       - What to do when the pidfile points at a live process that is provably not the one we
@@ -232,7 +250,8 @@ attributes:
     support: full
     details:
       - Reports whether the server would be (re)started or stopped; spawns, signals and writes nothing
-        (the lock is taken shared, and only when its file exists).
+        (the lock is taken shared, and only when its file exists). Only with O(prove_launch) it starts the new
+        server's interpreter once (C(-c '')) as O(run_as), to prove that a restart could launch.
       - With O(state=started) and our server running with the same fingerprint but not healthy yet, it
         reports that it would wait, and does not wait.
       - With O(state=watched) it watches as usual (it reads the log, the process tree and the health URL),
@@ -245,10 +264,15 @@ attributes:
 notes:
   - The server is started with C(start_new_session), stdin from C(/dev/null), stdout and stderr into
     the log file and no inherited descriptors, so it outlives the module and Ansible's pipes.
-  - Every input is checked before anything is stopped or launched - O(name), numeric ranges, O(port) and
-    the port of O(health_url) (1-65535), writable O(log_dir) and O(run_dir) with O(min_free_space_mib)
-    free, C(argv[0]) found and executable the way exec finds it - so a bad value leaves a running server
+  - Every input is checked before anything is stopped or launched - O(name) and variable names (matched as a whole),
+    numeric ranges, O(port) and the port of O(health_url) (1-65535), writable O(log_dir) and O(run_dir) with
+    O(min_free_space_mib) free, a trusted O(run_dir), and that the O(run_as) user can run C(argv[0]) the way exec finds
+    it (every directory on the way enterable, the file executable, a script readable, its C(#!) interpreter and a
+    C(/usr/bin/env NAME) on the server's PATH likewise, O(chdir) enterable) - so a bad value leaves a running server
     alone and creates no log file.
+  - Before a launch stops the old server, the program that runs in the end (C(argv[0]) or its last C(#!)
+    interpreter), when it is a Python or a POSIX shell, is run once as the O(run_as) user with C(-c ''), so a venv
+    whose Python cannot start is refused while the old server still serves (not in check mode).
   - If the run state cannot be written after the launch, the server just started is killed and the task
     fails, because a server nobody recorded could never be stopped.
   - A log file is only read when it resolves to a regular file inside O(log_dir) (no symlink out of it)
@@ -475,6 +499,7 @@ import math
 import os
 import pwd
 import re
+import secrets
 import shutil
 import signal
 import ssl
@@ -523,7 +548,7 @@ def describe_change(old_parts, new_parts):
 
 
 def next_attempt(log_dir, name):
-    rx = re.compile(r"^%s_r(\d+)\.log$" % re.escape(name))
+    rx = re.compile(r"\A%s_r(\d+)\.log\Z" % re.escape(name))
     best = 0
     for entry in os.listdir(log_dir):
         m = rx.match(entry)
@@ -535,7 +560,7 @@ def next_attempt(log_dir, name):
 def prune_attempts(log_dir, name, keep):
     if keep <= 0:
         return []
-    rx = re.compile(r"^%s_r(\d+)\.log$" % re.escape(name))
+    rx = re.compile(r"\A%s_r(\d+)\.log\Z" % re.escape(name))
     found = sorted((int(m.group(1)), e) for e in os.listdir(log_dir) for m in [rx.match(e)] if m)
     removed = []
     for _, entry in found[:-keep]:
@@ -633,6 +658,22 @@ class Cgroups(object):
 
     def remove(self, mount, path):
         return sglang_proc.remove_cgroup(mount, path)
+
+
+class Prober(object):
+    """Runs a short command as the service user and returns (rc, output); rc None when it could not run.
+    Injectable so unit tests need no real processes."""
+
+    def run(self, argv, env, cwd, user, timeout):
+        kwargs = dict(user=user[0], group=user[1], extra_groups=user[2]) if user is not None else {}
+        try:
+            proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                  env=env, cwd=cwd, timeout=timeout, close_fds=True, check=False, **kwargs)
+        except subprocess.TimeoutExpired:
+            return None, "did not finish within %d s" % timeout
+        except (OSError, subprocess.SubprocessError) as e:
+            return None, str(e)
+        return proc.returncode, proc.stdout[-4000:].decode("utf-8", "replace")
 
 
 class ProcView(object):
@@ -735,6 +776,122 @@ def may_access(st, uid, gids, bits):
     if st.st_gid in gids:
         return bool(st.st_mode & (bits << 3))
     return bool(st.st_mode & bits)
+
+
+def walk_as(path, ids):
+    """(real path, None) of the absolute ``path`` resolved the way the kernel resolves it for a user with
+    ``ids`` ((uid, gids)): symlinks followed, and every directory searched on the way must grant that user
+    x. (None, what stops it) otherwise."""
+    uid, gids = ids
+    todo = [c for c in reversed(path.split("/")) if c]
+    cur, links = "/", 0
+    while todo:
+        comp = todo.pop()
+        try:
+            st = os.stat(cur)
+        except OSError as e:
+            return None, "%s: %s" % (cur, e.strerror or e)
+        if not stat.S_ISDIR(st.st_mode):
+            return None, "%s is not a directory" % cur
+        if uid != 0 and not may_access(st, uid, gids, 1):
+            return None, "directory %s cannot be entered (no x permission for it)" % cur
+        if comp == ".":
+            continue
+        if comp == "..":
+            cur = os.path.dirname(cur)
+            continue
+        nxt = os.path.join(cur, comp)
+        try:
+            lst = os.lstat(nxt)
+        except OSError as e:
+            return None, "%s does not exist" % nxt if e.errno == errno.ENOENT else "%s: %s" % (nxt, e.strerror or e)
+        if stat.S_ISLNK(lst.st_mode):
+            links += 1
+            if links > 40:
+                return None, "%s: too many levels of symbolic links" % path
+            target = os.readlink(nxt)
+            if target.startswith("/"):
+                cur = "/"
+            todo.extend(reversed([c for c in target.split("/") if c]))
+            continue
+        cur = nxt
+    return cur, None
+
+
+def which_as(name, env_path, cwd, ids):
+    """The first ``<dir>/<name>`` of ``env_path`` that the user with ``ids`` can exec (a regular file with x
+    for them, reachable), the way execvp searches; None when there is none."""
+    for d in env_path.split(os.pathsep):
+        candidate = os.path.join(cwd, d or ".", name)
+        real, why = walk_as(candidate, ids)
+        if why is None:
+            st = os.stat(real)
+            if stat.S_ISREG(st.st_mode) and may_access(st, ids[0], ids[1], 1):
+                return candidate
+    return None
+
+
+def _binfmt_misc_handlers():
+    try:
+        return [e for e in os.listdir("/proc/sys/fs/binfmt_misc") if e not in ("register", "status")]
+    except OSError:
+        return []
+
+
+# Interpreters that prove_it_runs() starts once with ``-c ''`` (Python, POSIX shells); seconds it may take.
+INTERPRETER_RX = re.compile(r"\A(python[0-9.]*|sh|bash|dash|ksh|zsh)\Z")
+PROBE_TIMEOUT = 60
+MAX_INTERPRETERS = 4  # nested #! interpreters the kernel follows
+
+
+def exec_problem(path, ids, env_path, cwd, depth=0):
+    """(None, program) when a user with ``ids`` can exec the absolute ``path``: every directory on the way
+    enterable, a regular file with x for them on a file system not mounted noexec, and an ELF program or a
+    script (readable by them) whose ``#!`` interpreter passes the same checks (``/usr/bin/env NAME``: NAME
+    found on ``env_path`` as execvp finds it), 4 levels deep. ``program`` is what runs in the end, as named
+    (argv[0] or the last interpreter). (what stops it, None) otherwise."""
+    uid, gids = ids
+    real, why = walk_as(path, ids)
+    if why:
+        return why, None
+    st = os.stat(real)
+    if not stat.S_ISREG(st.st_mode):
+        return "%s is not a regular file" % real, None
+    if not may_access(st, uid, gids, 1):
+        return "%s is not executable by the user (mode %04o, owner uid %d)" % (real, stat.S_IMODE(st.st_mode), st.st_uid), None
+    if os.statvfs(real).f_flag & getattr(os, "ST_NOEXEC", 8):
+        return "%s is on a file system mounted noexec" % real, None
+    try:
+        with open(real, "rb") as fh:
+            head = fh.read(256)
+    except (IOError, OSError) as e:
+        return "%s cannot be read: %s" % (real, e), None
+    if not head.startswith(b"#!"):
+        if head[:4] != b"\x7fELF" and not _binfmt_misc_handlers():
+            return "%s is neither a program (ELF) nor a script with a #! line" % real, None
+        return None, path
+    if not may_access(st, uid, gids, 4):
+        return "script %s is not readable by the user (its interpreter has to read it)" % real, None
+    if depth >= MAX_INTERPRETERS:
+        return "%s: more than %d nested #! interpreters" % (real, MAX_INTERPRETERS), None
+    words = head[2:].split(b"\n", 1)[0].decode("utf-8", "replace").split()
+    if not words:
+        return "%s has an empty #! line" % real, None
+    interp = os.path.join(cwd, words[0])
+    why, program = exec_problem(interp, ids, env_path, cwd, depth + 1)
+    if why:
+        return "its #! interpreter %s cannot be run: %s" % (words[0], why), None
+    if os.path.basename(interp) == "env":
+        names = [w for w in words[1:] if not w.startswith("-") and "=" not in w]
+        if names:
+            found = which_as(names[0], env_path, cwd, ids) if "/" not in names[0] else os.path.join(cwd, names[0])
+            if found is None:
+                return "its #! line runs 'env %s', and no %s executable by the user is on PATH=%s" % (
+                    names[0], names[0], env_path), None
+            why, program = exec_problem(found, ids, env_path, cwd, depth + 1)
+            if why:
+                return "its #! line runs 'env %s' (%s), which cannot be run: %s" % (names[0], found, why), None
+    return None, program
 
 
 def check_dir_writable(what, path, check_mode):
@@ -982,7 +1139,7 @@ class ModelWaiter(object):
     """Launch / attach / wait / stop. Clock, sleep, process launch, HTTP, /proc, cgroups and the lock are injectable."""
 
     def __init__(self, module, clock=time.monotonic, sleep=None, popener=None, http=http_status,
-                 procs=None, wall=time.time, cgroups=None, locker=fcntl.flock):
+                 procs=None, wall=time.time, cgroups=None, locker=fcntl.flock, prober=None):
         self.module = module
         self.p = module.params
         self.clock = clock
@@ -998,6 +1155,8 @@ class ModelWaiter(object):
         self.user = None
         self.user_pw = pwd.getpwuid(os.geteuid())
         self.missing_files = []
+        self.prober = prober or Prober()
+        self.exec_program = None  # what runs in the end (argv[0] or its last #! interpreter), set by validate()
         self.port = None  # the rest is set by validate()
         self.run_dir = None
         self.fresh = False
@@ -1008,7 +1167,7 @@ class ModelWaiter(object):
         """Every input, before anything is stopped or launched (and before the lock is taken)."""
         p = self.p
         check = self.module.check_mode
-        if not re.match(sglang_proc.SAFE_NAME, p["name"]) or ".." in p["name"]:
+        if not sglang_proc.safe_name(p["name"]):
             raise WaitError("name %r is not allowed: letters, digits, '.', '_', '-' (no '/', no '..'), at most 64" % p["name"])
         check_ranges(p)
         if p["port"] is not None and not 1 <= p["port"] <= 65535:
@@ -1056,8 +1215,10 @@ class ModelWaiter(object):
                 raise WaitError("fingerprint_files: %s does not exist or is not readable" % path)
         for source in ("environment", "secret_environment"):
             for key in p[source]:
-                if not isinstance(key, str) or not re.match(r"^[A-Za-z_][A-Za-z0-9_]*$", key):
+                if not isinstance(key, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
                     raise WaitError("%s: %r is not a valid variable name" % (source, key))
+                if key == sglang_proc.RUN_TOKEN_VAR:
+                    raise WaitError("%s: %s is set by wait_for_model itself (the run token): remove it" % (source, key))
         if p["run_as"]:
             try:
                 pw = pwd.getpwnam(p["run_as"])
@@ -1068,15 +1229,49 @@ class ModelWaiter(object):
             groups = os.getgrouplist(pw.pw_name, pw.pw_gid)
             self.user = (pw.pw_uid, pw.pw_gid, groups)
             self.user_pw = pw
-        if not check:
+        if not check or p["prove_launch"]:
             # Resolved the way exec resolves it (the server's PATH, its working directory), before
-            # any log file is created.
-            exe = resolve_exec(p["argv"][0], self.child_env()["PATH"], p["chdir"])
+            # any log file is created; then proven runnable by the service user, interpreters included.
+            env_path = self.child_env()["PATH"]
+            exe = resolve_exec(p["argv"][0], env_path, p["chdir"])
             if exe is None:
                 raise WaitError("argv[0] %s was not found or is not executable (PATH=%s): install it or fix argv. "
-                                "Nothing was stopped or launched." % (p["argv"][0], self.child_env()["PATH"]))
-            if self.user is not None and not may_access(os.stat(exe), self.user[0], self.user[2], 1):
-                raise WaitError("argv[0] %s is not executable by %s" % (exe, self.user_pw.pw_name))
+                                "Nothing was stopped or launched." % (p["argv"][0], env_path))
+            ids, who = self.runner_ids()
+            if p["chdir"]:
+                _real, why = walk_as(os.path.join(p["chdir"], "."), ids)
+                if why:
+                    raise WaitError("chdir %s cannot be entered by %s: %s. Fix its permissions or choose another "
+                                    "chdir. Nothing was stopped or launched." % (p["chdir"], who, why))
+            cwd = p["chdir"] or os.getcwd()
+            named = p["argv"][0] if "/" in p["argv"][0] else which_as(p["argv"][0], env_path, cwd, ids)
+            if named is None:
+                raise WaitError("argv[0] %s is not executable by %s on PATH=%s: fix the permissions or argv. "
+                                "Nothing was stopped or launched." % (p["argv"][0], who, env_path))
+            why, self.exec_program = exec_problem(os.path.join(cwd, named), ids, env_path, cwd)
+            if why:
+                raise WaitError("argv[0] %s cannot be run by %s: %s. Fix it (reinstall the venv, fix the #! line or "
+                                "the permissions). Nothing was stopped or launched." % (p["argv"][0], who, why))
+
+    def runner_ids(self):
+        """((uid, gids), name) of the user the server runs as."""
+        if self.user is not None:
+            return (self.user[0], self.user[2]), self.user_pw.pw_name
+        return (os.geteuid(), set(os.getgroups()) | {os.getegid()}), self.user_pw.pw_name
+
+    def prove_it_runs(self):
+        """Run the server's interpreter (a Python or a POSIX shell, argv[0] itself or the last ``#!`` interpreter)
+        once as the service user with ``-c ''``: a venv whose Python cannot start fails here, before our old
+        server is stopped. Other programs are proven by the file checks of validate() alone."""
+        program = self.exec_program
+        if program is None or not INTERPRETER_RX.search(os.path.basename(program)):
+            return
+        argv = [program, "-c", ""]
+        rc, out = self.prober.run(argv, self.child_env(), self.p["chdir"], self.user, PROBE_TIMEOUT)
+        if rc != 0:
+            raise WaitError("the server's interpreter %s does not run as %s (%s: %s): fix the venv or argv. Nothing was "
+                            "stopped or launched." % (program, self.runner_ids()[1], "rc=%s" % rc if rc is not None else "error",
+                                                     (out or "").strip()[-300:] or "no output"))
 
     def reader(self, state=None):
         """(uid, gids) of the user whose view of the log files counts: the service user."""
@@ -1265,8 +1460,11 @@ class ModelWaiter(object):
 
         self.result["changed"] = True
         if self.module.check_mode:
+            if p["prove_launch"]:
+                self.prove_it_runs()
             self.result["msg"] = "would %s the server (%s)" % ("restart" if ours else "start", reason)
             return self.result
+        self.prove_it_runs()
         if state is not None:
             self._stop(state)
         return self.launch(parts, fp)
@@ -1301,7 +1499,7 @@ class ModelWaiter(object):
             self.result["tree_tracking_note"] = "cgroup: false"
             return None
         try:
-            return self.cgroups.create(self.p["name"])
+            return self.cgroups.create(sglang_proc.deployment_name(self.p["name"], self.run_dir))
         except (OSError, IOError) as e:
             self.result["tree_tracking_note"] = "no cgroup of its own (%s): process tree by session" % (e.strerror or e)
             return None
@@ -1312,6 +1510,7 @@ class ModelWaiter(object):
         attempt = next_attempt(log_dir, p["name"])
         log_path = os.path.join(log_dir, "%s_r%d.log" % (p["name"], attempt))
         cgroup = self._own_cgroup()
+        token = "%s:%s" % (p["name"], secrets.token_hex(16))  # marks every process of this launch (see orphans_of)
         fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_EXCL | os.O_NOFOLLOW, 0o640)
         link = os.path.join(log_dir, "%s.log" % p["name"])
         try:
@@ -1320,7 +1519,8 @@ class ModelWaiter(object):
             previous = os.readlink(link) if os.path.islink(link) else None
             self._point_link(link, os.path.basename(log_path))
             try:
-                handle = self.popener.spawn(p["argv"], self.child_env(), p["chdir"], fd, self.user,
+                handle = self.popener.spawn(p["argv"], dict(self.child_env(), **{sglang_proc.RUN_TOKEN_VAR: token}),
+                                            p["chdir"], fd, self.user,
                                             cgroup_procs=os.path.join(cgroup[0], cgroup[1].lstrip("/"), "cgroup.procs")
                                             if cgroup else None)
             except OSError as e:
@@ -1356,6 +1556,7 @@ class ModelWaiter(object):
                  "boot_id": sglang_proc.boot_id(), "cmdline": cmdline}
         state = dict(ident, fingerprint=fp, fingerprint_parts=parts, attempt=attempt, log_path=log_path,
                      started_at=self.wall(), user=self.user_pw.pw_name, port=self.port, tree_tracking=tracking,
+                     run_token=token,
                      cgroup={"mount": cgroup[0], "path": cgroup[1], "dedicated": True} if cgroup else None)
         try:
             sglang_proc.write_state(self.run_dir, p["name"], state)
@@ -1605,6 +1806,7 @@ def argument_spec():
         stop_timeout=dict(type="int", default=30),
         stop_on_failure=dict(type="bool", default=True),
         force_restart=dict(type="bool", default=False),
+        prove_launch=dict(type="bool", default=False),
         on_foreign_pid=dict(type="str", default="fail", choices=["fail", "ignore"]),
         log_tail_lines=dict(type="int", default=40),
         keep_attempts=dict(type="int", default=20),

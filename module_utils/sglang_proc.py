@@ -12,23 +12,48 @@ The run state is trusted only when nobody less privileged than this module could
 its directory and files must be owned by root or by the module's own user and writable by no one else
 (checked on the opened descriptors, so a path swapped between check and use does not count).
 
-Where the host has a writable cgroup v2 hierarchy, the server runs in a cgroup of its own
-(``eagle-deploy-<name>``, created by :func:`create_cgroup`); every process in it is ours, also one that
-left the session (double fork + ``setsid``). A cgroup we did not create is never taken as proof.
+The run dir is reached from ``/`` one component at a time, never through a symlink, and every directory
+on the way must be root's (or the module's user's) and writable by no one else, unless it is sticky (see
+:func:`open_run_dir`): so nobody less privileged can swap the run dir or anything above it.
+
+Where the host has a writable cgroup v2 hierarchy, the server runs in a cgroup of its own, named per
+deployment (``eagle-deploy-<name>-<hash of the run dir>``, created by :func:`create_cgroup`); every process
+in it is ours, also one that left the session (double fork + ``setsid``). A cgroup we did not create is
+never taken as proof. Every launch also gets a random run token in the server's environment
+(``EAGLE_DEPLOY_RUN``), inherited by its children: after the leader died, a process of its old session
+is ours only if it carries that token, runs as the recorded user and started after the leader
+(:func:`orphans_of`), never by its session id alone.
 """
 
 from __future__ import annotations
 
 import errno
+import hashlib
 import json
 import os
+import pwd
+import re
 import signal
 import stat
 import time
 
 PROC = "/proc"
 CGROUP_PREFIX = "eagle-deploy-"
-SAFE_NAME = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+# Anchored with \A and \Z (``$`` would also match before a trailing newline).
+SAFE_NAME = r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z"
+# The variable that carries a launch's run token in the server's environment (and so in its children's).
+RUN_TOKEN_VAR = "EAGLE_DEPLOY_RUN"
+
+
+def safe_name(name):
+    """Whether ``name`` may name run-state, lock and log files: letters, digits, ``.``, ``_``, ``-``, no ``..``."""
+    return isinstance(name, str) and re.match(SAFE_NAME, name) is not None and ".." not in name
+
+
+def deployment_name(name, run_dir):
+    """``<name>-<first 12 hex of sha256(real path of run_dir)>``: two deployments of one name (two run dirs)
+    on a host never share it. Names the server's cgroup."""
+    return "%s-%s" % (name, hashlib.sha256(os.path.realpath(run_dir).encode("utf-8")).hexdigest()[:12])
 
 
 def _read(path, mode="r"):
@@ -75,6 +100,12 @@ def proc_cmdline(pid):
     if parts and parts[-1] == b"":
         parts.pop()
     return [p.decode("utf-8", "replace") for p in parts]
+
+
+def proc_environ_has(pid, key, value):
+    """Whether the environment PID was started with holds ``key=value`` (False when it cannot be read)."""
+    data = _read(os.path.join(PROC, str(pid), "environ"), "rb")
+    return bool(data) and ("%s=%s" % (key, value)).encode("utf-8") in data.split(b"\x00")
 
 
 def proc_uid(pid):
@@ -132,18 +163,59 @@ def _why_untrusted(st, what, path):
     return None
 
 
+def _why_untrusted_above(st, path):
+    """Why a directory above the run dir lets someone else swap what lies below it, or None. A sticky
+    directory (``/tmp``, mode 1777) is fine: nobody but its owner and an entry's owner may rename or remove
+    an entry in it."""
+    if st.st_uid not in (0, os.geteuid()):
+        return ("directory %s above it is owned by uid %d, not by root or uid %d (the user running this module); "
+                "chown root: %s, or choose another run_dir" % (path, st.st_uid, os.geteuid(), path))
+    if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
+        return ("directory %s above it is writable by its group or by others (mode %04o) and not sticky; chmod go-w %s, "
+                "or choose another run_dir" % (path, stat.S_IMODE(st.st_mode), path))
+    return None
+
+
 def open_run_dir(run_dir):
-    """A descriptor of ``run_dir`` after checking that only root (or this module's user) can write it.
+    """A descriptor of ``run_dir`` after checking that only root (or this module's user) can write it or
+    swap it: opened from ``/`` one component at a time with ``O_NOFOLLOW`` (a symlink anywhere on the path
+    is refused), each directory checked on its descriptor. The run dir itself must be owned by root (or
+    this module's user) and writable by no one else (sticky or not); every directory above it likewise,
+    except that a sticky directory owned by root (``/tmp``) may be writable by others.
 
     Raises :class:`UntrustedState` (naming the fix) or OSError (missing)."""
-    fd = os.open(run_dir, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    st = os.fstat(fd)
-    reason = _why_untrusted(st, "run_dir", run_dir)
-    if reason:
+    path = run_dir if os.path.isabs(run_dir) else os.path.join(os.getcwd(), run_dir)
+    parts = [c for c in path.split("/") if c not in ("", ".")]
+    if ".." in parts:
+        raise UntrustedState("run_dir %s contains '..': give its real path" % run_dir)
+    fix = ("run state there is not trusted, so nothing is signalled. Keep run_dir where only root can write, on a "
+           "path without symlinks (e.g. /run/eagle-deploy or /var/lib/eagle-deploy/run, root-owned, mode 0755)")
+    fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+    cur = "/"
+    try:
+        for i, comp in enumerate(parts + [None]):
+            st = os.fstat(fd)
+            if comp is None:
+                reason = _why_untrusted(st, "run_dir", run_dir)
+                if reason:
+                    raise UntrustedState("%s: %s (chown root: %s; chmod 0755 %s)" % (reason, fix, run_dir, run_dir))
+                return fd
+            reason = _why_untrusted_above(st, cur)
+            if reason:
+                raise UntrustedState("run_dir %s: %s: %s" % (run_dir, reason, fix))
+            nxt = os.path.join(cur, comp)
+            try:
+                nfd = os.open(comp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+            except OSError as e:
+                if e.errno in (errno.ELOOP, errno.ENOTDIR) and stat.S_ISLNK(os.lstat(comp, dir_fd=fd).st_mode):
+                    raise UntrustedState("run_dir %s: %s is a symlink (to %s): %s" % (
+                        run_dir, nxt, os.readlink(comp, dir_fd=fd), fix))
+                raise
+            os.close(fd)
+            fd, cur = nfd, nxt
+    except BaseException:
         os.close(fd)
-        raise UntrustedState("%s: run state there is not trusted, so nothing is signalled. Make it root-owned and "
-                             "not writable by others (chown root: %s; chmod 0755 %s)" % (reason, run_dir, run_dir))
-    return fd
+        raise
 
 
 def _read_trusted(dir_fd, run_dir, fname):
@@ -226,12 +298,17 @@ def write_state(run_dir, name, state):
 
 
 def clear_state(run_dir, name):
-    for path in state_paths(run_dir, name):
-        try:
-            os.unlink(path)
-        except OSError as e:
-            if e.errno != errno.ENOENT:
-                raise
+    """Remove the record (relative to the checked run dir)."""
+    dir_fd = open_run_dir(run_dir)
+    try:
+        for fname in ("%s.pid" % name, "%s.json" % name):
+            try:
+                os.unlink(fname, dir_fd=dir_fd)
+            except OSError as e:
+                if e.errno != errno.ENOENT:
+                    raise
+    finally:
+        os.close(dir_fd)
 
 
 def why_not_ours(state):
@@ -306,7 +383,8 @@ def cgroup_pids(mount, rel):
 
 def create_cgroup(name, mount=None, parent=None):
     """Create our server's own cgroup, ``<parent>/eagle-deploy-<name>``, and return its path
-    relative to the hierarchy (``mount``: the cgroup v2 mount, found when None; ``parent``: the
+    relative to the hierarchy (``name``: the deployment's :func:`deployment_name`, so that two
+    deployments never share one; ``mount``: the cgroup v2 mount, found when None; ``parent``: the
     cgroup of this process when None). An existing one is reused only when no process is in it.
     Raises OSError (with the reason) when the host does not allow it."""
     mount = mount or cgroup2_mount()
@@ -350,7 +428,7 @@ def remove_cgroup(mount, rel):
 def dedicated_cgroup(state):
     """(mount, path) of the cgroup we created for this server, from a trusted run state, or None.
 
-    Only a cgroup named ``eagle-deploy-<name>`` that this module created and recorded counts; a shared
+    Only a cgroup named ``eagle-deploy-<...>`` that this module created and recorded counts; a shared
     cgroup (an ssh session's, a container's root) never proves that a process is ours."""
     cg = state.get("cgroup") if state else None
     if not isinstance(cg, dict) or not cg.get("dedicated") or state.get("untrusted") or state.get("unverified"):
@@ -390,9 +468,9 @@ def our_tree(state, table=None):
     every process of its dedicated cgroup and every descendant of those. Empty if the leader is gone
     or not ours.
 
-    A process whose leader died but which still runs in the session (an orphaned scheduler that
-    holds GPU memory) is found by its session id alone only while the leader is verified; for the
-    leader-dead case see :func:`orphans_of`."""
+    While the verified leader lives, a session id equal to its PID is its own session: Linux hands out
+    no PID that is still some live process's session id, so no other program can have made it. Once the
+    leader is dead that no longer holds; for that case see :func:`orphans_of`."""
     if why_not_ours(state) is not None:
         return {}
     table = table if table is not None else process_table()
@@ -411,10 +489,19 @@ def our_tree(state, table=None):
     return dict((pid, table[pid]) for pid in members if pid in table)
 
 
+def _uid_of(user):
+    try:
+        return pwd.getpwnam(user).pw_uid if isinstance(user, str) and user else None
+    except KeyError:
+        return None
+
+
 def orphans_of(state, table=None):
-    """Processes left from our server after its leader died: same session id as the recorded
-    leader, started after it (so a reused session id cannot match), not zombies; and every
-    process still in its dedicated cgroup."""
+    """Processes left from our server after its leader died: every process still in its dedicated
+    cgroup; and every process of the leader's old session (or a descendant of one found) that carries
+    the launch's run token (``EAGLE_DEPLOY_RUN`` in /proc/PID/environ), runs as the recorded user and
+    started no earlier than the leader. A session id alone never makes a process ours: once the leader
+    is dead its PID, and so its session id, can be taken by any daemon that calls ``setsid``."""
     if not state or state.get("unverified") or state.get("untrusted") or state.get("boot_id") not in (None, boot_id()):
         return {}
     table = table if table is not None else process_table()
@@ -425,12 +512,25 @@ def orphans_of(state, table=None):
         # else, whose session must never be taken for ours. (Linux does not hand out a PID that
         # is still in use as a session id, so real orphans imply a dead leader PID.)
         return out
+    token, uid = state.get("run_token"), _uid_of(state.get("user"))
+    if not isinstance(token, str) or not token or uid is None:
+        return out
     start = state.get("start_time") or 0
-    for pid, info in table.items():
-        if pid == leader:
-            continue
-        if info["sid"] == leader and info["start_time"] >= start and info["state"] not in ("Z", "X"):
-            out[pid] = info
+
+    def carries_our_token(pid, info):
+        return (pid != leader and info["state"] not in ("Z", "X") and info["start_time"] >= start
+                and proc_uid(pid) == uid and proc_environ_has(pid, RUN_TOKEN_VAR, token))
+
+    found = dict((pid, info) for pid, info in table.items() if info["sid"] == leader and carries_our_token(pid, info))
+    changed = True
+    while changed:
+        changed = False
+        for pid, info in table.items():
+            if pid not in found and pid not in out and (info["ppid"] in found or info["ppid"] in out) \
+                    and carries_our_token(pid, info):
+                found[pid] = info
+                changed = True
+    out.update(found)
     return out
 
 

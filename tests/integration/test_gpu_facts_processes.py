@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import signal
 import subprocess
 import sys
@@ -70,9 +71,9 @@ def procs():
     """Start real processes; all are killed at teardown (the module itself must never signal them)."""
     started = []
 
-    def start(argv, new_session=False):
+    def start(argv, new_session=False, env=None):
         proc = subprocess.Popen(argv, start_new_session=new_session, stdin=subprocess.DEVNULL,
-                                stdout=subprocess.PIPE, text=True)
+                                stdout=subprocess.PIPE, text=True, env=env)
         started.append((proc, new_session))
         return proc
 
@@ -104,11 +105,14 @@ LEADER_EXITS = [sys.executable, "-c",
 
 
 def start_leader(procs, run_dir, name="sglang", exit_after_child=False):
-    leader = procs(LEADER_EXITS if exit_after_child else LEADER, new_session=True)
+    # As wait_for_model launches it: the run token in its environment (and so in its child's).
+    token = "%s:%s" % (name, "5a" * 16)
+    leader = procs(LEADER_EXITS if exit_after_child else LEADER, new_session=True,
+                   env=dict(os.environ, **{sglang_proc.RUN_TOKEN_VAR: token}))
     child = int(leader.stdout.readline())
     state = sglang_proc.identity(leader.pid)
     state.update(fingerprint="0" * 64, attempt=1, log_path=str(run_dir / ("%s_r1.log" % name)), started_at=0.0,
-                 user="test")
+                 user=pwd.getpwuid(os.getuid()).pw_name, run_token=token)
     sglang_proc.write_state(str(run_dir), name, state)
     return leader, child, state
 

@@ -102,7 +102,7 @@ def host():
     yield state
     stopped = play(playbook="stop.yml")
     assert stopped.rc == 0, stopped
-    assert not os.path.exists(os.path.join(prefix, "var/lib/sglang/run/sglang.json"))
+    assert not os.path.exists(os.path.join(prefix, "var/lib/eagle-deploy/run/sglang.json"))
     shutil.rmtree(prefix)
 
 
@@ -126,7 +126,7 @@ def serving(host, converged):
 
 
 def run_state(host):
-    with open(os.path.join(host["prefix"], "var/lib/sglang/run/sglang.json")) as f:
+    with open(os.path.join(host["prefix"], "var/lib/eagle-deploy/run/sglang.json")) as f:
         return json.load(f)
 
 
@@ -235,7 +235,7 @@ def test_a_port_held_by_another_server_is_refused_before_a_launch(host, serving)
         refusal = run.failures()[0]  # the launch; the role's rescue then fails the play with it
         assert refusal["action"].endswith("wait_for_model") and "crash_class" not in refusal, run
         assert "port %d is held by a process that is not ours" % host["port"] in refusal["msg"]
-        assert not os.path.exists(os.path.join(other, "var/lib/sglang/run/sglang.json"))
+        assert not os.path.exists(os.path.join(other, "var/lib/eagle-deploy/run/sglang.json"))
         assert run_state(host)["pid"] == serving["pid"] and get(host, "/health")[0] == 200
     finally:
         shutil.rmtree(other, ignore_errors=True)
@@ -316,7 +316,7 @@ def test_restart_stops_our_old_server_and_waits_for_its_gpu_memory(host, serving
     bindir = tmp_path / "bin"
     bindir.mkdir()
     fake = bindir / "nvidia-smi"
-    fake.write_text(FAKE_NVIDIA_SMI_OURS % {"run": os.path.join(host["prefix"], "var/lib/sglang/run")})
+    fake.write_text(FAKE_NVIDIA_SMI_OURS % {"run": os.path.join(host["prefix"], "var/lib/eagle-deploy/run")})
     fake.chmod(0o755)
     old = serving["pid"]
     gpu = ["-e", "sglang_server_gpu_expected=true", "-e", "sglang_server_tp_size=1",

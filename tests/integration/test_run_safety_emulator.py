@@ -238,3 +238,181 @@ def test_no_launch_while_another_run_holds_the_lock(dirs):
         th.join()
     assert not result.get("failed"), result.get("msg")
     assert result["lock_wait"] >= 1 and _emulator_leaders(port) == [result["pid"]]
+
+
+# ------------------------------------------------------------------ ours is per deployment, and never by session id alone
+def _stop(log_dir, run_dir, **kw):
+    args = {"name": "safe", "state": "stopped", "log_dir": log_dir, "run_dir": run_dir, "stop_timeout": 5}
+    args.update(kw)
+    return run_module("wait_for_model", args)
+
+
+def _gone(pids, timeout=5.0):
+    deadline = time.monotonic() + timeout
+    while any(_alive(p) for p in pids) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    return not any(_alive(p) for p in pids)
+
+
+def _second_deployment(dirs):
+    log_dir, run_dir = os.path.join(dirs["tmp"], "logs2"), os.path.join(dirs["tmp"], "run2")
+    os.makedirs(log_dir)
+    os.makedirs(run_dir, mode=0o755)
+    return log_dir, run_dir
+
+
+def test_two_deployments_of_one_name_have_their_own_cgroups_and_stops(dirs):
+    port_a, port_b = free_port(), free_port()
+    log_b, run_b = _second_deployment(dirs)
+    a = run_module("wait_for_model", _emulator_args(dirs, port_a, load="1"))
+    assert not a.get("failed"), a.get("msg")
+    if a["tree_tracking"] != "cgroup":
+        pytest.skip("this host gives the server no cgroup of its own: %s" % a.get("tree_tracking_note"))
+    try:
+        b = run_module("wait_for_model", _emulator_args(dirs, port_b, load="1", log_dir=log_b, run_dir=run_b))
+        assert not b.get("failed"), b.get("msg")
+        dirs["pids"].extend([a["pid"], b["pid"]])
+        state_a, state_b = sglang_proc.read_state(dirs["run_dir"], "safe"), sglang_proc.read_state(run_b, "safe")
+        assert b["tree_tracking"] == "cgroup" and state_a["cgroup"]["path"] != state_b["cgroup"]["path"]
+        tree_b = set(sglang_proc.our_tree(state_b))
+        assert len(tree_b) >= 3 and not tree_b & set(sglang_proc.our_tree(state_a))
+
+        stop = _stop(dirs["log_dir"], dirs["run_dir"])
+        assert stop["changed"] is True and _gone([a["pid"]]) and _emulator_leaders(port_a) == []
+        assert all(_alive(p) for p in tree_b) and _emulator_leaders(port_b) == [b["pid"]]
+        cg_b = state_b["cgroup"]
+        assert os.path.isdir(os.path.join(cg_b["mount"], cg_b["path"].lstrip("/")))
+        assert not os.path.exists(os.path.join(state_a["cgroup"]["mount"], state_a["cgroup"]["path"].lstrip("/")))
+    finally:
+        _stop(log_b, run_b)
+
+
+def test_a_crashed_deployments_stop_never_reaches_the_same_named_one_started_after_it(dirs):
+    # A's server dies on its own (its cgroup is left, empty); B, same name, other run dir, starts after it.
+    # Stopping A (its record names its cgroup) must not signal B.
+    port_a, port_b = free_port(), free_port()
+    log_b, run_b = _second_deployment(dirs)
+    a = run_module("wait_for_model", _emulator_args(dirs, port_a, load="1"))
+    assert not a.get("failed"), a.get("msg")
+    if a["tree_tracking"] != "cgroup":
+        pytest.skip("this host gives the server no cgroup of its own: %s" % a.get("tree_tracking_note"))
+    state_a = sglang_proc.read_state(dirs["run_dir"], "safe")
+    for pid in sglang_proc.our_tree(state_a):
+        os.kill(pid, signal.SIGKILL)
+    assert _gone(list(sglang_proc.our_tree(state_a)) + [a["pid"]])
+    try:
+        b = run_module("wait_for_model", _emulator_args(dirs, port_b, load="1", log_dir=log_b, run_dir=run_b))
+        assert not b.get("failed"), b.get("msg")
+        dirs["pids"].append(b["pid"])
+        tree_b = set(sglang_proc.our_tree(sglang_proc.read_state(run_b, "safe")))
+        stop = _stop(dirs["log_dir"], dirs["run_dir"], on_foreign_pid="ignore")
+        assert not stop.get("failed"), stop.get("msg")
+        assert not stop.get("stopped", {}).get("signalled")
+        time.sleep(0.5)
+        assert all(_alive(p) for p in tree_b) and _emulator_leaders(port_b) == [b["pid"]]
+    finally:
+        _stop(log_b, run_b)
+
+
+DAEMON = r"""
+import os, sys, time
+# A daemon that got the PID of our dead leader: start_new_session made it a session leader (its session id is
+# that PID); it forks a worker and its first process exits, as daemons do.
+if os.fork() == 0:
+    with open(sys.argv[1] + ".tmp", "w") as fh:
+        fh.write(str(os.getpid()))
+    os.rename(sys.argv[1] + ".tmp", sys.argv[1])
+    time.sleep(120)
+    os._exit(0)
+sys.stdin.read()  # exits when the test closes stdin
+"""
+
+
+def test_a_daemon_with_the_dead_leaders_session_id_is_never_signalled(dirs):
+    import subprocess
+    worker_file = os.path.join(dirs["tmp"], "worker.pid")
+    leader = subprocess.Popen([sys.executable, "-c", DAEMON, worker_file], stdin=subprocess.PIPE, start_new_session=True)
+    worker = _wait_file(worker_file)
+    dirs["pids"].append(worker)
+    try:
+        while sglang_proc.proc_cmdline(leader.pid) != [sys.executable, "-c", DAEMON, worker_file]:
+            time.sleep(0.01)
+        # The record of our server whose leader had that PID (same identity: our leader was it, then it died).
+        log_path = os.path.join(dirs["log_dir"], "safe_r1.log")
+        open(log_path, "w").close()
+        sglang_proc.write_state(dirs["run_dir"], "safe", dict(
+            sglang_proc.identity(leader.pid), fingerprint="x", attempt=1, log_path=log_path, user="root",
+            run_token="safe:" + "ab" * 16, tree_tracking="session", cgroup=None))
+        leader.stdin.close()
+        leader.wait()
+        assert sglang_proc.process_table()[worker]["sid"] == leader.pid  # the worker holds the dead leader's session id
+        stop = _stop(dirs["log_dir"], dirs["run_dir"])
+        assert not stop.get("failed"), stop.get("msg")
+        assert not stop.get("stopped", {}).get("signalled")
+        assert _alive(worker)
+        assert sglang_proc.read_state(dirs["run_dir"], "safe") is None  # the stale record is gone
+    finally:
+        os.kill(worker, signal.SIGKILL)
+
+
+def test_orphans_of_our_own_dead_leader_are_found_by_the_run_token(dirs):
+    # Session tracking only (no cgroup): the leader dies, its child and grandchild (same session) live on.
+    port = free_port()
+    gfile, cfile = os.path.join(dirs["tmp"], "grandchild.pid"), os.path.join(dirs["tmp"], "child.pid")
+    script = os.path.join(dirs["tmp"], "escaper.py")
+    with open(script, "w") as fh:
+        fh.write(ESCAPER)
+    r = run_module("wait_for_model", {
+        "name": "safe", "argv": [TARGET_PYTHON, script, str(port), gfile, cfile, "0"], "log_dir": dirs["log_dir"],
+        "run_dir": dirs["run_dir"], "health_url": "http://127.0.0.1:%d/health_generate" % port, "timeout": 30,
+        "cgroup": False})
+    assert not r.get("failed"), r.get("msg")
+    grandchild, child = _wait_file(gfile), _wait_file(cfile)
+    dirs["pids"].extend([grandchild, child, r["pid"]])
+    token = sglang_proc.read_state(dirs["run_dir"], "safe")["run_token"]
+    assert sglang_proc.proc_environ_has(grandchild, "EAGLE_DEPLOY_RUN", token)
+    os.kill(r["pid"], signal.SIGKILL)
+    assert _gone([r["pid"]])
+    stop = _stop(dirs["log_dir"], dirs["run_dir"], on_foreign_pid="ignore")
+    assert stop["changed"] is True and set(stop["stopped"]["signalled"]) == {child, grandchild}
+    assert _gone([child, grandchild])
+
+
+# ------------------------------------------------------------------ a run dir reached through a planted symlink
+def test_a_planted_symlink_run_dir_leaves_the_server_alone(dirs):
+    port = free_port()
+    r = run_module("wait_for_model", _emulator_args(dirs, port, load="1"))
+    assert not r.get("failed"), r.get("msg")
+    home = os.path.join(dirs["tmp"], "home")
+    os.mkdir(home)
+    os.chown(home, 65534, 65534)  # the service user's home; it planted run -> our root-owned run dir
+    os.symlink(dirs["run_dir"], os.path.join(home, "run"))
+    stop = _stop(dirs["log_dir"], os.path.join(home, "run"))
+    assert stop["failed"] and "above it is owned by uid 65534" in stop["msg"] and "nothing is signalled" in stop["msg"]
+    os.chown(home, 0, 0)  # even in a root-owned directory, the symlink itself is refused
+    stop = _stop(dirs["log_dir"], os.path.join(home, "run"))
+    assert stop["failed"] and "is a symlink" in stop["msg"]
+    assert _alive(r["pid"]) and _emulator_leaders(port) == [r["pid"]]
+
+
+# ------------------------------------------------------------------ a launch that cannot run stops nothing
+@pytest.mark.parametrize("python", ["gone", "false"])
+def test_a_console_script_whose_python_cannot_run_leaves_the_old_server_alone(dirs, python):
+    port = free_port()
+    r = run_module("wait_for_model", _emulator_args(dirs, port, load="1"))
+    assert not r.get("failed"), r.get("msg")
+    venv_bin = os.path.join(dirs["tmp"], "venv", "bin")
+    os.makedirs(venv_bin)
+    # The venv's python: a link to a python that was removed, or to a program that does not start (exits 1).
+    os.symlink("/usr/bin/python3.99-removed" if python == "gone" else "/bin/false", os.path.join(venv_bin, "python3"))
+    script = os.path.join(venv_bin, "sglang-emulator")
+    with open(script, "w") as fh:
+        fh.write("#!%s\nimport runpy\n" % os.path.join(venv_bin, "python3"))
+    os.chmod(script, 0o755)
+    args = _emulator_args(dirs, port, load="1", force_restart=True)
+    args["argv"] = [script] + args["argv"][2:]
+    bad = run_module("wait_for_model", args)
+    assert bad["failed"] and "Nothing was stopped or launched" in bad["msg"], bad["msg"]
+    assert ("does not exist" if python == "gone" else "does not run as root") in bad["msg"]
+    assert _alive(r["pid"]) and _emulator_leaders(port) == [r["pid"]]
+    assert sorted(os.listdir(dirs["log_dir"])) == ["safe.log", "safe_r1.log"]

@@ -84,7 +84,7 @@ def test_foreign_port_holder_is_refused_before_our_server_is_stopped(prefix):
     port = free_port()
     rc, _, failed = play(prefix, port)
     assert rc == 0, failed
-    with open(os.path.join(prefix, "var/lib/sglang/run/sglang.json")) as f:
+    with open(os.path.join(prefix, "var/lib/eagle-deploy/run/sglang.json")) as f:
         before = json.load(f)
     try:
         with socket.socket() as foreign:
@@ -98,7 +98,7 @@ def test_foreign_port_holder_is_refused_before_our_server_is_stopped(prefix):
         assert "port %d is held by a process that is not ours: PID %d" % (taken, os.getpid()) in msg, failed
         assert "Nothing was stopped or launched" in msg
         # Our server was left alone: same process, same run state, still serving on its port.
-        with open(os.path.join(prefix, "var/lib/sglang/run/sglang.json")) as f:
+        with open(os.path.join(prefix, "var/lib/eagle-deploy/run/sglang.json")) as f:
             after = json.load(f)
         assert (after["pid"], after["attempt"]) == (before["pid"], before["attempt"])
         os.kill(before["pid"], 0)

@@ -74,3 +74,8 @@ def test_port_out_of_range_is_refused(port):
 def test_name_that_is_not_a_plain_file_name_is_refused(name):
     rc, check = validate("inventory/local", "-e", "sglang_server_name=%s" % name)
     assert rc != 0 and "is not a plain name" in check["msg"], check
+
+
+def test_name_with_a_trailing_newline_is_refused():
+    rc, check = validate("inventory/local", "-e", json.dumps({"sglang_server_name": "sglang\n"}))
+    assert rc != 0 and "is not a plain name" in check["msg"], check

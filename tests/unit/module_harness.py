@@ -66,6 +66,8 @@ class World(object):
         self.killed = []
         self.cmdlines = {}
         self.http_calls = 0
+        self.probed = []  # interpreter checks run before a launch (Prober)
+        self.probe_rc, self.probe_output = 0, ""
 
     # clock & sleep
     def clock(self):
@@ -160,6 +162,17 @@ class Popener(object):
         self.w.rc = -9
 
 
+class Prober(object):
+    """prove_it_runs() without a process: records the command and answers ``world.probe_rc``."""
+
+    def __init__(self, world):
+        self.w = world
+
+    def run(self, argv, env, cwd, user, timeout):
+        self.w.probed.append(argv)
+        return self.w.probe_rc, self.w.probe_output
+
+
 def run(world, check_mode=False, inject=None, **args):
     params = {
         "argv": [sys.executable, "-m", "sglang.launch_server", "--config", "/etc/sglang.yaml"],
@@ -173,7 +186,7 @@ def run(world, check_mode=False, inject=None, **args):
         params["_ansible_check_mode"] = True
     with patch_module_args(params):
         kw = dict(clock=world.clock, sleep=world.sleep, popener=Popener(world), http=world.http, procs=Procs(world),
-                  wall=lambda: 0.0, cgroups=NoCgroups())
+                  wall=lambda: 0.0, cgroups=NoCgroups(), prober=Prober(world))
         kw.update(inject or {})
         try:
             wfm.main(**kw)

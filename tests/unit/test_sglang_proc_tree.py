@@ -117,7 +117,69 @@ def test_orphans_in_our_cgroup_are_found_after_the_leader_died(tmp_path):
     state = _state(tmp_path, rel, pid=4000001)  # a leader PID that is not running
     table = _table((900001, 1, 900001), (900002, 1, 4000001, 5))
     state["start_time"] = 1
-    assert set(sp.orphans_of(state, table)) == {900001, 900002}
+    # 900002 shares the dead leader's session id but carries no run token: not ours
+    assert set(sp.orphans_of(state, table)) == {900001}
+
+
+# ------------------------------------------------------------------ orphans: never by session id alone
+@pytest.fixture
+def procs_env(monkeypatch):
+    """Fake /proc/PID/environ and uid: {pid: (uid, [VAR=value, ...])}."""
+    procs = {}
+    monkeypatch.setattr(sp, "proc_environ_has", lambda pid, key, value: "%s=%s" % (key, value) in procs.get(pid, (0, []))[1],
+                        raising=False)
+    monkeypatch.setattr(sp, "proc_uid", lambda pid: procs[pid][0] if pid in procs else None)
+    return procs
+
+
+def _dead_leader_state(**extra):
+    st = {"pid": 4000001, "start_time": 100, "boot_id": sp.boot_id(), "cmdline": ["python3", "-m", "sglang.launch_server"],
+          "user": "root", "run_token": "sglang:0123abcd"}
+    st.update(extra)
+    return st
+
+
+def test_a_daemon_that_took_the_dead_leaders_session_id_is_not_an_orphan(procs_env):
+    # PID 4000001 (our dead leader) was reused by a daemon that called setsid and forked: its workers have
+    # our old session id, started after our leader, run as root, but carry no run token of ours.
+    table = _table((900001, 1, 4000001, 200), (900002, 900001, 4000001, 201))
+    procs_env.update({900001: (0, ["HOME=/root"]), 900002: (0, ["EAGLE_DEPLOY_RUN=other:99"])})
+    assert sp.orphans_of(_dead_leader_state(), table) == {}
+
+
+def test_an_orphan_needs_our_token_our_user_and_a_later_start(procs_env):
+    token = "EAGLE_DEPLOY_RUN=sglang:0123abcd"
+    table = _table(
+        (900001, 1, 4000001, 200),       # ours: session, token, root, started after the leader
+        (900002, 900001, 900002, 210),   # ours: a child of 900001 that left the session, token
+        (900003, 1, 4000001, 200),       # another user (nobody)
+        (900004, 1, 4000001, 50),        # started before our leader
+        (900005, 900001, 900005, 220),   # a child of ours without the token (cleared environment)
+        (900006, 1, 4000001, 300),       # another launch's token
+    )
+    procs_env.update({900001: (0, [token]), 900002: (0, [token]), 900003: (65534, [token]), 900004: (0, [token]),
+                      900005: (0, []), 900006: (0, ["EAGLE_DEPLOY_RUN=sglang:ffff"])})
+    assert set(sp.orphans_of(_dead_leader_state(), table)) == {900001, 900002}
+    # A record without a token (or of an unknown user) adopts nothing by session.
+    assert sp.orphans_of(_dead_leader_state(run_token=None), table) == {}
+    assert sp.orphans_of(_dead_leader_state(user="no-such-user-eagle"), table) == {}
+
+
+def test_proc_environ_has_reads_the_nul_separated_environment(monkeypatch, tmp_path):
+    os.makedirs(str(tmp_path / "77"))
+    (tmp_path / "77" / "environ").write_bytes(b"A=1\x00EAGLE_DEPLOY_RUN=sglang:ab\x00B=2\x00")
+    monkeypatch.setattr(sp, "PROC", str(tmp_path))
+    assert sp.proc_environ_has(77, "EAGLE_DEPLOY_RUN", "sglang:ab")
+    assert not sp.proc_environ_has(77, "EAGLE_DEPLOY_RUN", "sglang:a")
+    assert not sp.proc_environ_has(78, "EAGLE_DEPLOY_RUN", "sglang:ab")
+
+
+# ------------------------------------------------------------------ one cgroup per deployment
+def test_deployment_name_differs_per_run_dir_and_is_stable(tmp_path):
+    a, b = str(tmp_path / "a"), str(tmp_path / "b")
+    assert sp.deployment_name("sglang", a) != sp.deployment_name("sglang", b)
+    assert sp.deployment_name("sglang", a) == sp.deployment_name("sglang", a + "/")
+    assert sp.deployment_name("sglang", a).startswith("sglang-") and len(sp.deployment_name("sglang", a)) == 19
 
 
 def test_remove_cgroup_removes_the_empty_tree(tmp_path):
@@ -161,3 +223,84 @@ def test_write_state_refuses_an_untrusted_dir(tmp_path):
     os.chmod(str(tmp_path), 0o777)
     with pytest.raises(sp.UntrustedState):
         sp.write_state(str(tmp_path), "s", {"pid": 5})
+
+
+# ------------------------------------------------------------------ the path to the run dir
+def _trusted_dir(path, mode=0o755):
+    os.makedirs(path)
+    os.chmod(path, mode)
+    return path
+
+
+def test_run_dir_reached_through_a_symlink_is_untrusted(tmp_path):
+    real = _trusted_dir(str(tmp_path / "real"))
+    sp.write_state(real, "s", {"pid": os.getpid()})
+    os.symlink(real, str(tmp_path / "link"))
+    state = sp.read_state(str(tmp_path / "link"), "s")
+    assert state["pid"] is None and "is a symlink" in state["untrusted"]
+    with pytest.raises(sp.UntrustedState):
+        sp.write_state(str(tmp_path / "link"), "s", {"pid": 5})
+
+
+def test_a_symlink_anywhere_above_the_run_dir_is_untrusted(tmp_path):
+    _trusted_dir(str(tmp_path / "real" / "run"))
+    sp.write_state(str(tmp_path / "real" / "run"), "s", {"pid": os.getpid()})
+    os.symlink(str(tmp_path / "real"), str(tmp_path / "up"))
+    state = sp.read_state(str(tmp_path / "up" / "run"), "s")
+    assert "%s is a symlink" % (tmp_path / "up") in state["untrusted"]
+
+
+@pytest.mark.parametrize("spoil, needle", [
+    # the service user's home above a root-owned run dir: it could rename run/ and plant a symlink
+    (lambda parent: os.chown(parent, 65534, 65534), "above it is owned by uid 65534"),
+    (lambda parent: os.chmod(parent, 0o777), "writable by its group or by others (mode 0777) and not sticky"),
+    (lambda parent: os.chmod(parent, 0o775), "not sticky"),
+])
+def test_a_directory_above_the_run_dir_that_someone_else_controls_is_untrusted(tmp_path, spoil, needle):
+    parent = _trusted_dir(str(tmp_path / "home"))
+    run_dir = _trusted_dir(os.path.join(parent, "run"))
+    sp.write_state(run_dir, "s", {"pid": os.getpid()})
+    spoil(parent)
+    state = sp.read_state(run_dir, "s")
+    assert state["pid"] is None and needle in state["untrusted"]
+    with pytest.raises(sp.UntrustedState):
+        sp.open_run_dir(run_dir)
+
+
+def test_a_root_dir_under_a_sticky_world_writable_dir_is_trusted_but_a_sticky_run_dir_is_not(tmp_path):
+    # /tmp/eagle-deploy/var/lib/eagle-deploy/run: /tmp is sticky (1777), so nobody else can rename root's entries there.
+    sticky = _trusted_dir(str(tmp_path / "tmp"), 0o1777)
+    run_dir = _trusted_dir(os.path.join(sticky, "eagle-deploy", "run"))
+    sp.write_state(run_dir, "s", {"pid": 5})
+    assert sp.read_state(run_dir, "s") == {"pid": 5}
+    state = sp.read_state(sticky, "s")
+    assert state is None or "writable by its group or by others" in state["untrusted"]
+    with pytest.raises(sp.UntrustedState) as e:
+        sp.open_run_dir(sticky)
+    assert "run_dir %s is writable by its group or by others (mode 1777)" % sticky in str(e.value)
+
+
+def test_run_dir_with_dot_dot_is_untrusted(tmp_path):
+    _trusted_dir(str(tmp_path / "run"))
+    with pytest.raises(sp.UntrustedState) as e:
+        sp.open_run_dir(str(tmp_path / "x" / ".." / "run"))
+    assert "contains '..'" in str(e.value)
+
+
+def test_clear_state_never_follows_a_swapped_path(tmp_path):
+    run_dir = _trusted_dir(str(tmp_path / "run"))
+    sp.write_state(run_dir, "s", {"pid": 5})
+    os.symlink(run_dir, str(tmp_path / "link"))
+    with pytest.raises(sp.UntrustedState):
+        sp.clear_state(str(tmp_path / "link"), "s")
+    assert sorted(os.listdir(run_dir)) == ["s.json", "s.pid"]
+    sp.clear_state(run_dir, "s")
+    assert os.listdir(run_dir) == []
+
+
+@pytest.mark.parametrize("name, ok", [
+    ("sglang", True), ("a.b_c-1", True), ("sglang\n", False), ("\nsglang", False), ("a/b", False), ("..", False),
+    ("a..b", False), ("x" * 64, True), ("x" * 65, False), ("", False), (None, False),
+])
+def test_safe_name_is_anchored_at_both_ends(name, ok):
+    assert sp.safe_name(name) is ok

@@ -7,9 +7,12 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import json
 import os
+import shutil
 import sys
+import tempfile
 
 import pytest
 
@@ -349,26 +352,33 @@ def test_sglang_titled_worker_is_long_lived_from_birth(world):
 class FakeCgroups(object):
     def __init__(self, joined=True):
         self.joined = joined
+        self.created = []
         self.removed = []
 
     def create(self, name):
-        return "/sys/fs/cgroup", "/eagle-deploy-" + name
+        self.created.append("/eagle-deploy-" + name)
+        return "/sys/fs/cgroup", self.created[-1]
 
     def of(self, pid):
-        return "/eagle-deploy-sglang" if self.joined else "/user.slice/session-3.scope"
+        return self.created[-1] if self.joined else "/user.slice/session-3.scope"
 
     def remove(self, mount, path):
         self.removed.append(path)
         return True
 
 
+def _deployment_cgroup(run_dir, name="sglang"):
+    return "/eagle-deploy-%s-%s" % (name, hashlib.sha256(os.path.realpath(run_dir).encode()).hexdigest()[:12])
+
+
 def test_launch_in_our_own_cgroup_is_recorded(world):
     world.health = lambda t: 200
     status, r = run(world, inject={"cgroups": FakeCgroups()})
     assert status == "ok" and r["tree_tracking"] == "cgroup"
-    assert world.spawned[0]["cgroup_procs"] == "/sys/fs/cgroup/eagle-deploy-sglang/cgroup.procs"
+    rel = _deployment_cgroup(world.log_dir)
+    assert world.spawned[0]["cgroup_procs"] == "/sys/fs/cgroup%s/cgroup.procs" % rel
     state = json.load(open(os.path.join(world.log_dir, "sglang.json")))
-    assert state["cgroup"] == {"mount": "/sys/fs/cgroup", "path": "/eagle-deploy-sglang", "dedicated": True}
+    assert state["cgroup"] == {"mount": "/sys/fs/cgroup", "path": rel, "dedicated": True}
     assert state["tree_tracking"] == "cgroup"
 
 
@@ -377,7 +387,7 @@ def test_server_that_did_not_join_its_cgroup_falls_back_to_the_session(world):
     cg = FakeCgroups(joined=False)
     status, r = run(world, inject={"cgroups": cg})
     assert status == "ok" and r["tree_tracking"] == "session" and "did not join" in r["tree_tracking_note"]
-    assert cg.removed == ["/eagle-deploy-sglang"]
+    assert cg.removed == [_deployment_cgroup(world.log_dir)]
     assert json.load(open(os.path.join(world.log_dir, "sglang.json")))["cgroup"] is None
 
 
@@ -386,3 +396,227 @@ def test_host_without_cgroups_tracks_the_session_and_says_why(world):
     status, r = run(world)
     assert status == "ok" and r["tree_tracking"] == "session" and "Read-only file system" in r["tree_tracking_note"]
     assert world.spawned[0]["cgroup_procs"] is None
+
+
+# ------------------------------------------------------------------ a run dir nobody else can swap
+def test_run_dir_that_is_a_planted_symlink_signals_nothing_and_writes_nothing(world, stops, tmp_path_factory):
+    # The service user replaced its run dir with a symlink to a root-owned directory holding another
+    # deployment's (trusted) run state.
+    record_self_as_server(world)
+    planted = str(tmp_path_factory.mktemp("service-home") / "run")
+    os.symlink(world.log_dir, planted)
+    before = sorted(os.listdir(world.log_dir))
+    status, r = run(world, state="stopped", run_dir=planted)
+    assert status == "failed" and "is a symlink" in r["msg"] and "nothing is signalled" in r["msg"]
+    status, r = run(world, force_restart=True, run_dir=planted)
+    assert status == "failed" and "is a symlink" in r["msg"]
+    assert stops == [] and world.spawned == [] and sorted(os.listdir(world.log_dir)) == before
+
+
+def test_run_dir_inside_the_service_users_home_is_refused(world, stops, tmp_path_factory):
+    home = str(tmp_path_factory.mktemp("home"))
+    run_dir = os.path.join(home, "run")
+    os.mkdir(run_dir, 0o755)
+    record_self_as_server(world)
+    sglang_proc.write_state(run_dir, "sglang", json.load(open(os.path.join(world.log_dir, "sglang.json"))))
+    os.chown(home, NOBODY, NOBODY)  # the service user owns the directory above the (root-owned) run dir
+    status, r = run(world, state="stopped", run_dir=run_dir)
+    assert status == "failed" and "above it is owned by uid %d" % NOBODY in r["msg"]
+    assert stops == [] and sorted(os.listdir(run_dir)) == ["sglang.json", "sglang.pid"]
+
+
+# ------------------------------------------------------------------ every launch precondition, as the service user
+@pytest.fixture
+def shared_tmp():
+    """A directory under /tmp that every user can enter (pytest's own tmp dirs are root's, mode 0700)."""
+    path = tempfile.mkdtemp(prefix="eagle-deploy-test-", dir="/tmp")
+    os.chmod(path, 0o755)
+    yield path
+    shutil.rmtree(path)
+
+
+def _script(path, text, mode=0o755):
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as fh:
+        fh.write(text)
+    os.chmod(path, mode)
+    return path
+
+
+@pytest.mark.parametrize("interpreter, needle", [
+    ("/nonexistent/venv/bin/python", "/nonexistent does not exist"),
+    ("venv-link", "/python3.99-gone does not exist"),       # the venv's python: a symlink to a removed python
+    ("/usr/bin/env no-such-interpreter-eagle", "'env no-such-interpreter-eagle'"),
+    ("", "empty #! line"),
+])
+def test_console_script_whose_interpreter_is_gone_stops_nothing(world, stops, shared_tmp, interpreter, needle):
+    record_self_as_server(world)
+    if interpreter == "venv-link":
+        interpreter = os.path.join(shared_tmp, "venv", "bin", "python")
+        os.makedirs(os.path.dirname(interpreter))
+        os.symlink("/usr/bin/python3.99-gone", interpreter)
+    script = _script(os.path.join(shared_tmp, "venv", "bin", "sglang"), "#!%s\nimport sys\n" % interpreter)
+    status, r = run(world, argv=[script, "serve"])
+    assert status == "failed" and needle in r["msg"] and "Nothing was stopped or launched" in r["msg"], r["msg"]
+    assert "cannot be run by" in r["msg"]
+    assert stops == [] and world.spawned == [] and world.probed == []
+    assert sorted(os.listdir(world.log_dir)) == ["sglang.json", "sglang.pid", "sglang_r1.log"]
+
+
+def test_program_under_a_directory_the_service_user_cannot_enter_stops_nothing(world, stops, shared_tmp):
+    record_self_as_server(world)
+    private = os.path.join(shared_tmp, "private")
+    os.mkdir(private, 0o700)  # root's
+    exe = _script(os.path.join(private, "bin", "server"), "#!/bin/sh\nexit 0\n")
+    status, r = run(world, argv=[exe], run_as="nobody")
+    assert status == "failed" and "cannot be run by nobody" in r["msg"], r["msg"]
+    assert "directory %s cannot be entered" % private in r["msg"] and "Nothing was stopped or launched" in r["msg"]
+    assert stops == [] and world.spawned == []
+
+
+def test_script_the_service_user_cannot_read_stops_nothing(world, stops, shared_tmp):
+    record_self_as_server(world)
+    exe = _script(os.path.join(shared_tmp, "bin", "server"), "#!/bin/sh\nexit 0\n", mode=0o711)
+    status, r = run(world, argv=[exe], run_as="nobody")
+    assert status == "failed" and "is not readable by the user" in r["msg"], r["msg"]
+    assert stops == [] and world.spawned == []
+
+
+def test_chdir_the_service_user_cannot_enter_stops_nothing(world, stops, shared_tmp):
+    record_self_as_server(world)
+    exe = _script(os.path.join(shared_tmp, "bin", "server"), "#!/bin/sh\nexit 0\n")
+    work = os.path.join(shared_tmp, "work")
+    os.mkdir(work, 0o700)
+    status, r = run(world, argv=[exe], chdir=work, run_as="nobody")
+    assert status == "failed" and "chdir %s cannot be entered by nobody" % work in r["msg"], r["msg"]
+    assert stops == [] and world.spawned == []
+
+
+def test_interpreter_that_does_not_start_stops_nothing(world, stops, shared_tmp):
+    record_self_as_server(world)
+    exe = _script(os.path.join(shared_tmp, "venv", "bin", "sglang"), "#!%s\nimport sys\n" % sys.executable)
+    world.probe_rc, world.probe_output = 1, "Fatal Python error: init_fs_encoding: failed to get the Python codec"
+    status, r = run(world, argv=[exe, "serve"])
+    assert status == "failed" and "does not run as" in r["msg"] and "init_fs_encoding" in r["msg"], r["msg"]
+    assert "Nothing was stopped or launched" in r["msg"]
+    assert world.probed == [[sys.executable, "-c", ""]]
+    assert stops == [] and world.spawned == []
+
+
+def test_a_runnable_env_script_is_proven_then_launched(world, stops, shared_tmp):
+    record_self_as_server(world)
+    exe = _script(os.path.join(shared_tmp, "bin", "server"), "#!/usr/bin/env python3\nimport sys\n")
+    world.health = lambda t: 200
+    status, r = run(world, argv=[exe], run_as="nobody")
+    assert status == "ok", r["msg"]
+    assert len(world.probed) == 1 and os.path.basename(world.probed[0][0]).startswith("python3")
+    assert world.probed[0][1:] == ["-c", ""]
+    assert stops == [os.getpid()] and len(world.spawned) == 1
+
+
+def test_check_mode_proves_nothing_by_running_it(world, stops, shared_tmp):
+    record_self_as_server(world)
+    exe = _script(os.path.join(shared_tmp, "venv", "bin", "sglang"), "#!%s\n" % sys.executable)
+    status, r = run(world, argv=[exe], check_mode=True)
+    assert status == "ok" and r["changed"] is True and world.probed == [] and stops == []
+
+
+# ------------------------------------------------------------------ a run token marks what we launched
+def test_every_launch_carries_a_fresh_run_token_in_its_environment_and_record(world):
+    world.health = lambda t: 200
+    tokens = []
+    for _ in range(2):
+        status, r = run(world, force_restart=True, stop_timeout=1)
+        assert status == "ok", r["msg"]
+        state = json.load(open(os.path.join(world.log_dir, "sglang.json")))
+        assert world.spawned[-1]["env"]["EAGLE_DEPLOY_RUN"] == state["run_token"]
+        tokens.append(state["run_token"])
+    assert tokens[0] != tokens[1] and all(t.startswith("sglang:") and len(t) == len("sglang:") + 32 for t in tokens)
+
+
+def test_the_run_token_variable_cannot_be_set_by_the_caller(world, stops):
+    status, r = run(world, environment={"EAGLE_DEPLOY_RUN": "sglang:forged"})
+    assert status == "failed" and "set by wait_for_model itself" in r["msg"] and world.spawned == []
+
+
+# ------------------------------------------------------------------ one cgroup per deployment
+def test_two_deployments_of_one_name_ask_for_two_cgroups(world, tmp_path_factory):
+    other = str(tmp_path_factory.mktemp("other-run"))
+    cg = FakeCgroups()
+    world.health = lambda t: 200
+    for run_dir in (world.log_dir, other):
+        status, r = run(world, run_dir=run_dir, inject={"cgroups": cg})
+        assert status == "ok", r["msg"]
+    assert cg.created == [_deployment_cgroup(world.log_dir), _deployment_cgroup(other)]
+    assert cg.created[0] != cg.created[1]
+
+
+# ------------------------------------------------------------------ names and keys match as a whole
+@pytest.mark.parametrize("state", ["started", "stopped", "watched"])
+def test_name_with_a_trailing_newline_is_refused(world, stops, state):
+    record_self_as_server(world)
+    status, r = run(world, state=state, name="sglang\n", force_restart=True)
+    assert status == "failed" and "is not allowed" in r["msg"], r["msg"]
+    assert stops == [] and world.spawned == []
+    assert sorted(os.listdir(world.log_dir)) == ["sglang.json", "sglang.pid", "sglang_r1.log"]
+
+
+@pytest.mark.parametrize("source", ["environment", "secret_environment"])
+def test_variable_name_with_a_trailing_newline_is_refused(world, stops, source):
+    status, r = run(world, **{source: {"FOO\n": "1"}})
+    assert status == "failed" and "is not a valid variable name" in r["msg"] and world.spawned == []
+
+
+def test_exec_problem_follows_env_options_and_nested_interpreters(shared_tmp):
+    ids = (NOBODY, [NOBODY])
+    path = "/usr/bin:/bin"
+    env_s = _script(os.path.join(shared_tmp, "env-s"), "#!/usr/bin/env -S python3 -u\n")
+    assert wfm.exec_problem(env_s, ids, path, "/") == (None, "/usr/bin/python3")
+    # A script whose interpreter is itself a script (allowed by the kernel a few levels deep).
+    inner = _script(os.path.join(shared_tmp, "inner"), "#!/bin/sh\nexec \"$@\"\n")
+    outer = _script(os.path.join(shared_tmp, "outer"), "#!%s\n" % inner)
+    assert wfm.exec_problem(outer, ids, path, "/") == (None, "/bin/sh")
+    loop = _script(os.path.join(shared_tmp, "loop"), "#!%s\n" % os.path.join(shared_tmp, "loop"))
+    why, program = wfm.exec_problem(loop, ids, path, "/")
+    assert "nested #! interpreters" in why and program is None
+    text = _script(os.path.join(shared_tmp, "data.txt"), "just text\n")
+    why, _ = wfm.exec_problem(text, ids, path, "/")
+    assert why is None or "neither a program (ELF) nor a script" in why  # binfmt_misc may run anything
+
+
+def test_walk_as_resolves_symlinks_and_dot_dot_like_the_kernel(shared_tmp):
+    real = os.path.join(shared_tmp, "real", "bin")
+    os.makedirs(real)
+    os.symlink(real, os.path.join(shared_tmp, "link"))
+    ids = (NOBODY, [NOBODY])
+    # link -> real/bin, so link/.. is real (not shared_tmp, as a lexical normpath would say)
+    assert wfm.walk_as(os.path.join(shared_tmp, "link", "..", "bin"), ids) == (real, None)
+    os.chmod(os.path.join(shared_tmp, "real"), 0o700)
+    real_path, why = wfm.walk_as(os.path.join(shared_tmp, "link", "x"), ids)
+    assert real_path is None and "directory %s cannot be entered" % os.path.join(shared_tmp, "real") in why
+    assert wfm.walk_as(os.path.join(shared_tmp, "link", "x"), (0, [0]))[1] == "%s/x does not exist" % real
+
+
+def test_a_check_mode_plan_with_prove_launch_fails_when_the_new_server_could_not_start(world, stops, shared_tmp):
+    # The role's GPU path: a check-mode plan, then a stop of our server to free its GPUs, then the launch. The plan
+    # proves the launch, so a venv whose Python does not start fails before the stop.
+    record_self_as_server(world)
+    exe = _script(os.path.join(shared_tmp, "venv", "bin", "sglang"), "#!%s\n" % sys.executable)
+    world.probe_rc, world.probe_output = 127, "error while loading shared libraries: libpython3.12.so.1.0"
+    status, r = run(world, argv=[exe], check_mode=True, prove_launch=True)
+    assert status == "failed" and "libpython3.12" in r["msg"] and "Nothing was stopped or launched" in r["msg"]
+    assert world.probed == [[sys.executable, "-c", ""]] and stops == [] and world.spawned == []
+    gone = _script(os.path.join(shared_tmp, "venv", "bin", "sglang2"), "#!/nonexistent/venv/bin/python\n")
+    status, r = run(world, argv=[gone], check_mode=True, prove_launch=True)
+    assert status == "failed" and "cannot be run by" in r["msg"] and stops == []
+    world.probe_rc = 0
+    status, r = run(world, argv=[exe], check_mode=True, prove_launch=True)
+    assert status == "ok" and r["changed"] is True and "would restart" in r["msg"] and stops == []
+
+
+def test_a_log_name_with_a_trailing_newline_is_no_attempt_of_ours(world):
+    # The service user owns log_dir and may create any name there: it never counts as an attempt, nor is it pruned.
+    planted = os.path.join(world.log_dir, "sglang_r99999.log\n")
+    open(planted, "w").close()
+    assert wfm.next_attempt(world.log_dir, "sglang") == 1
+    assert wfm.prune_attempts(world.log_dir, "sglang", 1) == [] and os.path.exists(planted)
