@@ -30,7 +30,7 @@ C=$(dirname "$P")                                      # .sgl
 OUT=${OUT:-/tmp/out}
 EV=/var/tmp/h200-ev
 LOGDIR=/var/log/sglang
-RUNDIR=/var/lib/sglang/run
+RUNDIR=/var/lib/eagle-deploy/run                       # sglang_install_run_dir's default
 mkdir -p "$EV" "$OUT"
 left() { python3 -c "import time; print(int($budget - (time.time() - $T0)))"; }
 log() { echo "[$(date -u +%H:%M:%S.%N | cut -c1-12) left $(left) s] $*" | tee -a "$EV/driver.log"; }
