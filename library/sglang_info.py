@@ -76,6 +76,16 @@ options:
     type: list
     elements: dict
     default: []
+  site_dirs:
+    description:
+      - Directories the virtualenv is expected to see after its own site-packages (for example a host-wide PyTorch
+        install), listed one a line, in this order, in the file C(eagle_deploy_site_dirs.pth) of its site-packages
+        (what the install role writes). A difference, or the file missing, is reported in RV(drift).
+      - A requirement of O(requirements) installed in one of these directories counts as installed, as it does
+        for pip in that virtualenv.
+      - Null (the default) looks neither at the file nor into those directories.
+    type: list
+    elements: path
 notes:
   - Read-only; runs the same in check mode.
   - O(requirements), O(user) and O(paths) let one call tell whether an installation is already as wanted
@@ -228,6 +238,10 @@ def model_dir_state(path):
     return {"path": path, "state": state, "config_json": config_json}
 
 
+# The file in a virtualenv's site-packages that lists the host directories it sees (sglang_install_site_dirs).
+SITE_DIRS_PTH = "eagle_deploy_site_dirs.pth"
+
+
 def wheel_name_version(location):
     """(distribution, version) from a wheel's file name at a path or URL (PEP 427), or None when it is no wheel."""
     path = urlsplit(location).path if "://" in location or location.startswith("file:") else location
@@ -313,6 +327,21 @@ def requirement_drift(req, site_dirs):
                 return None
             return "%s: %s %s is installed" % (req, canonical_name(name), have)
     return "%s: not installed" % req
+
+
+def site_dirs_drift(site_dirs, want):
+    """What differs between the virtualenv's eagle_deploy_site_dirs.pth and the directories it should list."""
+    if not site_dirs:
+        return ["the virtualenv has no site-packages for %s" % SITE_DIRS_PTH] if want else []
+    path = os.path.join(site_dirs[0], SITE_DIRS_PTH)
+    try:
+        with open(path, encoding="utf-8") as handle:
+            have = [line.strip() for line in handle if line.strip() and not line.startswith("#")]
+    except OSError:
+        return ["%s: does not exist" % path] if want else []
+    if have != list(want):
+        return ["%s: lists %s, want %s" % (path, have, list(want))]
+    return []
 
 
 def _owner_drift(path, st, owner, group):
@@ -416,7 +445,11 @@ class SGLangInfo:
         return {"importable": False, "import_error": lines[-1].strip() if lines else "exit status %s" % rc}
 
     def drift(self, site_dirs):
-        out = [d for d in (requirement_drift(r, site_dirs) for r in self.params["requirements"] or []) if d]
+        wanted_dirs = self.params["site_dirs"]
+        seen = site_dirs + [d for d in wanted_dirs or [] if d not in site_dirs]
+        out = [d for d in (requirement_drift(r, seen) for r in self.params["requirements"] or []) if d]
+        if wanted_dirs is not None:
+            out.extend(site_dirs_drift(site_dirs, wanted_dirs))
         if self.params["user"]:
             out.extend(user_drift(self.params["user"]))
         for spec in self.params["paths"] or []:
@@ -462,6 +495,7 @@ def main():
             requirements=dict(type="list", elements="str", default=[]),
             user=dict(type="dict"),
             paths=dict(type="list", elements="dict", default=[]),
+            site_dirs=dict(type="list", elements="path"),
         ),
         mutually_exclusive=[("venv", "python")],
         required_one_of=[("venv", "python")],

@@ -535,6 +535,7 @@ import stat
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from urllib.parse import urlparse
 
@@ -596,7 +597,10 @@ def prune_attempts(log_dir, name, keep):
     found = sorted((int(m.group(1)), e) for e in os.listdir(log_dir) for m in [rx.match(e)] if m)
     removed = []
     for _, entry in found[:-keep]:
-        os.unlink(os.path.join(log_dir, entry))
+        try:
+            os.unlink(os.path.join(log_dir, entry))
+        except OSError:
+            continue  # not a file of ours to remove (a directory the service user made): left alone
         removed.append(entry)
     return removed
 
@@ -837,6 +841,7 @@ FAILED_STOP_GRACE = 10
 # Children that are workers from birth (their death is a crash even within child_grace): Python
 # multiprocessing spawn/forkserver children, and SGLang's setproctitle names.
 WORKER_RX = re.compile(r"multiprocessing\.(spawn|forkserver)|--multiprocessing-fork|^sglang::")
+PYTHON_RX = re.compile(r"^(?:python|pypy)[0-9.]*$")
 
 
 def check_ranges(p):
@@ -1089,7 +1094,10 @@ def decide(candidates, now, watch, settle_time):
         return "crashed" if crash is not None else "unhealthy"
     if crash is not None:
         if health is not None and health.verdict == "ready" and health.since >= crash.since:
-            return "ready"  # alive and answering after the crash line: the line acts on nothing
+            # alive and answering after the crash line: the line acts on nothing; a watch still runs its window
+            if not watch or (clock is not None and clock.verdict == "deadline"):
+                return "ready"
+            return None
         if not watch and clock is not None:
             return "timeout" if clock.verdict == "deadline" else clock.verdict
         return None
@@ -1104,6 +1112,13 @@ def decide(candidates, now, watch, settle_time):
     return None
 
 
+def outlived(candidates):
+    """Whether health answered 200 to a request sent after the log's crash line was read (and nothing died)."""
+    crash, health = candidates.get("log"), candidates.get("health")
+    return (crash is not None and health is not None and health.verdict == "ready" and health.since >= crash.since
+            and not any(candidates.get(name) is not None for name in DEATHS))
+
+
 class LogWatch(object):
     """Follows the log from a byte offset and feeds the classifier. Candidate: ``crashed`` (an explanation
     waiting for evidence; see decide())."""
@@ -1114,6 +1129,10 @@ class LogWatch(object):
         self.t0 = t0
         self.last_growth = t0
         self.woke = False  # this look saw the log reach warmup or ready, or a crash: health is asked at once
+
+    def dismiss(self):
+        """The crash the classifier holds was outlived by the server: keep it aside, look for the next one."""
+        self.clf.dismiss_crash()
 
     def poll(self, now):
         data = self.follower.read()
@@ -1148,41 +1167,109 @@ class LeaderWatch(object):
         return Candidate("exited") if exited else None
 
 
+def is_helper(cmdline, leader_cmdline):
+    """Whether a child runs a program of its own (nvidia-smi, nvcc, ninja, a shell): a helper that ends when its job
+    is done, never a part of the server. A child that runs Python, or the leader's own program, may be one."""
+    if not cmdline:
+        return False  # not readable (gone, or exec under way): judged by the grace rule
+    prog = os.path.basename(cmdline[0])
+    if PYTHON_RX.match(prog):
+        return False
+    return not (leader_cmdline and prog == os.path.basename(leader_cmdline[0]))
+
+
 class ChildrenWatch(object):
     """The leader's long-lived children. A worker (a multiprocessing spawn/forkserver child, an ``sglang::``
-    title) is long-lived from birth; any other child once seen alive for ``grace`` s. Candidate: ``child_died``."""
+    title) is long-lived from birth; another child that runs Python or the leader's own program once seen alive
+    for ``grace`` s; a helper running a program of its own (SGLang's leader runs nvidia-smi, JIT builds run
+    compilers) never: its exit is its job done. Candidate: ``child_died``."""
 
     def __init__(self, pid, procs, grace):
         self.pid = pid
         self.procs = procs
         self.grace = grace
-        self.seen = {}  # child pid -> (start_time, first seen, worker from birth?)
+        self.seen = {}  # child pid -> (start_time, first seen, kind: "worker" | "child" | "helper")
         self.died = None  # (pid, seconds seen) of the dead worker
+        self.leader_cmdline = None
+
+    def _kind(self, c):
+        cmdline = self.procs.cmdline(c) or []
+        if WORKER_RX.search(" ".join(cmdline)):
+            return "worker"
+        if self.leader_cmdline is None:
+            self.leader_cmdline = self.procs.cmdline(self.pid) or []
+        return "helper" if is_helper(cmdline, self.leader_cmdline) else "child"
 
     def poll(self, now):
         kids = self.procs.children(self.pid)
         for c, st in kids.items():
             if c not in self.seen or self.seen[c][0] != st:
-                self.seen[c] = (st, now, False)
-            if not self.seen[c][2] and WORKER_RX.search(" ".join(self.procs.cmdline(c) or [])):
-                self.seen[c] = (self.seen[c][0], self.seen[c][1], True)
-        for c, (_st, first, born_worker) in list(self.seen.items()):
+                self.seen[c] = (st, now, self._kind(c))
+            elif self.seen[c][2] != "worker" and self._kind(c) == "worker":
+                self.seen[c] = (self.seen[c][0], self.seen[c][1], "worker")  # exec'd into a worker since
+        for c, (_st, first, kind) in list(self.seen.items()):
             if c not in kids:
-                if born_worker or now - first >= self.grace:
+                if kind == "worker" or (kind == "child" and now - first >= self.grace):
                     self.died = (c, now - first)
                     return Candidate("child_died")
                 del self.seen[c]
         return None
 
 
-class HealthWatch(object):
-    """Asks the health URL every ``interval`` s (at once when the log says the server may be up).
-    Candidates: ``ready`` (the last request answered 200) and ``unhealthy`` (``unhealthy_after`` failed
-    requests in a row). Watching (``patient``), a request may take ``timeout`` s and failed ones are at
-    least 1 s apart; waiting for a start, a request may take 0.5-2 s, never much past the deadline."""
+class InlineAsk(object):
+    """Runs a health request in the caller's thread (unit tests with a fake clock)."""
 
-    def __init__(self, ask, clock, log, t0, deadline, interval, timeout, unhealthy_after, patient):
+    def __init__(self, ask):
         self.ask = ask
+        self.answer = None
+
+    def start(self, timeout):
+        self.answer = (self.ask(timeout),)
+
+    def done(self):
+        return self.answer is not None
+
+    def take(self):
+        answer, self.answer = self.answer, None
+        return answer[0]
+
+
+class BackgroundAsk(InlineAsk):
+    """Runs a health request in a daemon thread, so that the wait loop keeps looking at the log and the processes
+    every poll while it is under way: a request that the dying server never answers (the one that killed it, say)
+    cannot hold back the report of a death for its timeout."""
+
+    def __init__(self, ask):
+        super(BackgroundAsk, self).__init__(ask)
+        self.thread = None
+
+    def start(self, timeout):
+        box = []
+
+        def run():
+            box.append(self.ask(timeout))
+        self.box = box
+        self.thread = threading.Thread(target=run, name="health", daemon=True)
+        self.thread.start()
+
+    def done(self):
+        return self.thread is not None and not self.thread.is_alive()
+
+    def take(self):
+        self.thread = None
+        return self.box[0] if self.box else None
+
+
+class HealthWatch(object):
+    """Asks the health URL every ``interval`` s (at once when the log says the server may be up, or shows a
+    crash), one request at a time, without blocking the loop (``runner``: BackgroundAsk; InlineAsk in unit tests).
+    Candidates: ``ready`` (the last request answered 200; ``since`` = when it was sent) and ``unhealthy``
+    (``unhealthy_after`` failed requests in a row). Watching or attached (``patient``), a request may take
+    ``timeout`` s and failed ones are at least 1 s apart; waiting for a start, a request may take 0.5-2 s, never
+    much past the deadline."""
+
+    def __init__(self, runner, clock, log, t0, deadline, interval, timeout, unhealthy_after, patient):
+        self.runner = runner
         self.clock = clock
         self.log = log
         self.deadline = deadline
@@ -1196,18 +1283,22 @@ class HealthWatch(object):
         self.fails = 0
         self.last = None
         self.ok_sent = None  # when the request that last answered 200 was sent
+        self.sent = None  # when the request under way was sent
 
     def poll(self, now):
         if self.log.woke:
             self.next_at = now
-        if now >= self.next_at:
-            sent = self.clock()
-            code = self.ask(self.timeout if self.patient else max(0.5, min(2.0, self.deadline - now)))
+        if self.sent is None and now >= self.next_at:
+            self.sent = self.clock()
+            self.runner.start(self.timeout if self.patient else max(0.5, min(2.0, self.deadline - now)))
+        if self.sent is not None and self.runner.done():
+            code = self.runner.take()
             self.polls += 1
             self.last = code
             self.fails = 0 if code == 200 else self.fails + 1
             if code == 200:
-                self.ok_sent = sent
+                self.ok_sent = self.sent
+            self.sent = None
             gap = self.interval if code == 200 or not self.patient else max(self.interval, 1.0)
             self.next_at = self.clock() + gap
             if code is not None:
@@ -1245,9 +1336,10 @@ class ModelWaiter(object):
     """Launch / attach / wait / stop. Clock, sleep, process launch, HTTP, /proc, cgroups and the lock are injectable."""
 
     def __init__(self, module, clock=time.monotonic, sleep=None, popener=None, http=http_status,
-                 procs=None, wall=time.time, cgroups=None, locker=fcntl.flock, prober=None):
+                 procs=None, wall=time.time, cgroups=None, locker=fcntl.flock, prober=None, background_health=True):
         self.module = module
         self.p = module.params
+        self.background_health = background_health  # False: health requests run inline (unit tests' fake clock)
         self.clock = clock
         # time.sleep looked up when called (not bound at import): the unit-test guard that forbids sleeping sees it
         self.sleep = sleep or (lambda seconds: time.sleep(seconds))
@@ -1304,13 +1396,17 @@ class ModelWaiter(object):
                 raise WaitError("log_dir %s is not readable" % log_dir)
             return
         check_dir_writable("log_dir", log_dir, check)
-        if not check:
-            for what, path in (("log_dir", log_dir), ("run_dir", self.run_dir)):
-                sv = os.statvfs(path)
-                free_mib = sv.f_bavail * sv.f_frsize // (1 << 20)
-                if free_mib < p["min_free_space_mib"]:
-                    raise WaitError("%s %s has %d MiB free, less than min_free_space_mib (%d): free some space. "
-                                    "Nothing was stopped or launched." % (what, path, free_mib, p["min_free_space_mib"]))
+        link = os.path.join(log_dir, "%s.log" % p["name"])
+        if os.path.lexists(link) and not os.path.islink(link):
+            raise WaitError("%s is not the symlink to the latest attempt's log (something else is there): remove it. "
+                            "Nothing was stopped or launched." % link)
+        # statvfs only reads: check mode (the role's plan before a stop) checks the space too
+        for what, path in (("log_dir", log_dir), ("run_dir", self.run_dir)):
+            sv = os.statvfs(path)
+            free_mib = sv.f_bavail * sv.f_frsize // (1 << 20)
+            if free_mib < p["min_free_space_mib"]:
+                raise WaitError("%s %s has %d MiB free, less than min_free_space_mib (%d): free some space. "
+                                "Nothing was stopped or launched." % (what, path, free_mib, p["min_free_space_mib"]))
         if not p["argv"] or not p["argv"][0]:
             raise WaitError("argv is empty: give the server's command as a list, e.g. [python, -m, sglang.launch_server, ...]")
         if p["chdir"] and not os.path.isdir(p["chdir"]):
@@ -1640,10 +1736,17 @@ class ModelWaiter(object):
         p = self.p
         log_dir = p["log_dir"]
         attempt = next_attempt(log_dir, p["name"])
-        log_path = os.path.join(log_dir, "%s_r%d.log" % (p["name"], attempt))
+        for _ in range(100):  # the service user may create the next name first: take the next free one
+            log_path = os.path.join(log_dir, "%s_r%d.log" % (p["name"], attempt))
+            try:
+                fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_EXCL | os.O_NOFOLLOW, 0o640)
+                break
+            except FileExistsError:
+                attempt += 1
+        else:
+            raise WaitError("no free attempt log name in %s after %s_r%d.log" % (log_dir, p["name"], attempt))
         cgroup = self._own_cgroup()
         token = "%s:%s" % (p["name"], secrets.token_hex(16))  # marks every process of this launch (see orphans_of)
-        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_EXCL | os.O_NOFOLLOW, 0o640)
         link = os.path.join(log_dir, "%s.log" % p["name"])
         cgroup_procs = os.path.join(cgroup[0], cgroup[1].lstrip("/"), "cgroup.procs") if cgroup else None
         hidden = self.secrets()  # what the log writer keeps out of the log
@@ -1652,7 +1755,8 @@ class ModelWaiter(object):
             if self.user is not None:
                 os.fchown(fd, self.user[0], self.user[1])
             previous = os.readlink(link) if os.path.islink(link) else None
-            self._point_link(link, os.path.basename(log_path))
+            if not self._point_link(link, os.path.basename(log_path)):
+                self.result["log_link_note"] = "%s could not be pointed at %s (something else is there)" % (link, log_path)
             try:
                 if hidden:
                     # The server writes into a pipe; the log writer puts it into the file without the secrets.
@@ -1727,11 +1831,19 @@ class ModelWaiter(object):
 
     @staticmethod
     def _point_link(link, target):
-        tmp = link + ".tmp"
-        if os.path.lexists(tmp):
-            os.unlink(tmp)
-        os.symlink(target, tmp)
-        os.rename(tmp, link)
+        """Point ``<name>.log`` at the latest attempt (a fresh temporary name, then an atomic rename). The link is a
+        convenience: when something in the service user's log dir is in the way, it is left as it is (False)."""
+        tmp = "%s.%s.tmp" % (link, secrets.token_hex(6))
+        try:
+            os.symlink(target, tmp)
+            os.rename(tmp, link)
+            return True
+        except OSError:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+            return False
 
     # ---------------------------------------------------------------- the wait loop
     def wait(self, state, handle, attached, watch=None):
@@ -1744,7 +1856,8 @@ class ModelWaiter(object):
         log = LogWatch(follower, LogClassifier(clock=lambda: self.clock() - t0), t0)
         leader = LeaderWatch(handle, state["pid"], self.procs)
         children = ChildrenWatch(state["pid"], self.procs, p["child_grace"])
-        health = HealthWatch(lambda timeout: self.http(p["health_url"], self.headers(), timeout), self.clock, log,
+        ask = lambda timeout: self.http(p["health_url"], self.headers(), timeout)  # noqa: E731 - one line
+        health = HealthWatch(BackgroundAsk(ask) if self.background_health else InlineAsk(ask), self.clock, log,
                              t0, deadline, p["health_interval"], p["health_timeout"], p["unhealthy_after"],
                              patient=watch is not None or attached)
         clock = ClockWatch(deadline, p["stall_timeout"] if watch is None else 0, log, health)
@@ -1753,6 +1866,11 @@ class ModelWaiter(object):
             while True:
                 now = self.clock()
                 candidates = dict((name, watcher.poll(now)) for name, watcher in watchers)
+                if outlived(candidates) and watch is not None:
+                    # The server answered after the crash line: the line was not its death. Set it aside (it is
+                    # reported as log_crash) so that a later crash is named by its own line.
+                    log.dismiss()
+                    candidates["log"] = None
                 verdict = decide(candidates, now, watch is not None, p["settle_time"])
                 if verdict in CONFIRMED_BY_THE_LOG:
                     candidates["log"] = log.poll(now)  # one more look: a crash line just written wants a later 200
@@ -1819,6 +1937,8 @@ class ModelWaiter(object):
             log_tail=clf.tail(p["log_tail_lines"]),
         )
         crash = clf.crash
+        if crash is None and verdict == "ready" and clf.dismissed:
+            crash = clf.dismissed[0]  # the first crash line the server outlived
         explained = {}
         if crash is not None:
             explained = {"class": crash["class"], "hint": crash["hint"], "line": crash["line"],

@@ -96,7 +96,7 @@ _RANK.update((c, 2) for c in ("cuda_oom", "kv_pool_oom", "cuda_error", "nccl", "
 _CRI = re.compile(r"^\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)? (stdout|stderr) ([FP]) ")
 _OUTER_PREFIX = re.compile(
     r"^(?:\(\S+ pid=\d+(?:, ip=[\d.]+)?\) ?|\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d(?:\.\d+)?(?:Z|[+-]\d\d:?\d\d)? "
-    r"(?:(?:stdout|stderr) [FP] )?|\S+ \| |\[rank\d+\]: ?|\[[EWIF](?:\d{4} \d\d:\d\d:\d\d\.\d+)?(?: +\d+)? ?[\w.]+:\d+\] )*"
+    r"(?:(?:stdout|stderr) [FP] )?|\S+ +\| |\[rank\d+\]: ?|\[[EWIF](?:\d{4} \d\d:\d\d:\d\d\.\d+)?(?: +\d+)? ?[\w.]+:\d+\] )*"
 )
 # SGLang's logging prefix: [2025-01-01 12:00:00 DP1 TP3 EP3], [17:43:23 TP6], [2025-01-01 12:00:00],
 # with milliseconds (SGLANG_LOG_MS), the multimodal server's [12-16 14:27:08], and the newer
@@ -121,6 +121,7 @@ _ECHO = re.compile(r'^(?:(?:Receive(?: OpenAI)?|Finish): obj=|in=\w+\(|\{"timest
 # API key (a 401 and a 404 are logged too), so such a line is data: it never decides and never opens a traceback.
 _ACCESS = re.compile(r'^(?:\x1b\[[0-9;]*m)?(?:INFO|DEBUG|TRACE|WARNING|ERROR|CRITICAL)(?:\x1b\[[0-9;]*m)?: +.* - ".*" '
                      r'(?:\x1b\[[0-9;]*m)?\d{3}\b')
+_ACCESS_HEAD = re.compile(r'^(?:\x1b\[[0-9;]*m)?(?:INFO|DEBUG|TRACE|WARNING|ERROR|CRITICAL)(?:\x1b\[[0-9;]*m)?: +.*? - "')
 # Lines that say what they are, and are not errors: a logging level below ERROR at the line's start (Python's
 # default "WARNING:name:msg", uvicorn's "INFO:     ...", vLLM-style "INFO 12-03 ..."), the warnings module
 # ("path:lineno: FutureWarning: msg", a bare "UserWarning: msg"), NCCL_DEBUG output ("host:pid:tid [0] NCCL WARN
@@ -161,6 +162,12 @@ def is_notice(line, body):
     return line_level(line, body) == "notice"
 
 
+_ECHO_MULTI = re.compile(r"^(?:(?:Receive|Finish): obj=\w+\(|in=\w+\()")
+# SGLang's per-request errors built from the client's own input: "[http_server] Error: {e}" (a ValueError such as
+# "Duplicate request ID detected: <rid>", LoRA adapter names), never a server crash. Data.
+_CLIENT_ERROR = "[http_server] Error: "
+# A client-chosen request id inside SGLang's own lines ("..., self.rid='<anything>'", "rid=<anything>"): data.
+_RID = re.compile(r"""\b(?:(?:self|req|obj)\.)?rid=(?:'(?:[^'\\]|\\.)*'|"(?:[^"\\]|\\.)*"|\S+)""")
 _ECHO_TEXT = re.compile(r"\btext=['\"]")
 _ECHO_TAIL = re.compile(r"['\"], [a-z_]+=")
 _ECHO_MAX = 256 * 1024
@@ -202,8 +209,7 @@ _STOP_CODES = (-15, -2)
 # An orderly shutdown as SGLang and uvicorn log it: the tokenizer manager's SIGTERM handler ("SIGTERM received.
 # signum=... frame=... Draining requests and shutting down..."), its drain ("Gracefully exiting... Remaining number
 # of requests 0"), uvicorn's "Shutting down".
-_STOP = re.compile(r"SIGTERM received\b|Draining requests and shutting down|Gracefully exiting\.\.\.|"
-                   r"^(?:INFO: +)?Shutting down$")
+_STOP = re.compile(r"^(?:SIGTERM received\b|Gracefully exiting\.\.\.|(?:INFO: +)?Shutting down$)")
 # What a stop brings about, never a crash of its own: the launcher's SIGQUIT teardown after a child the stop
 # ended, children reported dead or killed (kill_process_tree and a stop's escalation send SIGKILL).
 _STOP_CONSEQUENCES = ("child_sigquit", "killed")
@@ -307,6 +313,8 @@ _CRASH_ANCHORS = (
     b"illegal memory access", b"unspecified launch failure", b"Compilation terminated", b".cu(", b".cuh(",
     b"hit an exception", b"[Errno ", b"xit code", b"mem-fraction-static",
     b"SIGTERM received", b"Draining requests", b"Gracefully exiting", b"Shutting down",
+    # a container runtime's partial record: held until its full record ends the line
+    b" stdout P ", b" stderr P ",
 )
 # Phase markers, looked for only while their phase is still ahead.
 _PHASE_ANCHORS = (
@@ -442,6 +450,7 @@ class LogClassifier(object):
         self.phases = [{"phase": "launching", "at": clock(), "lineno": 0}]
         self.shards = None  # (done, total)
         self.crash = None
+        self.dismissed = []  # crashes set aside by dismiss_crash()
         self.ready = None
         self.settled = False  # crash class will not change any more
         self.lineno = 0  # count of "\n"-terminated lines seen (what `sed -n Np` shows)
@@ -493,10 +502,12 @@ class LogClassifier(object):
         self._partial = b""
         end = len(buf)
         last_nl = max(buf.rfind(b"\n", start), buf.rfind(b"\r", start))
+        runaway = None
         if not final:
             complete_end = max(last_nl + 1, start)
             self._partial = buf[complete_end:]
             if len(self._partial) > _MAX_LINE:  # a runaway line: take it as it is
+                runaway = complete_end
                 complete_end = end
                 self._partial = b""
         else:
@@ -504,6 +515,13 @@ class LogClassifier(object):
         if complete_end <= start:
             return
         self._scan(buf, complete_end, start)
+        if runaway is not None:
+            # The rest of this line comes with the next read. If the line is data (an access line, an echo, a
+            # client's error), so is its rest, also when the bulk scan skipped the line's head unread.
+            body = strip_prefix(buf[runaway:runaway + 4096].decode("utf-8", "replace"))[0]
+            if _ACCESS_HEAD.match(body) or body.startswith(_CLIENT_ERROR) or _ECHO.match(body):
+                self._echo_last = True
+            self._midline = True
 
     def _scan(self, buf, end, pos=0):
         cache = {}
@@ -661,13 +679,20 @@ class LogClassifier(object):
                 return
             self._echo = None  # longer than any echo: it was cut, and this line is the server's again
         if _ECHO.match(body):
-            self._echo = _echo_left(body)
+            # only a dataclass repr (GenerateReqInput(..., text='...', ...)) can run over several physical lines (older
+            # SGLang wrote its text raw); "Receive OpenAI: obj={...}" and the JSON form are one line each
+            self._echo = _echo_left(body) if _ECHO_MULTI.match(body) else None
             self._echo_last = True
             return
         self._echo_last = False
-        if _ACCESS.match(body):
+        if _ACCESS.match(body) or body.startswith(_CLIENT_ERROR):
+            # data; the rest of a runaway line (see _MAX_LINE) is data too
             self.access_lines += 1
+            self._echo_last = True
             return
+
+        if "rid=" in body:
+            body = _RID.sub("rid=<client>", body)  # what a client chose for its request id decides nothing
 
         # An orderly stop, and children the launcher reports gone (see _CHILD_EXIT).
         if self.stopping is None and _STOP.search(body):
@@ -950,6 +975,16 @@ class LogClassifier(object):
         if self.crash is not None and not self.settled:
             self.settled = True
         return self
+
+    def dismiss_crash(self):
+        """Set the current crash aside (the server outlived it: evidence says it was not its death) and look for
+        the next one; ``dismissed`` keeps what was set aside, first first."""
+        if self.crash is None:
+            return
+        self.dismissed.append(self.crash)
+        self.crash = None
+        self.settled = False
+        self.state = "ready" if self.ready is not None else "loading"
 
     # ---------------------------------------------------------------- reading the verdict
     def tail(self, n=40):

@@ -171,10 +171,10 @@ import sys
 d = sys.argv[1]
 s = open(d + "/smoke_burst.py").read()
 a = '    headers = {"Content-Type": "application/json"}\n'
-b = 'text = json.loads(resp.read().decode()).get("text") or ""'
+b = 'text = got.get("text") or ""'
 assert s.count(a) == 1 and s.count(b) == 1, "the role's burst script changed; update build_carry.sh"
 s = s.replace(a, '    if req.get("input_ids"):\n        body = {"input_ids": [1] + [5 + (i * 7 + j) % 900 for j in range(6 * (i + 1))],'
                  ' "sampling_params": body["sampling_params"]}\n' + a)
-s = s.replace(b, 'got = json.loads(resp.read().decode()); text = got.get("text") or got.get("output_ids") or ""')
+s = s.replace(b, 'text = got.get("text") or got.get("output_ids") or ""')
 open(d + "/burst.py", "w").write(s)
 PY

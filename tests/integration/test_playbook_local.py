@@ -169,7 +169,7 @@ def test_first_run_converges_and_serves(host, converged):
         if os.path.isfile(os.path.join(log_dir, name)):
             with open(os.path.join(log_dir, name), "rb") as f:
                 assert API_KEY.encode() not in f.read(), name
-    assert run.result("Check that every burst request produced text")["msg"].startswith("burst: 8/8")
+    assert run.result("Check that every burst request generated tokens")["msg"].startswith("burst: 8/8")
 
 
 def test_second_run_changes_nothing(host, converged):
@@ -229,7 +229,7 @@ def test_eagle_scenario_with_the_patch_passes(host, converged):
     (path,) = [p for p in _patched_file(host) if "venv-0.5.23" in p]
     assert b"self.spec_disable_batch_threshold = 0" in open(path, "rb").read()
     assert run.result("Launch SGLang and wait for health")["pid"] == run_state(host)["pid"]
-    assert run.result("Check that every burst request produced text")["msg"].startswith("burst: 8/8")
+    assert run.result("Check that every burst request generated tokens")["msg"].startswith("burst: 8/8")
 
 
 def test_a_port_held_by_another_server_is_refused_before_a_launch(host, serving):

@@ -148,7 +148,11 @@ class Procs(object):
         return self.w.alive(pid)
 
     def cmdline(self, pid):
-        return self.w.cmdlines.get(pid, ["nvidia-smi"])
+        if pid in self.w.cmdlines:
+            return self.w.cmdlines[pid]
+        if self.w.spawned and pid == 4000000 + len(self.w.spawned):  # the leader launched last: its argv
+            return self.w.spawned[-1]["argv"]
+        return ["nvidia-smi"]
 
 
 class NoCgroups(object):
@@ -206,7 +210,7 @@ def run(world, check_mode=False, inject=None, **args):
         params["_ansible_check_mode"] = True
     with patch_module_args(params):
         kw = dict(clock=world.clock, sleep=world.sleep, popener=Popener(world), http=world.http, procs=Procs(world),
-                  wall=lambda: 0.0, cgroups=NoCgroups(), prober=Prober(world))
+                  wall=lambda: 0.0, cgroups=NoCgroups(), prober=Prober(world), background_health=False)
         kw.update(inject or {})
         try:
             wfm.main(**kw)

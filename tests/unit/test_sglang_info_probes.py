@@ -134,3 +134,30 @@ def test_user_drift(tmp_path):
     assert si.user_drift({"name": root.pw_name, "home": root.pw_dir, "shell": root.pw_shell}) == []
     assert si.user_drift({"name": root.pw_name, "shell": "/nonexistent/sh"})
     assert si.user_drift({"name": "no-such-user-eagle-deploy"}) == ["user no-such-user-eagle-deploy does not exist"]
+
+
+def test_site_dirs_drift_reads_the_pth_file_of_the_venv(tmp_path):
+    site = tmp_path / "venv" / "lib" / "python3.12" / "site-packages"
+    site.mkdir(parents=True)
+    host = str(tmp_path / "torch-site")
+    assert si.site_dirs_drift([str(site)], [host]) == ["%s: does not exist" % (site / si.SITE_DIRS_PTH)]
+    assert si.site_dirs_drift([str(site)], []) == []
+    (site / si.SITE_DIRS_PTH).write_text(host + "\n")
+    assert si.site_dirs_drift([str(site)], [host]) == []
+    assert si.site_dirs_drift([str(site)], []) == ["%s: lists %s, want []" % (site / si.SITE_DIRS_PTH, [host])]
+    assert si.site_dirs_drift([], [host]) == ["the virtualenv has no site-packages for %s" % si.SITE_DIRS_PTH]
+
+
+def test_requirements_installed_in_site_dirs_count_as_installed(tmp_path):
+    site = tmp_path / "venv-site"
+    host = tmp_path / "host-site"
+    _dist(site, "transformers", "5.12.1")
+    _dist(host, "typing-extensions", "4.16.0")
+    _dist(host, "transformers", "5.17.0")
+    (site / si.SITE_DIRS_PTH).write_text(str(host) + "\n")
+    params = {"requirements": ["typing-extensions==4.16.0", "transformers==5.12.1"], "user": None, "paths": [],
+              "site_dirs": [str(host)]}
+    assert si.SGLangInfo(params, runner=None).drift([str(site)]) == []
+    # Without site_dirs the host's packages are not looked at: typing-extensions is missing from the venv.
+    params["site_dirs"] = None
+    assert si.SGLangInfo(params, runner=None).drift([str(site)]) == ["typing-extensions==4.16.0: not installed"]

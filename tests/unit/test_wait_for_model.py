@@ -113,7 +113,9 @@ def test_parent_exit_with_bare_traceback_is_classified_from_log(world):
 
 
 def test_child_death_while_parent_lives(world):
-    world.children = {4100: 111, 4101: 222}
+    world.children = {4100: 111, 4101: 222}  # Python children that are not multiprocessing workers by their cmdline
+    world.cmdlines = {4100: ["/usr/bin/python3", "-m", "sglang.srt.managers.detokenizer"],
+                      4101: ["/usr/bin/python3", "-m", "sglang.srt.managers.scheduler"]}
     world.write(1, "[2026-12-02 10:00:00 TP0] Load weight begin. avail mem=78.00 GB\n")
     world.at(40, lambda: world.children.pop(4100))
     status, r = run(world)

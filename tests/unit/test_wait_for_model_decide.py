@@ -43,7 +43,8 @@ def c(verdict):
     # a 200 to a request sent after it: alive and answering, the line acts on nothing
     ({"log": crash(1.0), "health": ok(0.5)}, False, "ready"),
     ({"log": crash(1.0), "health": ok(0.5), "clock": c("deadline")}, True, "ready"),
-    ({"log": crash(1.0), "health": ok(1.0)}, True, "ready"),
+    # ... and a watch still runs its whole window (a process may yet die)
+    ({"log": crash(1.0), "health": ok(1.0)}, True, None),
     # the process side corroborates: the log's crash names the cause, settled or not (the drain gives it time)
     ({"log": crash(0.0), "leader": c("exited")}, False, "crashed"),
     ({"log": crash(0.0, final=False), "children": c("child_died")}, False, "crashed"),
