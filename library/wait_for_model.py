@@ -811,6 +811,9 @@ class ProcView(object):
     def alive(self, pid):
         return sglang_proc.pid_alive(pid)
 
+    def start_time(self, pid):
+        return sglang_proc.proc_start_time(pid)
+
     def cmdline(self, pid):
         return sglang_proc.proc_cmdline(pid)
 
@@ -1150,12 +1153,14 @@ class LogWatch(object):
 
 
 class LeaderWatch(object):
-    """The leader process: our unreaped child (``handle``) or, attached, a PID. Candidate: ``exited``."""
+    """The leader process: our unreaped child (``handle``) or, attached, a PID whose start time must still be the
+    recorded one (a PID reused by another process is our leader gone). Candidate: ``exited``."""
 
-    def __init__(self, handle, pid, procs):
+    def __init__(self, handle, pid, procs, start_time=None):
         self.handle = handle
         self.pid = pid
         self.procs = procs
+        self.start_time = start_time
         self.rc = None
 
     def poll(self, now):
@@ -1164,6 +1169,9 @@ class LeaderWatch(object):
             exited = self.rc is not None
         else:
             exited = not self.procs.alive(self.pid)
+            if not exited and self.start_time is not None:
+                now_start = self.procs.start_time(self.pid)
+                exited = now_start is not None and now_start != self.start_time
         return Candidate("exited") if exited else None
 
 
@@ -1854,7 +1862,7 @@ class ModelWaiter(object):
         log_fd = open_log(state["log_path"], p["log_dir"], self.reader(state))
         follower = LogFollower("/proc/self/fd/%d" % log_fd, start_offset=self._watch_offset(log_fd, watch, attached))
         log = LogWatch(follower, LogClassifier(clock=lambda: self.clock() - t0), t0)
-        leader = LeaderWatch(handle, state["pid"], self.procs)
+        leader = LeaderWatch(handle, state["pid"], self.procs, state.get("start_time"))
         children = ChildrenWatch(state["pid"], self.procs, p["child_grace"])
         ask = lambda timeout: self.http(p["health_url"], self.headers(), timeout)  # noqa: E731 - one line
         health = HealthWatch(BackgroundAsk(ask) if self.background_health else InlineAsk(ask), self.clock, log,

@@ -68,6 +68,7 @@ class World(object):
         self.killed = []
         self.cmdlines = {}
         self.http_calls = 0
+        self.start_times = {}  # pid -> start time the fake /proc reports (default: the real one)
         self.probed = []  # interpreter checks run before a launch (Prober)
         self.probe_rc, self.probe_output = 0, ""
 
@@ -146,6 +147,9 @@ class Procs(object):
 
     def alive(self, pid):
         return self.w.alive(pid)
+
+    def start_time(self, pid):
+        return self.w.start_times.get(pid, sglang_proc.proc_start_time(pid))
 
     def cmdline(self, pid):
         if pid in self.w.cmdlines:

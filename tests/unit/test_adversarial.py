@@ -251,3 +251,15 @@ def test_check_mode_plan_with_prove_launch_skips_the_free_space_check(world, sto
     status, r = run(world, check_mode=True, prove_launch=True, min_free_space_mib=1 << 30)
     assert status == "failed" and "min_free_space_mib" in r["msg"], (status, r.get("msg"))
     assert stops == []
+
+
+def test_a_watched_leader_whose_pid_was_reused_is_gone_not_alive(world, stops, module_exits):  # noqa: F811
+    """During a watch the leader dies and another process takes its PID: the start time differs, so the leader is
+    gone (evidence), and nothing is signalled (stop_tree checks identity itself)."""
+    state = record_self_as_server(world, log_text=READY)
+    world.t0 = world.now
+    world.health = lambda t: 200
+    world.at(1.0, lambda: world.start_times.update({state["pid"]: state["start_time"] + 12345}))
+    status, r = run(world, state="watched", watch_time=5, log_offset=-1)
+    assert status == "failed" and r["evidence"].startswith("the server's leader process exited"), r.get("msg")
+    assert 1.0 <= r["elapsed"] <= 1.5
