@@ -1250,15 +1250,24 @@ class BackgroundAsk(InlineAsk):
     def __init__(self, ask):
         super(BackgroundAsk, self).__init__(ask)
         self.thread = None
+        self.answered = threading.Event()  # set when the request under way has its answer
 
     def start(self, timeout):
         box = []
+        answered = self.answered = threading.Event()
 
         def run():
-            box.append(self.ask(timeout))
+            try:
+                box.append(self.ask(timeout))
+            finally:
+                answered.set()
         self.box = box
         self.thread = threading.Thread(target=run, name="health", daemon=True)
         self.thread.start()
+
+    def pause(self, seconds):
+        """Wait up to ``seconds``, less when the request under way gets its answer first."""
+        self.answered.wait(seconds)
 
     def done(self):
         return self.thread is not None and not self.thread.is_alive()
@@ -1351,6 +1360,7 @@ class ModelWaiter(object):
         self.clock = clock
         # time.sleep looked up when called (not bound at import): the unit-test guard that forbids sleeping sees it
         self.sleep = sleep or (lambda seconds: time.sleep(seconds))
+        self.real_sleep = sleep is None  # the real clock: a wait may end early on an event (see wait())
         self.popener = popener or Popener()
         self.http = http
         self.procs = procs or ProcView()
@@ -1885,7 +1895,10 @@ class ModelWaiter(object):
                     verdict = decide(candidates, now, watch is not None, p["settle_time"])
                 if verdict is not None:
                     break
-                self.sleep(p["poll_interval"])
+                if health.sent is not None and self.real_sleep and isinstance(health.runner, BackgroundAsk):
+                    health.runner.pause(p["poll_interval"])  # back at once when the health answer is in
+                else:
+                    self.sleep(p["poll_interval"])
         finally:
             elapsed = self.clock() - t0
         self._drain(log, verdict)
