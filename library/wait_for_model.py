@@ -526,6 +526,7 @@ import json
 import math
 import os
 import pwd
+import queue
 import re
 import secrets
 import shutil
@@ -1096,7 +1097,7 @@ def decide(candidates, now, watch, settle_time):
     if watch and health is not None and health.verdict == "unhealthy":
         return "crashed" if crash is not None else "unhealthy"
     if crash is not None:
-        if health is not None and health.verdict == "ready" and health.since >= crash.since:
+        if answered_after(crash, health):
             # alive and answering after the crash line: the line acts on nothing; a watch still runs its window
             if not watch or (clock is not None and clock.verdict == "deadline"):
                 return "ready"
@@ -1115,10 +1116,15 @@ def decide(candidates, now, watch, settle_time):
     return None
 
 
+def answered_after(crash, health):
+    """Whether health answered 200 to a request sent after the log's crash line was read."""
+    return (crash is not None and health is not None and health.verdict == "ready" and health.since is not None
+            and health.since >= crash.since)
+
+
 def outlived(candidates):
-    """Whether health answered 200 to a request sent after the log's crash line was read (and nothing died)."""
-    crash, health = candidates.get("log"), candidates.get("health")
-    return (crash is not None and health is not None and health.verdict == "ready" and health.since >= crash.since
+    """Whether the server answered after the log's crash line (answered_after) and nothing died."""
+    return (answered_after(candidates.get("log"), candidates.get("health"))
             and not any(candidates.get(name) is not None for name in DEATHS))
 
 
@@ -1243,38 +1249,39 @@ class InlineAsk(object):
 
 
 class BackgroundAsk(InlineAsk):
-    """Runs a health request in a daemon thread, so that the wait loop keeps looking at the log and the processes
-    every poll while it is under way: a request that the dying server never answers (the one that killed it, say)
-    cannot hold back the report of a death for its timeout."""
+    """Runs health requests in one daemon worker thread (started with the first request, one request at a time), so
+    that the wait loop keeps looking at the log and the processes every poll while one is under way: a request that
+    the dying server never answers (the one that killed it, say) cannot hold back the report of a death."""
 
     def __init__(self, ask):
         super(BackgroundAsk, self).__init__(ask)
-        self.thread = None
+        self.requests = queue.Queue()
         self.answered = threading.Event()  # set when the request under way has its answer
+        self.worker = None
+
+    def _work(self):
+        while True:
+            timeout = self.requests.get()
+            try:
+                self.answer = (self.ask(timeout),)
+            except Exception:  # noqa: BLE001 - a failed request is no answer, never the worker's end
+                self.answer = (None,)
+            self.answered.set()
 
     def start(self, timeout):
-        box = []
-        answered = self.answered = threading.Event()
-
-        def run():
-            try:
-                box.append(self.ask(timeout))
-            finally:
-                answered.set()
-        self.box = box
-        self.thread = threading.Thread(target=run, name="health", daemon=True)
-        self.thread.start()
+        if self.worker is None:
+            self.worker = threading.Thread(target=self._work, name="health", daemon=True)
+            self.worker.start()
+        self.answer = None
+        self.answered.clear()
+        self.requests.put(timeout)
 
     def pause(self, seconds):
         """Wait up to ``seconds``, less when the request under way gets its answer first."""
         self.answered.wait(seconds)
 
     def done(self):
-        return self.thread is not None and not self.thread.is_alive()
-
-    def take(self):
-        self.thread = None
-        return self.box[0] if self.box else None
+        return self.answered.is_set()
 
 
 class HealthWatch(object):

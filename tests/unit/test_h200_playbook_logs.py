@@ -6,11 +6,12 @@ from __future__ import annotations
 import importlib.util
 import json
 import os
-import random
 
 import pytest
 
-from ansible.module_utils.sglang_log import LogClassifier, classify_bytes, classify_file
+from ansible.module_utils.sglang_log import classify_bytes, classify_file
+
+from log_pieces import fed_in_pieces
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = os.path.join(REPO, "tests", "data", "h200-playbook")
@@ -68,14 +69,7 @@ def test_playbook_log_verdict(rel, verdict):
 
 @pytest.mark.parametrize("rel,verdict", sorted(VERDICTS.items()))
 def test_playbook_log_verdict_does_not_depend_on_chunking(rel, verdict):
-    data = _read(rel)
-    rng = random.Random(rel)
-    clf = LogClassifier()
-    pos = 0
-    while pos < len(data):
-        step = rng.randint(1, 700)
-        clf.feed(data[pos:pos + step])
-        pos += step
+    clf = fed_in_pieces(_read(rel), rel, 700)
     clf.feed(b"", final=True)
     s = clf.summary()
     assert (s["state"], s["crash_class"]) == verdict[:2]

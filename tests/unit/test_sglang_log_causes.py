@@ -7,11 +7,12 @@ pieces, which must all give the same verdict (the bulk pre-filter may skip nothi
 """
 from __future__ import annotations
 
-import random
 
 import pytest
 
 from ansible.module_utils.sglang_log import CRASH_CLASSES, HINTS, LogClassifier, LogFollower, classify_bytes
+
+from log_pieces import fed_in_pieces
 
 P = "[2026-03-18 11:22:06 TP0] "
 P0 = "[2026-03-18 11:22:06] "
@@ -27,13 +28,7 @@ def verdicts(text):
     for line in data.splitlines(True):
         by_line.feed(line)
     by_line.finalize()
-    rng = random.Random(len(data))
-    pieces = LogClassifier()
-    pos = 0
-    while pos < len(data):
-        step = rng.randint(1, 23)
-        pieces.feed(data[pos:pos + step])
-        pos += step
+    pieces = fed_in_pieces(data, len(data), 23)
     pieces.finalize()
     for other in (by_line.summary(), pieces.summary()):
         for key in ("state", "crash_class", "line", "lineno", "phase"):

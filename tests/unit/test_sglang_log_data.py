@@ -8,12 +8,13 @@ not a death.
 """
 from __future__ import annotations
 
-import random
 import warnings
 
 import pytest
 
-from ansible.module_utils.sglang_log import LogClassifier, classify_bytes, is_notice, strip_prefix
+from ansible.module_utils.sglang_log import classify_bytes, is_notice, strip_prefix
+
+from log_pieces import fed_in_pieces
 
 READY = (
     "[2026-12-03 10:00:00 TP0] Load weight begin. avail mem=78.00 GB\n"
@@ -109,14 +110,8 @@ def test_the_same_words_in_an_error_still_decide(line, cls):
 
 def test_data_and_notices_stay_silent_when_the_log_arrives_in_random_pieces():
     text = (READY + "\n".join(ACCESS + NOTICES) + "\n" + READY_LINE).encode("utf-8")
-    rng = random.Random(7)
-    for _ in range(20):
-        clf = LogClassifier()
-        pos = 0
-        while pos < len(text):
-            step = rng.randint(1, 300)
-            clf.feed(text[pos:pos + step])
-            pos += step
+    for seed in range(20):
+        clf = fed_in_pieces(text, seed, 300)
         clf.finalize()
         assert clf.crash is None and clf.state == "ready"
 
