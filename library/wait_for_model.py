@@ -8,11 +8,11 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: wait_for_model
-short_description: Launch an SGLang server detached and block until it is healthy or has crashed
+short_description: Run an SGLang server (systemd unit or detached) and block until it is healthy or has crashed
 description:
-  - Starts an SGLang server (or anything shaped like one) as a detached process tree, with its
-    output in a per-attempt log file, and blocks until the health URL answers 200, a crash is
-    seen, or the deadline passes.
+  - Starts an SGLang server (or anything shaped like one) under a systemd unit and the host watcher program
+    (O(launcher=systemd)) or as a detached process tree (O(launcher=detached)), with its output in a per-attempt
+    log file, and blocks until the health URL answers 200, a crash is seen, or the deadline passes.
   - What acts is evidence that no client can write - the launched process exiting, a long-lived child
     of it (a scheduler, the detokenizer) dying while the parent lives on, neither log growth nor any
     health answer for O(stall_timeout) seconds (a hang), not healthy by O(timeout); with
@@ -261,6 +261,41 @@ options:
     description: Per-attempt log files to keep; older ones are removed. C(0) keeps all.
     type: int
     default: 20
+  launcher:
+    description:
+      - How the server runs. C(systemd) - a unit C(sglang-<name>.service) in O(unit_dir) (C(Type=notify), enabled at
+        boot, C(KillMode=control-group), C(LimitMEMLOCK=infinity)) runs the host watcher program
+        (C(module_utils/sglang_watcher.py), installed in C(<run_dir>/watcher/)), which starts SGLang as its child,
+        writes its redacted log, sends C(STATUS=) per phase, C(EXTEND_TIMEOUT_USEC) while the log moves and
+        C(READY=1) once the health URL answered 200, and exits 78 (not restarted) when a start failed or 69
+        (C(Restart=on-failure), within a start limit) when a serving server died. The module waits on the
+        watcher's status file C(<run_dir>/<name>.status.json) and the unit's state; stop is C(systemctl stop)
+        (C(disable --now) for O(state=stopped)).
+      - C(detached) - the module starts the server itself in a session (and a cgroup) of its own, with a pidfile
+        and the run-state record, and watches it with the same watchers (C(module_utils/sglang_watch.py)). For
+        hosts without systemd as PID 1 (containers).
+      - C(auto) - C(systemd) where C(/run/systemd/system) exists and the module runs as root, else C(detached).
+    type: str
+    choices: [auto, systemd, detached]
+    default: auto
+  unit_dir:
+    description: Where the unit file of O(launcher=systemd) is written. A unit of the same name that eagle-deploy
+      did not write is refused.
+    type: path
+    default: /etc/systemd/system
+  step_time:
+    description:
+      - With O(state=started), wait at most this many seconds in this call; a load still under way then returns
+        RV(pending=true) (not a failure) with RV(progress). Call again with O(resume_attempt) to go on. The
+        C(wait_for_model) action plugin does this and prints a progress line per host. C(0) waits for the verdict.
+    type: float
+    default: 0
+  resume_attempt:
+    description:
+      - The RV(progress.attempt) a previous step returned. When it is still the recorded attempt, this call goes
+        on with that launch's wait (log read from its start, O(timeout) counted from the launch) instead of
+        attaching to a running server.
+    type: int
 attributes:
   check_mode:
     support: full
@@ -516,6 +551,42 @@ dead_child_pid:
   returned: on failure with RV(crash_class=child_died)
   type: int
   sample: 41240
+launcher:
+  description: The launcher used (O(launcher) with C(auto) resolved).
+  returned: always, once the input was checked
+  type: str
+  sample: systemd
+unit:
+  description: The systemd unit that runs the server.
+  returned: with O(launcher=systemd)
+  type: str
+  sample: sglang-sglang.service
+unit_state:
+  description: The unit's C(ActiveState), C(SubState), C(Result), C(NRestarts), C(ExecMainStatus) and C(StatusText)
+    when a wait on it failed.
+  returned: on failure with O(launcher=systemd)
+  type: dict
+  sample: {"ActiveState": "failed", "Result": "exit-code", "ExecMainStatus": "78", "NRestarts": "0"}
+journal_tail:
+  description: The unit's last journal lines, when it ended before its watcher named a cause.
+  returned: on failure with RV(crash_class=unit_failed)
+  type: list
+  elements: str
+pending:
+  description: The step (O(step_time)) ended while the server is still loading; call again with O(resume_attempt).
+  returned: with O(step_time) when the load goes on
+  type: bool
+  sample: true
+progress:
+  description:
+    - Where the load is. C(phase) (launching, loading_weights, kv_cache, cuda_graph, warmup, ready), C(status) in
+      words (C(loading weights 41/64 shards)), C(shards) [done, total], C(elapsed) seconds since the launch,
+      C(eta) seconds still to go from the last successful load's phase durations (C(<run_dir>/<name>.loads.json);
+      null before the first), C(last_load) seconds that load took, C(attempt), C(launcher).
+  returned: with O(state=started) after a launch or while waiting for one
+  type: dict
+  sample: {"phase": "loading_weights", "status": "loading weights 41/64 shards", "shards": [41, 64], "elapsed": 252.0,
+           "eta": 170.0, "last_load": 598.0, "attempt": 7, "launcher": "systemd"}
 """
 
 import errno
@@ -538,10 +609,16 @@ from urllib.parse import urlparse
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_log import LogClassifier, LogFollower, tail_lines
+from ansible.module_utils import sglang_log
 from ansible.module_utils import sglang_proc
+from ansible.module_utils import sglang_progress
 from ansible.module_utils import sglang_redact
+from ansible.module_utils import sglang_watch
+from ansible.module_utils import sglang_watcher
 from ansible.module_utils.sglang_paths import file_sha256
-from ansible.module_utils.sglang_watch import ProcView, Watch, explain, http_status, start_of_line
+from ansible.module_utils.sglang_watch import (
+    ProcView, Watch, explain, http_status, next_attempt, point_link, prune_attempts, start_of_line,
+)
 
 
 class WaitError(Exception):
@@ -576,31 +653,6 @@ def describe_change(old_parts, new_parts):
     keys = sorted(set(old_parts) | set(new_parts))
     changed = [k for k in keys if old_parts.get(k) != new_parts.get(k)]
     return "fingerprint changed: " + ", ".join(changed)
-
-
-def next_attempt(log_dir, name):
-    rx = re.compile(r"\A%s_r(\d+)\.log\Z" % re.escape(name))
-    best = 0
-    for entry in os.listdir(log_dir):
-        m = rx.match(entry)
-        if m:
-            best = max(best, int(m.group(1)))
-    return best + 1
-
-
-def prune_attempts(log_dir, name, keep):
-    if keep <= 0:
-        return []
-    rx = re.compile(r"\A%s_r(\d+)\.log\Z" % re.escape(name))
-    found = sorted((int(m.group(1)), e) for e in os.listdir(log_dir) for m in [rx.match(e)] if m)
-    removed = []
-    for _, entry in found[:-keep]:
-        try:
-            os.unlink(os.path.join(log_dir, entry))
-        except OSError:
-            continue  # not a file of ours to remove (a directory the service user made): left alone
-        removed.append(entry)
-    return removed
 
 
 def redactor_source():
@@ -774,6 +826,7 @@ RANGES = {
     "keep_attempts": (0, 100000, False),
     "min_free_space_mib": (0, 1 << 30, False),
     "log_offset": (-1, None, False),
+    "step_time": (0, 86400, False),
 }
 
 # Seconds between SIGTERM and SIGKILL at most when stopping a server whose wait failed (it serves nothing).
@@ -976,13 +1029,116 @@ def open_log(path, log_dir, reader):
     return fd
 
 
+# ------------------------------------------------------------------------------ the systemd launcher
+UNIT_MARK = "# Written by eagle-deploy (wait_for_model)."
+WATCHER_DIR = "watcher"
+SHOW_EVERY = 1.0  # s between two looks at the unit (systemctl show) while waiting on the watcher's status file
+UNIT_PROPS = ("ActiveState", "SubState", "Result", "MainPID", "NRestarts", "ExecMainStatus", "StatusText",
+              "InvocationID", "UnitFileState")
+
+
+def module_source(mod):
+    """Source of a module_utils module (bytes), also from inside an AnsiballZ zip."""
+    loader = getattr(mod, "__loader__", None)
+    source = loader.get_source(mod.__name__) if loader is not None else None
+    if source is None:
+        with open(mod.__file__, "rb") as fh:
+            return fh.read()
+    return source.encode("utf-8") if isinstance(source, str) else source
+
+
+def watcher_files():
+    """{file name: source} of the host watcher program and the module_utils it imports."""
+    return dict(("%s.py" % m.__name__.rsplit(".", 1)[-1], module_source(m))
+                for m in (sglang_watcher, sglang_watch, sglang_log, sglang_proc, sglang_redact, sglang_progress))
+
+
+def systemd_quote(arg):
+    """One ExecStart= word: double-quoted, with systemd's escapes (backslash, quote) and specifiers (%)."""
+    return '"%s"' % arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
+
+
+def unit_name(name):
+    return "sglang-%s.service" % name
+
+
+def unit_text(name, python, program, run_dir, stall_timeout, stop_timeout):
+    """The unit that runs the watcher program (which runs the server): ``Type=notify``, READY=1 once a generation
+    answered, the start extended while the log moves, no restart of a start that failed (exit 78)."""
+    start = "infinity" if not stall_timeout else "%ds" % (stall_timeout + 60)
+    return "\n".join([
+        UNIT_MARK + " Changes here are replaced on its next run.",
+        "[Unit]",
+        "Description=SGLang server %s (eagle-deploy watcher)" % name,
+        "After=network-online.target",
+        "Wants=network-online.target",
+        "StartLimitIntervalSec=600",
+        "StartLimitBurst=3",
+        "",
+        "[Service]",
+        "Type=notify",
+        "NotifyAccess=main",
+        "ExecStart=%s" % " ".join(systemd_quote(a) for a in (python, "-I", program, run_dir, name)),
+        "Restart=on-failure",
+        "RestartSec=10",
+        "RestartPreventExitStatus=%d" % sglang_watcher.EXIT_PERMANENT,
+        "TimeoutStartSec=%s" % start,
+        "TimeoutStopSec=%ds" % max(1, stop_timeout),
+        "KillMode=control-group",
+        "LimitMEMLOCK=infinity",
+        "LimitNOFILE=1048576",
+        "SyslogIdentifier=sglang-%s" % name,
+        "",
+        "[Install]",
+        "WantedBy=multi-user.target",
+        "",
+    ])
+
+
+def parse_show(text):
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            out[key] = value
+    return out
+
+
+class Systemctl(object):
+    """systemctl, injectable so unit tests run no process."""
+
+    def __init__(self, module):
+        self.module = module
+        self.path = None
+
+    def __call__(self, *args):
+        if self.path is None:
+            self.path = self.module.get_bin_path("systemctl", required=True)
+        return self.module.run_command([self.path] + list(args))
+
+    def show(self, unit):
+        rc, out, _err = self("show", unit, "-p", ",".join(UNIT_PROPS))
+        return parse_show(out) if rc == 0 else {}
+
+
+def systemd_here():
+    """Whether systemd is the init system running this host (sd_booted(3)), and why not."""
+    if not os.path.isdir("/run/systemd/system"):
+        return False, "no /run/systemd/system: systemd is not PID 1 here"
+    return True, None
+
+
 # ------------------------------------------------------------------------------ the work
 class ModelWaiter(object):
     """Launch / attach / wait / stop. Clock, sleep, process launch, HTTP, /proc, cgroups and the lock are injectable."""
 
     def __init__(self, module, clock=time.monotonic, sleep=None, popener=None, http=http_status,
-                 procs=None, wall=time.time, cgroups=None, locker=fcntl.flock, prober=None, background_health=True):
+                 procs=None, wall=time.time, cgroups=None, locker=fcntl.flock, prober=None, background_health=True,
+                 systemctl=None, booted=systemd_here):
         self.module = module
+        self.systemctl = systemctl or Systemctl(module)
+        self.booted = booted  # () -> (systemd runs this host?, why not)
+        self.launcher = None  # "systemd" | "detached", set by validate()
         self.p = module.params
         self.background_health = background_health  # False: health requests run inline (unit tests' fake clock)
         self.clock = clock
@@ -1016,6 +1172,8 @@ class ModelWaiter(object):
         if not sglang_proc.safe_name(p["name"]):
             raise WaitError("name %r is not allowed: letters, digits, '.', '_', '-' (no '/', no '..'), at most 64" % p["name"])
         check_ranges(p)
+        self.launcher = self.pick_launcher()
+        self.result["launcher"] = self.launcher
         if p["port"] is not None and not 1 <= p["port"] <= 65535:
             raise WaitError("port %d is out of range: use a port 1-65535. Nothing was stopped or launched." % p["port"])
         scheme, _host, url_port = health_port(p["health_url"])
@@ -1037,6 +1195,8 @@ class ModelWaiter(object):
         except sglang_proc.UntrustedState as e:
             raise WaitError(str(e))
         check_dir_writable("run_dir", self.run_dir, check)
+        if self.launcher == "systemd":
+            self.check_unit_is_ours()
         if p["state"] != "started":
             if not os.access(log_dir, os.R_OK | os.X_OK):
                 raise WaitError("log_dir %s is not readable" % log_dir)
@@ -1102,6 +1262,39 @@ class ModelWaiter(object):
             if why:
                 raise WaitError("argv[0] %s cannot be run by %s: %s. Fix it (reinstall the venv, fix the #! line or "
                                 "the permissions). Nothing was stopped or launched." % (p["argv"][0], who, why))
+
+    def pick_launcher(self):
+        """``systemd`` where systemd runs the host and the module runs as root (auto), else ``detached``."""
+        wanted = self.p["launcher"]
+        booted, why = self.booted()
+        if wanted == "auto":
+            return "systemd" if booted and os.geteuid() == 0 else "detached"
+        if wanted == "systemd":
+            if not booted:
+                raise WaitError("launcher: systemd, but %s: use launcher: detached (or auto). Nothing was stopped or "
+                                "launched." % why)
+            if os.geteuid() != 0:
+                raise WaitError("launcher: systemd needs root to write and start %s (use become: true). Nothing was "
+                                "stopped or launched." % unit_name(self.p["name"]))
+        return wanted
+
+    def unit_path(self):
+        return os.path.join(self.p["unit_dir"], unit_name(self.p["name"]))
+
+    def check_unit_is_ours(self):
+        """A unit of the same name that eagle-deploy did not write is never replaced, started or stopped."""
+        path = self.unit_path()
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(len(UNIT_MARK))
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            raise WaitError("cannot read %s: %s. Nothing was stopped or launched." % (path, e.strerror or e))
+        if head != UNIT_MARK.encode("utf-8"):
+            raise WaitError("%s exists and was not written by eagle-deploy (its first line is not %r): rename the "
+                            "deployment (name) or remove that unit. Nothing was stopped or launched."
+                            % (path, UNIT_MARK))
 
     def runner_ids(self):
         """((uid, gids), name) of the user the server runs as."""
@@ -1297,10 +1490,14 @@ class ModelWaiter(object):
         p = self.p
         parts = fingerprint_parts(p["argv"], p["environment"], p["fingerprint_files"], p["fingerprint_data"], p["run_as"],
                                   p["secret_environment"], p["redact"])
+        if self.launcher == "systemd":
+            parts["launcher"] = _h("systemd")
         fp = fingerprint_of(parts)
         self.result["fingerprint"] = fp
         state, ours = self._existing()
         if ours and state.get("fingerprint") == fp and not p["force_restart"]:
+            if self.launcher == "systemd" and self.sync_service():
+                self.result["changed"] = True  # the unit or the watcher program was brought up to date (no restart)
             code = self.http(p["health_url"], self.headers(), p["health_timeout"])
             self.result.update(pid=state["pid"], log_path=state.get("log_path"), attempt=state.get("attempt"),
                                restart_reason=None, tree_tracking=state.get("tree_tracking", "session"))
@@ -1313,7 +1510,10 @@ class ModelWaiter(object):
             if self.module.check_mode:
                 self.result["msg"] = "server with the same fingerprint is running but not healthy yet; would wait for it"
                 return self.result
-            return self.wait(state, handle=None, attached=True)
+            if self.launcher == "systemd" and state.get("launcher") == "systemd":
+                return self.wait_service(None, attached=True)
+            resumed = p["resume_attempt"] is not None and p["resume_attempt"] == state.get("attempt")
+            return self.wait(state, handle=None, attached=not resumed, resumed=resumed)
         if not ours:
             reason = "not running"
         elif state.get("fingerprint") == fp:
@@ -1339,13 +1539,30 @@ class ModelWaiter(object):
             self.result["msg"] = "would %s the server (%s)" % ("restart" if ours else "start", reason)
             return self.result
         self.prove_it_runs()
-        if state is not None:
-            self._stop(state)
+        if state is not None or self.unit_active():
+            self._stop(state or {"pid": None, "unverified": True})
+        if self.launcher == "systemd":
+            return self.launch_service(parts, fp)
         return self.launch(parts, fp)
 
-    def _stop(self, state):
+    def unit_active(self):
+        """Whether our unit (systemd launcher) is loaded and not inactive: it may run a server with no run state yet."""
+        if self.launcher != "systemd" or not os.path.exists(self.unit_path()):
+            return False
+        return self.systemctl.show(unit_name(self.p["name"])).get("ActiveState", "inactive") not in ("inactive", "failed")
+
+    def _stop(self, state, disable=False):
         """Stop our recorded server (its tree, or what is left of it) and forget it. A bare pidfile
-        proves nothing and is only removed."""
+        proves nothing and is only removed. A server our unit runs is stopped by systemd (its cgroup)."""
+        if os.path.exists(self.unit_path()) and (state.get("launcher") == "systemd" or self.launcher == "systemd"):
+            self.stop_unit(disable)
+            if not state.get("unverified") and state.get("pid") is not None:
+                left = sorted(set(sglang_proc.our_tree(state)) | set(sglang_proc.orphans_of(state)))
+                if left:
+                    raise WaitError("systemd stopped %s but PIDs %s of our server are still there"
+                                    % (unit_name(self.p["name"]), left))
+            sglang_proc.clear_state(self.run_dir, self.p["name"])
+            return
         if not state.get("unverified"):
             stopped = sglang_proc.stop_tree(state, grace=self.p["stop_timeout"], clock=self.clock, sleep=self.sleep)
             if stopped["signalled"] or stopped["killed"]:
@@ -1401,7 +1618,7 @@ class ModelWaiter(object):
             if self.user is not None:
                 os.fchown(fd, self.user[0], self.user[1])
             previous = os.readlink(link) if os.path.islink(link) else None
-            if not self._point_link(link, os.path.basename(log_path)):
+            if not point_link(link, os.path.basename(log_path)):
                 self.result["log_link_note"] = "%s could not be pointed at %s (something else is there)" % (link, log_path)
             try:
                 if hidden:
@@ -1418,7 +1635,7 @@ class ModelWaiter(object):
                     self.popener.reap(writer, 5)
                 os.unlink(log_path)  # empty: nothing ran
                 if previous:
-                    self._point_link(link, previous)
+                    point_link(link, previous)
                 if cgroup:
                     self.cgroups.remove(*cgroup)
                 raise WaitError("could not start %s: %s" % (p["argv"][0] if writer is not None or not hidden
@@ -1475,42 +1692,301 @@ class ModelWaiter(object):
         self.result.update(pid=handle.pid, attempt=attempt, log_path=log_path)
         return self.wait(state, handle=handle, attached=False)
 
-    @staticmethod
-    def _point_link(link, target):
-        """Point ``<name>.log`` at the latest attempt (a fresh temporary name, then an atomic rename). The link is a
-        convenience: when something in the service user's log dir is in the way, it is left as it is (False)."""
-        tmp = "%s.%s.tmp" % (link, secrets.token_hex(6))
+    # ---------------------------------------------------------------- the systemd launcher
+    def stop_unit(self, disable=False):
+        """``systemctl stop`` (``disable --now`` for state=stopped): systemd signals the unit's whole cgroup, waits
+        TimeoutStopSec (stop_timeout), then SIGKILLs what is left."""
+        unit = unit_name(self.p["name"])
+        args = ("disable", "--now", unit) if disable else ("stop", unit)
+        t0 = self.clock()
+        rc, _out, err = self.systemctl(*args)
+        if rc != 0:
+            raise WaitError("systemctl %s failed (rc=%s): %s" % (" ".join(args), rc, (err or "").strip()[-300:]))
+        self.result["stopped"] = {"unit": unit, "seconds": round(self.clock() - t0, 3), "how": "systemctl " + args[0]}
+
+    def install_watcher(self):
+        """Install the watcher program and its module_utils into ``<run_dir>/watcher/`` (root-owned, 0644): only
+        files whose content differs are written (temporary name + rename). Returns (program path, changed)."""
+        files = watcher_files()
+        dir_fd = sglang_proc.open_run_dir(self.run_dir)
         try:
-            os.symlink(target, tmp)
-            os.rename(tmp, link)
-            return True
-        except OSError:
             try:
-                os.unlink(tmp)
-            except OSError:
+                os.mkdir(WATCHER_DIR, 0o755, dir_fd=dir_fd)
+            except FileExistsError:
                 pass
-            return False
+            wfd = os.open(WATCHER_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        finally:
+            os.close(dir_fd)
+        changed = False
+        try:
+            st = os.fstat(wfd)
+            if st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
+                raise WaitError("%s/%s is not a directory only root can write: remove it" % (self.run_dir, WATCHER_DIR))
+            for fname, data in sorted(files.items()):
+                try:
+                    fd = os.open(fname, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=wfd)
+                    with os.fdopen(fd, "rb") as fh:
+                        fst = os.fstat(fh.fileno())
+                        same = (fh.read() == data and stat.S_ISREG(fst.st_mode) and fst.st_uid in (0, os.geteuid())
+                                and not fst.st_mode & 0o022)
+                except OSError:
+                    same = False
+                if same:
+                    continue
+                changed = True
+                if self.module.check_mode:
+                    continue
+                tmp = "%s.%s.tmp" % (fname, secrets.token_hex(4))
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=wfd)
+                with os.fdopen(fd, "wb") as fh:
+                    os.fchmod(fh.fileno(), 0o644)
+                    fh.write(data)
+                os.rename(tmp, fname, src_dir_fd=wfd, dst_dir_fd=wfd)
+        finally:
+            os.close(wfd)
+        return os.path.join(self.run_dir, WATCHER_DIR, "sglang_watcher.py"), changed
+
+    def sync_service(self):
+        """The watcher program, the unit file (daemon-reload when it changed) and its enablement, brought up to
+        date. None of them restarts the server. Returns whether anything changed (check mode: would change)."""
+        p = self.p
+        program, changed = self.install_watcher()
+        unit = unit_name(p["name"])
+        text = unit_text(p["name"], sys.executable, program, self.run_dir, p["stall_timeout"], p["stop_timeout"])
+        path = self.unit_path()
+        try:
+            with open(path) as fh:
+                current = fh.read()
+        except FileNotFoundError:
+            current = None
+        check = self.module.check_mode
+        if current != text:
+            changed = True
+            if not check:
+                tmp = "%s.%s.tmp" % (path, secrets.token_hex(4))
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+                with os.fdopen(fd, "w") as fh:
+                    os.fchmod(fh.fileno(), 0o644)
+                    fh.write(text)
+                os.rename(tmp, path)
+                self.must("daemon-reload")
+                self.result["unit_written"] = path
+        if not os.path.lexists(os.path.join(p["unit_dir"], "multi-user.target.wants", unit)):
+            changed = True
+            if not check:
+                self.must("enable", unit)
+        self.result["unit"] = unit
+        return changed
+
+    def must(self, *args):
+        rc, _out, err = self.systemctl(*args)
+        if rc != 0:
+            raise WaitError("systemctl %s failed (rc=%s): %s" % (" ".join(args), rc, (err or "").strip()[-300:]))
+
+    def launch_service(self, parts, fp):
+        """Write the watcher's config (0600: it holds the secrets), bring the unit up to date and start it without
+        blocking (a Type=notify start blocks until READY=1); then wait on the watcher's status file."""
+        p = self.p
+        name = p["name"]
+        token = secrets.token_hex(8)
+        settings = dict((k, p[k]) for k in ("health_interval", "health_timeout", "unhealthy_after", "child_grace",
+                                            "settle_time", "stall_timeout", "poll_interval"))
+        settings["extend_timeout"] = p["stall_timeout"] + 60 if p["stall_timeout"] else 0
+        config = {
+            "launch": token, "argv": list(p["argv"]), "env": self.child_env(), "chdir": p["chdir"],
+            "user": p["run_as"], "log_dir": p["log_dir"], "health_url": p["health_url"], "headers": self.headers(),
+            "secrets": self.secrets(), "fingerprint": fp, "fingerprint_parts": parts, "port": self.port,
+            "keep_attempts": p["keep_attempts"], "unit": unit_name(name), "timeout": 0,
+            "stop_timeout": p["stop_timeout"], "tail_lines": p["log_tail_lines"], "settings": settings,
+        }
+        try:
+            sglang_proc.write_files(self.run_dir, ((sglang_watcher.CONFIG % name, json.dumps(config)),), mode=0o600)
+            sglang_proc.remove_file(self.run_dir, sglang_watcher.STATUS % name)
+        except sglang_proc.UntrustedState as e:
+            raise WaitError(str(e))
+        self.sync_service()
+        unit = unit_name(name)
+        self.systemctl("reset-failed", unit)  # a unit that hit its start limit refuses a start until reset
+        self.must("start", "--no-block", unit)
+        self.result.update(changed=True, unit=unit)
+        return self.wait_service(token, attached=False)
+
+    def read_status(self):
+        try:
+            return sglang_proc.read_json(self.run_dir, sglang_watcher.STATUS % self.p["name"])
+        except sglang_proc.UntrustedState as e:
+            raise WaitError(str(e))
+
+    def wait_service(self, token, attached):
+        """Wait on the watcher's status file (its verdict) and the unit's state, until ready, a failure, the
+        timeout, or the end of this step (step_time)."""
+        p = self.p
+        unit = unit_name(p["name"])
+        t0 = self.clock()
+        deadline = t0 + p["timeout"]
+        step_end = t0 + p["step_time"] if p["step_time"] else None
+        shown_at, show, st = None, {}, None
+        while True:
+            st = self.read_status()
+            mine = st is not None and (token is None or st.get("launch") == token)
+            verdict = st.get("verdict") if mine else None
+            if verdict == "ready":
+                return self.service_ready(st, attached)
+            if verdict not in (None, "stopped"):
+                return self.service_failed(st, self.systemctl.show(unit))
+            now = self.clock()
+            if shown_at is None or now - shown_at >= SHOW_EVERY:
+                show, shown_at = self.systemctl.show(unit), now
+                active = show.get("ActiveState", "inactive")
+                # inactive right after the start may be the start job still queued: final once the watcher ran
+                if active == "failed" or (active == "inactive" and (mine or now - t0 >= 10)):
+                    st = self.read_status()
+                    if st is not None and (token is None or st.get("launch") == token) and \
+                            st.get("verdict") not in (None, "stopped", "ready"):
+                        return self.service_failed(st, show)
+                    return self.unit_ended(show, st)
+            if now >= deadline:
+                return self.service_timeout(st if mine else None, show)
+            if step_end is not None and now >= step_end:
+                return self.pending(self.progress_of(st if mine else None, "systemd"), st if mine else None)
+            self.sleep(p["poll_interval"])
+
+    def service_ready(self, st, attached):
+        r = self.result
+        rep = st.get("report") or {}
+        r.update(pid=st.get("server_pid"), log_path=st.get("log_path"), attempt=st.get("attempt"),
+                 elapsed=st.get("ready_after", 0.0), phase="ready", phases=rep.get("phases", []),
+                 shards=rep.get("shards"), log_tail=rep.get("log_tail", []), progress=self.progress_of(st, "systemd"))
+        if attached:
+            r["msg"] = "attached to our server (same fingerprint, unit %s) and it became healthy" % unit_name(self.p["name"])
+        if rep.get("log_crash"):
+            r["log_crash"] = rep["log_crash"]
+            crash = rep["log_crash"]
+            self.module.warn("the log shows %s at line %s (%s), but the server is alive and answering: nothing was "
+                             "stopped" % (crash.get("class"), crash.get("lineno"), (crash.get("line") or "").strip()[:160]))
+        return r
+
+    def service_failed(self, st, show):
+        r = self.result
+        rep = dict(st.get("report") or {})
+        rep.pop("failed", None)
+        r.update(rep)
+        r.update(progress=self.progress_of(st, "systemd"), unit_state=self.unit_state(show))
+        r["msg"] = "%s (unit %s: %s, exit status %s%s; journalctl -u %s)" % (
+            rep.get("msg") or "the server failed", unit_name(self.p["name"]), show.get("ActiveState", "?"),
+            rep.get("exit_status", show.get("ExecMainStatus", "?")),
+            ", not restarted: a restart would repeat it" if rep.get("exit_status") == sglang_watcher.EXIT_PERMANENT
+            else "", unit_name(self.p["name"]))
+        r["failed"] = True
+        self.stop_service_after_failure(show)
+        return r
+
+    def unit_state(self, show):
+        return dict((k, show.get(k)) for k in ("ActiveState", "SubState", "Result", "NRestarts", "ExecMainStatus",
+                                               "StatusText") if k in show)
+
+    def unit_ended(self, show, st):
+        """The unit ended before its watcher named a verdict (the watcher could not start, or systemd's own
+        TimeoutStartSec hit a load that stopped moving)."""
+        r = self.result
+        unit = unit_name(self.p["name"])
+        rc, out, _err = self.module.run_command(["journalctl", "-u", unit, "-n", "20", "--no-pager", "-o", "cat"])
+        r.update(unit_state=self.unit_state(show), journal_tail=out.splitlines()[-20:] if rc == 0 else [],
+                 progress=self.progress_of(st, "systemd"))
+        result = show.get("Result", "?")
+        cls = "stalled" if result == "timeout" else "unit_failed"
+        r.update(crash_class=cls, evidence="the unit %s is %s (Result=%s, exit status %s)" % (
+            unit, show.get("ActiveState"), result, show.get("ExecMainStatus", "?")),
+            hint=("the load stopped moving and systemd's TimeoutStartSec ended it" if cls == "stalled" else
+                  "the watcher program ended without a verdict: read journal_tail (journalctl -u %s)" % unit))
+        r["msg"] = "server failed: %s — %s (evidence: %s)" % (cls, r["hint"], r["evidence"])
+        r["failed"] = True
+        return r
+
+    def service_timeout(self, st, show):
+        r = self.result
+        phase = (st or {}).get("phase", "?")
+        r.update(crash_class="timeout", evidence="not healthy after %d s" % self.p["timeout"],
+                 hint="not healthy after %d s (phase '%s'); raise timeout if the load is just slow" % (self.p["timeout"], phase),
+                 progress=self.progress_of(st, "systemd"), unit_state=self.unit_state(show))
+        r["msg"] = "timed out after %d s in phase '%s' — %s (unit %s)" % (self.p["timeout"], phase, r["hint"],
+                                                                       unit_name(self.p["name"]))
+        r["failed"] = True
+        self.stop_service_after_failure(self.systemctl.show(unit_name(self.p["name"])))
+        return r
+
+    def stop_service_after_failure(self, show):
+        """A failed wait's server holds GPU memory and serves nothing: stop the unit (``stop_on_failure``), never
+        in check mode. A unit whose watcher already ended is left failed, for systemctl status."""
+        if not self.p["stop_on_failure"] or show.get("ActiveState") in ("inactive", "failed", None):
+            return
+        if self.module.check_mode:
+            self.result["would_stop"] = True
+            return
+        self.stop_unit()
+        self.result["stopped_after_failure"] = self.result.pop("stopped", None)
+
+    # ---------------------------------------------------------------- progress (both launchers)
+    def progress_of(self, st, launcher):
+        """The progress fields every started result carries (see RETURN: progress)."""
+        st = st or {}
+        phase = st.get("phase") or "launching"
+        shards = st.get("shards")
+        started = st.get("started_at")
+        elapsed = max(0.0, self.wall() - started) if isinstance(started, (int, float)) else None
+        last = sglang_progress.last_load(self.run_dir, self.p["name"])
+        eta = None
+        if st.get("verdict") == "ready":
+            eta = 0.0
+        elif elapsed is not None:
+            eta = sglang_progress.eta(last, st.get("phases") or [], elapsed, shards)
+        return {"phase": phase, "status": st.get("status") or sglang_progress.status_text(phase, shards),
+                "shards": shards, "elapsed": None if elapsed is None else round(elapsed, 1),
+                "eta": None if eta is None else round(eta, 1), "last_load": last.get("total") if last else None,
+                "attempt": st.get("attempt"), "launcher": launcher}
+
+    def pending(self, progress, st=None):
+        """A step (step_time) ended with the server still loading: a result that is not a failure."""
+        r = self.result
+        r.update(pending=True, progress=progress, phase=progress["phase"], attempt=progress["attempt"],
+                 msg="still loading: %s" % progress["status"])
+        if st:
+            r.update(pid=st.get("server_pid"), log_path=st.get("log_path"))
+        return r
 
     # ---------------------------------------------------------------- the wait loop
-    def wait(self, state, handle, attached, watch=None):
-        """Poll the watchers, decide, sleep; then drain the log and report."""
+    def wait(self, state, handle, attached, watch=None, resumed=False):
+        """Poll the watchers, decide, sleep; then drain the log and report. ``resumed``: a later step of a launch
+        wait (step_time, resume_attempt): the log is read from its start and the deadline counts from the launch."""
         p = self.p
         t0 = self.clock()
-        deadline = t0 + (watch if watch is not None else p["timeout"])
+        since_launch = 0.0
+        if resumed:
+            since_launch = max(0.0, self.wall() - state.get("started_at", self.wall()))
+        deadline = t0 + (watch if watch is not None else max(0.0, p["timeout"] - since_launch))
+        step_end = t0 + p["step_time"] if p["step_time"] and watch is None else None
         log_fd = open_log(state["log_path"], p["log_dir"], self.reader(state))
         follower = LogFollower("/proc/self/fd/%d" % log_fd, start_offset=self._watch_offset(log_fd, watch, attached))
         ask = lambda timeout: self.http(p["health_url"], self.headers(), timeout)  # noqa: E731 - one line
-        w = Watch(follower, LogClassifier(clock=lambda: self.clock() - t0), t0, deadline, self.clock, handle,
-                  state["pid"], self.procs, state.get("start_time"), ask, self.background_health, p,
+        w = Watch(follower, LogClassifier(clock=lambda: self.clock() - t0 + since_launch), t0, deadline, self.clock,
+                  handle, state["pid"], self.procs, state.get("start_time"), ask, self.background_health, p,
                   watching=watch is not None, patient=watch is not None or attached)
         try:
             while True:
                 verdict = w.look(self.clock())
                 if verdict is not None:
                     break
+                if step_end is not None and self.clock() >= step_end:
+                    break
                 w.pause(p["poll_interval"], self.sleep, self.real_sleep)
         finally:
             elapsed = self.clock() - t0
+        if verdict is None:  # this step is over, the load goes on: report progress, keep the phases for the next
+            follower.close()
+            os.close(log_fd)
+            st = self.detached_status(state, w, resumed, None)
+            return self.pending(self.progress_of(st, "detached"), {"server_pid": state["pid"],
+                                                                    "log_path": state["log_path"]})
         w.drain(verdict, p["settle_time"], p["poll_interval"], self.sleep)
         self.result["log_offset"] = follower.offset
         self.result["health_polls"] = w.health.summary()
@@ -1518,16 +1994,63 @@ class ModelWaiter(object):
         os.close(log_fd)
         result = self.report(verdict, w.log.clf, state, elapsed, w.leader.rc, w.children.died, attached,
                              watch is not None, w.health, w.candidates)
+        if watch is None:
+            st = self.detached_status(state, w, resumed, verdict)
+            if verdict == "ready" and not attached:
+                self.record_load(state, st)
+            result["progress"] = self.progress_of(st, "detached")
         if result.get("failed"):
             self.stop_after_failure(state)
         return result
+
+    def detached_status(self, state, w, resumed, verdict):
+        """The detached launcher's status (as the watcher program keeps it for the systemd launcher): phase,
+        shards and the phases with their seconds since the launch, kept in ``<name>.status.json`` so that the
+        next step of the same launch (resume_attempt) keeps the times of the phases it did not see happen."""
+        clf = w.log.clf
+        phases = [{"phase": ph["phase"], "at": round(ph["at"], 3)} for ph in clf.phases]
+        phase = clf.phase
+        if resumed or self.result.get("log_watched_from") is not None:
+            # a later step, or an attach: what an earlier step of this attempt saw keeps its times
+            try:
+                prior = self.read_status() or {}
+            except WaitError:
+                prior = {}
+            if prior.get("attempt") == state.get("attempt") and isinstance(prior.get("phases"), list):
+                seen = set(ph.get("phase") for ph in prior["phases"] if isinstance(ph, dict))
+                phases = [ph for ph in prior["phases"] if isinstance(ph, dict)] + \
+                    [ph for ph in phases if ph["phase"] not in seen]
+                if phase == "launching" and phases:
+                    phase = phases[-1].get("phase") or phase
+        shards = list(clf.shards) if clf.shards else None
+        st = {"attempt": state.get("attempt"), "started_at": state.get("started_at"), "phase": phase,
+              "shards": shards, "phases": phases, "status": sglang_progress.status_text(phase, shards),
+              "verdict": verdict, "server_pid": state.get("pid"), "log_path": state.get("log_path"),
+              "launcher": "detached"}
+        if not self.module.check_mode:
+            try:
+                sglang_proc.write_files(self.run_dir, ((sglang_watcher.STATUS % self.p["name"], json.dumps(st)),))
+            except (OSError, sglang_proc.UntrustedState):
+                pass  # progress only: the wait itself never depends on it
+        return st
+
+    def record_load(self, state, st):
+        """A load that became ready: its phase durations, for the next load's ETA."""
+        started = state.get("started_at")
+        if not isinstance(started, (int, float)) or self.module.check_mode:
+            return
+        try:
+            sglang_progress.record_load(self.run_dir, self.p["name"], sglang_progress.make_record(
+                state.get("attempt"), max(0.001, self.wall() - started), st["phases"], st["shards"]))
+        except (OSError, ValueError, sglang_proc.UntrustedState):
+            pass  # the ETA of the next load is a convenience
 
     def _watch_offset(self, log_fd, watch, attached=False):
         """Where the log is read from: 0 for a server this run launched; the current end (at a line start) when
         it attaches to a running one (history is never judged again: only what is logged from now on counts);
         for a watch ``log_offset`` (-1: the end), at a line start."""
         if watch is None and not attached:
-            return 0
+            return 0  # a launch, or a later step of one (resumed)
         size = os.fstat(log_fd).st_size
         wanted = self.p["log_offset"] if watch is not None else -1
         offset = start_of_line(log_fd, size if wanted == -1 else min(wanted, size))
@@ -1575,6 +2098,18 @@ class ModelWaiter(object):
     # ---------------------------------------------------------------- stop
     def stop_only(self):
         state, ours = self._existing()
+        if self.launcher == "systemd" and os.path.exists(self.unit_path()):
+            # The unit goes down (and stays down at boot); systemd stops its whole cgroup.
+            show = self.systemctl.show(unit_name(self.p["name"]))
+            enabled = show.get("UnitFileState") == "enabled"
+            if show.get("ActiveState", "inactive") in ("inactive", "failed") and not enabled and state is None:
+                return self.result
+            if self.module.check_mode:
+                self.result.update(changed=True, msg="would stop and disable %s" % unit_name(self.p["name"]))
+                return self.result
+            self._stop(state or {"pid": None, "unverified": True}, disable=True)
+            self.result.update(changed=True, pid=(state or {}).get("pid"), unit=unit_name(self.p["name"]))
+            return self.result
         if state is None:
             return self.result
         if self.module.check_mode:
@@ -1623,6 +2158,10 @@ def argument_spec():
         prove_launch=dict(type="bool", default=False),
         on_foreign_pid=dict(type="str", default="fail", choices=["fail", "ignore"]),
         log_tail_lines=dict(type="int", default=40),
+        launcher=dict(type="str", default="auto", choices=["auto", "systemd", "detached"]),
+        unit_dir=dict(type="path", default="/etc/systemd/system"),
+        step_time=dict(type="float", default=0.0),
+        resume_attempt=dict(type="int"),
         keep_attempts=dict(type="int", default=20),
     )
 

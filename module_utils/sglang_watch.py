@@ -19,6 +19,7 @@ import http.client as http_client
 import os
 import queue
 import re
+import secrets
 import ssl
 import threading
 from urllib.parse import urlparse
@@ -408,6 +409,48 @@ class ClockWatch(object):
         return None
 
 
+
+
+# ------------------------------------------------------------------------------ per-attempt logs
+def next_attempt(log_dir, name):
+    rx = re.compile(r"\A%s_r(\d+)\.log\Z" % re.escape(name))
+    best = 0
+    for entry in os.listdir(log_dir):
+        m = rx.match(entry)
+        if m:
+            best = max(best, int(m.group(1)))
+    return best + 1
+
+
+def prune_attempts(log_dir, name, keep):
+    if keep <= 0:
+        return []
+    rx = re.compile(r"\A%s_r(\d+)\.log\Z" % re.escape(name))
+    found = sorted((int(m.group(1)), e) for e in os.listdir(log_dir) for m in [rx.match(e)] if m)
+    removed = []
+    for _, entry in found[:-keep]:
+        try:
+            os.unlink(os.path.join(log_dir, entry))
+        except OSError:
+            continue  # not a file of ours to remove (a directory the service user made): left alone
+        removed.append(entry)
+    return removed
+
+
+def point_link(link, target):
+    """Point ``<name>.log`` at the latest attempt (a fresh temporary name, then an atomic rename). The link is a
+    convenience: when something in the service user's log dir is in the way, it is left as it is (False)."""
+    tmp = "%s.%s.tmp" % (link, secrets.token_hex(6))
+    try:
+        os.symlink(target, tmp)
+        os.rename(tmp, link)
+        return True
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        return False
 
 
 # ------------------------------------------------------------------------------ the verdict in words
