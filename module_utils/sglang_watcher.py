@@ -299,6 +299,8 @@ class Watcher(object):
             if view != shown:
                 shown = view
                 text = sglang_progress.status_text(clf.phase, list(clf.shards) if clf.shards else None)
+                if clf.phase == "ready":  # the log says so; READY=1 waits for a generation to answer
+                    text = "up, waiting for a generation to answer"
                 self.write_status(phase=clf.phase, shards=list(clf.shards) if clf.shards else None, status=text,
                                   phases=[{"phase": ph["phase"], "at": round(ph["at"], 3)} for ph in clf.phases])
                 self.notifier.send(STATUS=text)
@@ -361,7 +363,7 @@ class Watcher(object):
         fields["exit_status"] = code
         fields["after_ready"] = ready
         self.write_status(verdict=cls, status=text, report=fields)
-        self.notifier.send(STATUS=text, ERRNO=code)
+        self.notifier.send(STATUS=text)
         self.say("%s (%s)%s" % (text, fields.get("hint", ""), "; not restarted: a restart would repeat it"
                                 if code == EXIT_PERMANENT else ""))
         self.end_tree()
