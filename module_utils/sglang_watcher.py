@@ -351,6 +351,8 @@ class Watcher(object):
         return self.stopped(follower, w)
 
     def failed(self, w, follower, state, verdict, elapsed, ready):
+        if self.stopping:  # systemd signals the whole cgroup at once: the server may end before we hear of it
+            return self.stopped(follower, w)
         settings = self.cfg["settings"]
         w.drain(verdict, settings["settle_time"], settings["poll_interval"], time.sleep)
         fields, _note = sglang_watch.explain(verdict, w.log.clf, state, elapsed, w.leader.rc, w.children.died, False,
