@@ -333,7 +333,7 @@ class Watcher(object):
             sglang_progress.record_load(self.run_dir, self.name, {
                 "attempt": state["attempt"], "finished_at": self.wall(), "total": total, "phases": phases,
                 "shards": clf.shards[1] if clf.shards else None})
-        except (OSError, sglang_proc.UntrustedState) as e:
+        except (OSError, ValueError, sglang_proc.UntrustedState) as e:
             self.say("cannot record the load's durations: %s" % e)
         self.notifier.send(READY=1, STATUS=text)
         self.say("ready after %.1f s%s" % (elapsed, "; " + note if note else ""))
