@@ -6,7 +6,8 @@
 A ``state: started`` task calls the module in steps of ``step_time`` seconds (10 by default): each step
 waits on the host at most that long and answers ``pending: true`` while the server still loads; the next
 step carries ``resume_attempt`` (the previous step's ``progress.attempt``) and continues the same wait, so
-crash detection and deadlines stay those of one long wait. Between steps a line per host is printed, with
+crash detection and deadlines stay those of one long wait (and ``force_restart`` goes only to the first step:
+the later ones wait for the load it started). Between steps a line per host is printed, with
 no ``-v`` needed, at every phase change and at least every 30 s::
 
     blackwell-01 | loading weights 41/64 shards | 4m12s elapsed | ETA ~2m50s (last load 9m58s)
@@ -118,6 +119,8 @@ class ActionModule(ActionBase):
                 return out
             attempt = (res.get("progress") or {}).get("attempt")
             args = dict(args)
+            if args.get("force_restart"):
+                args["force_restart"] = False  # the first step restarted; the next ones go on with that load
             if isinstance(attempt, int) and not isinstance(attempt, bool):
                 args["resume_attempt"] = attempt
             else:

@@ -151,6 +151,15 @@ def test_restart_reason_only_from_the_step_that_changed():
     assert res["changed"] is False and res["restart_reason"] is None and res["steps"] == 2
 
 
+def test_force_restart_goes_only_to_the_first_step():
+    h = Harness([pending("launching", 10.0, changed=True), pending("loading_weights", 20.0), ready(22.0)],
+                args=dict(BASE_ARGS, force_restart=True))
+    h.script[0][0]["restart_reason"] = "force_restart"
+    res = h.run()
+    assert [c["args"]["force_restart"] for c in h.calls] == [True, False, False]
+    assert res["changed"] is True and res["restart_reason"] == "force_restart" and res["steps"] == 3
+
+
 def test_a_task_step_time_is_kept():
     h = Harness([pending("launching", 5.0, took=5.0), ready(7.0)], args=dict(BASE_ARGS, step_time=5))
     h.run()
