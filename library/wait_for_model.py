@@ -1708,13 +1708,21 @@ class ModelWaiter(object):
         """Install the watcher program and its module_utils into ``<run_dir>/watcher/`` (root-owned, 0644): only
         files whose content differs are written (temporary name + rename). Returns (program path, changed)."""
         files = watcher_files()
-        dir_fd = sglang_proc.open_run_dir(self.run_dir)
+        program = os.path.join(self.run_dir, WATCHER_DIR, "sglang_watcher.py")
         try:
+            dir_fd = sglang_proc.open_run_dir(self.run_dir)
+        except sglang_proc.UntrustedState as e:
+            raise WaitError(str(e))
+        try:
+            if not self.module.check_mode:
+                try:
+                    os.mkdir(WATCHER_DIR, 0o755, dir_fd=dir_fd)
+                except FileExistsError:
+                    pass
             try:
-                os.mkdir(WATCHER_DIR, 0o755, dir_fd=dir_fd)
-            except FileExistsError:
-                pass
-            wfd = os.open(WATCHER_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+                wfd = os.open(WATCHER_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+            except FileNotFoundError:
+                return program, True  # check mode on a host without it yet
         finally:
             os.close(dir_fd)
         changed = False
@@ -1744,7 +1752,7 @@ class ModelWaiter(object):
                 os.rename(tmp, fname, src_dir_fd=wfd, dst_dir_fd=wfd)
         finally:
             os.close(wfd)
-        return os.path.join(self.run_dir, WATCHER_DIR, "sglang_watcher.py"), changed
+        return program, changed
 
     def sync_service(self):
         """The watcher program, the unit file (daemon-reload when it changed) and its enablement, brought up to
