@@ -448,3 +448,20 @@ def test_config_file_is_not_in_place_when_sglang_refuses_an_option_in_it(run, tm
     same = run(python=NO_SGLANG_PYTHON, sglang_root=sglang_0_5_17_root, args=H200_ARGS, method="ast",
                config_refused="argv", config_file=spec)
     assert same["config_file_in_place"] is True
+
+
+def test_allow_missing_fails_on_an_interpreter_that_cannot_list_its_site_dirs(run, monkeypatch, tmp_path):
+    """A python outside a venv is asked for its import path; a broken one is not 'SGLang not installed yet'."""
+    python = tmp_path / "python3"
+    python.write_text("")
+    calls = []
+
+    def run_command(self, cmd, **kwargs):
+        calls.append(cmd)
+        return 1, "", "boom: no encodings module"
+
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
+    result = run(python=str(python), args={"model-path": "/m"}, allow_missing=True, method="ast")
+    assert result["failed"]
+    assert "could not list its site directories (rc=1): boom: no encodings module" in result["msg"]
+    assert calls == [[str(python), "-c", sac.SITE_DIRS_SCRIPT]]
