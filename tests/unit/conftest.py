@@ -34,3 +34,13 @@ def no_processes_no_sleep(monkeypatch):
     for owner, name in BANNED:
         if hasattr(owner, name):
             monkeypatch.setattr(owner, name, _refuse("%s.%s" % (owner.__name__, name)))
+
+
+@pytest.fixture(autouse=True)
+def target_side_warnings(request, monkeypatch):
+    """Modules run on the target, where module.warn() collects its warnings for the result. Importing a controller
+    plugin (the action plugin's tests) switches ansible.module_utils to the controller's Display for the whole
+    session; every other test gets the target's behaviour back."""
+    from ansible.module_utils import _internal
+    if "action" not in request.node.module.__name__:
+        monkeypatch.setattr(_internal, "is_controller", False)
