@@ -8,11 +8,11 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: wait_for_model
-short_description: Launch an SGLang server detached and block until it is healthy or has crashed
+short_description: Run an SGLang server (systemd unit or detached) and block until it is healthy or has crashed
 description:
-  - Starts an SGLang server (or anything shaped like one) as a detached process tree, with its
-    output in a per-attempt log file, and blocks until the health URL answers 200, a crash is
-    seen, or the deadline passes.
+  - Starts an SGLang server (or anything shaped like one) under a systemd unit and the host watcher program
+    (O(launcher=systemd)) or as a detached process tree (O(launcher=detached)), with its output in a per-attempt
+    log file, and blocks until the health URL answers 200, a crash is seen, or the deadline passes.
   - What acts is evidence that no client can write - the launched process exiting, a long-lived child
     of it (a scheduler, the detokenizer) dying while the parent lives on, neither log growth nor any
     health answer for O(stall_timeout) seconds (a hang), not healthy by O(timeout); with
@@ -261,6 +261,41 @@ options:
     description: Per-attempt log files to keep; older ones are removed. C(0) keeps all.
     type: int
     default: 20
+  launcher:
+    description:
+      - How the server runs. C(systemd) - a unit C(sglang-<name>.service) in O(unit_dir) (C(Type=notify), enabled at
+        boot, C(KillMode=control-group), C(LimitMEMLOCK=infinity)) runs the host watcher program
+        (C(module_utils/sglang_watcher.py), installed in C(<run_dir>/watcher/)), which starts SGLang as its child,
+        writes its redacted log, sends C(STATUS=) per phase, C(EXTEND_TIMEOUT_USEC) while the log moves and
+        C(READY=1) once the health URL answered 200, and exits 78 (not restarted) when a start failed or 69
+        (C(Restart=on-failure), within a start limit) when a serving server died. The module waits on the
+        watcher's status file C(<run_dir>/<name>.status.json) and the unit's state; stop is C(systemctl stop)
+        (C(disable --now) for O(state=stopped)).
+      - C(detached) - the module starts the server itself in a session (and a cgroup) of its own, with a pidfile
+        and the run-state record, and watches it with the same watchers (C(module_utils/sglang_watch.py)). For
+        hosts without systemd as PID 1 (containers).
+      - C(auto) - C(systemd) where C(/run/systemd/system) exists and the module runs as root, else C(detached).
+    type: str
+    choices: [auto, systemd, detached]
+    default: auto
+  unit_dir:
+    description: Where the unit file of O(launcher=systemd) is written. A unit of the same name that eagle-deploy
+      did not write is refused.
+    type: path
+    default: /etc/systemd/system
+  step_time:
+    description:
+      - With O(state=started), wait at most this many seconds in this call; a load still under way then returns
+        RV(pending=true) (not a failure) with RV(progress). Call again with O(resume_attempt) to go on. The
+        C(wait_for_model) action plugin does this and prints a progress line per host. C(0) waits for the verdict.
+    type: float
+    default: 0
+  resume_attempt:
+    description:
+      - The RV(progress.attempt) a previous step returned. When it is still the recorded attempt, this call goes
+        on with that launch's wait (log read from its start, O(timeout) counted from the launch) instead of
+        attaching to a running server.
+    type: int
 attributes:
   check_mode:
     support: full
@@ -516,35 +551,74 @@ dead_child_pid:
   returned: on failure with RV(crash_class=child_died)
   type: int
   sample: 41240
+launcher:
+  description: The launcher used (O(launcher) with C(auto) resolved).
+  returned: always, once the input was checked
+  type: str
+  sample: systemd
+unit:
+  description: The systemd unit that runs the server.
+  returned: with O(launcher=systemd)
+  type: str
+  sample: sglang-sglang.service
+unit_state:
+  description: The unit's C(ActiveState), C(SubState), C(Result), C(NRestarts), C(ExecMainStatus) and C(StatusText)
+    when a wait on it failed.
+  returned: on failure with O(launcher=systemd)
+  type: dict
+  sample: {"ActiveState": "failed", "Result": "exit-code", "ExecMainStatus": "78", "NRestarts": "0"}
+journal_tail:
+  description: The unit's last journal lines, when it ended before its watcher named a cause.
+  returned: on failure with RV(crash_class=unit_failed)
+  type: list
+  elements: str
+pending:
+  description: The step (O(step_time)) ended while the server is still loading; call again with O(resume_attempt).
+  returned: with O(step_time) when the load goes on
+  type: bool
+  sample: true
+progress:
+  description:
+    - Where the load is. C(phase) (launching, loading_weights, kv_cache, cuda_graph, warmup, ready), C(status) in
+      words (C(loading weights 41/64 shards)), C(shards) [done, total], C(elapsed) seconds since the launch,
+      C(eta) seconds still to go from the last successful load's phase durations (C(<run_dir>/<name>.loads.json);
+      null before the first), C(last_load) seconds that load took, C(attempt), C(launcher).
+  returned: with O(state=started) after a launch or while waiting for one
+  type: dict
+  sample: {"phase": "loading_weights", "status": "loading weights 41/64 shards", "shards": [41, 64], "elapsed": 252.0,
+           "eta": 170.0, "last_load": 598.0, "attempt": 7, "launcher": "systemd"}
 """
 
 import errno
 import fcntl
 import hashlib
-import http.client as http_client
 import json
 import math
 import os
 import pwd
-import queue
 import re
 import secrets
 import shutil
 import signal
-import ssl
 import stat
 import subprocess
 import sys
 import tempfile
-import threading
 import time
 from urllib.parse import urlparse
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_log import LogClassifier, LogFollower, tail_lines
+from ansible.module_utils import sglang_log
 from ansible.module_utils import sglang_proc
+from ansible.module_utils import sglang_progress
 from ansible.module_utils import sglang_redact
+from ansible.module_utils import sglang_watch
+from ansible.module_utils import sglang_watcher
 from ansible.module_utils.sglang_paths import file_sha256
+from ansible.module_utils.sglang_watch import (
+    ProcView, Watch, explain, http_status, next_attempt, point_link, prune_attempts, start_of_line,
+)
 
 
 class WaitError(Exception):
@@ -581,31 +655,6 @@ def describe_change(old_parts, new_parts):
     return "fingerprint changed: " + ", ".join(changed)
 
 
-def next_attempt(log_dir, name):
-    rx = re.compile(r"\A%s_r(\d+)\.log\Z" % re.escape(name))
-    best = 0
-    for entry in os.listdir(log_dir):
-        m = rx.match(entry)
-        if m:
-            best = max(best, int(m.group(1)))
-    return best + 1
-
-
-def prune_attempts(log_dir, name, keep):
-    if keep <= 0:
-        return []
-    rx = re.compile(r"\A%s_r(\d+)\.log\Z" % re.escape(name))
-    found = sorted((int(m.group(1)), e) for e in os.listdir(log_dir) for m in [rx.match(e)] if m)
-    removed = []
-    for _, entry in found[:-keep]:
-        try:
-            os.unlink(os.path.join(log_dir, entry))
-        except OSError:
-            continue  # not a file of ours to remove (a directory the service user made): left alone
-        removed.append(entry)
-    return removed
-
-
 def redactor_source():
     """Source of module_utils/sglang_redact.py, for the log writer (also from inside an AnsiballZ zip)."""
     loader = getattr(sglang_redact, "__loader__", None)
@@ -614,34 +663,6 @@ def redactor_source():
         with open(sglang_redact.__file__, "rb") as fh:
             source = fh.read()
     return source
-
-
-_TLS = []
-
-
-def http_status(url, headers, timeout):
-    """Status code of a GET, or None when nothing answered (refused, reset, timed out).
-
-    Plain http.client: one cheap connection per poll. (open_url builds an SSL context per call, ~50 ms
-    of CPU, which made a 10-minute wait cost a tenth of a core.)"""
-    u = urlparse(url)
-    path = (u.path or "/") + ("?" + u.query if u.query else "")
-    try:
-        if u.scheme == "https":
-            if not _TLS:
-                _TLS.append(ssl._create_unverified_context())  # health checks of our own server on loopback
-            conn = http_client.HTTPSConnection(u.hostname, u.port or 443, timeout=timeout, context=_TLS[0])
-        else:
-            conn = http_client.HTTPConnection(u.hostname, u.port or 80, timeout=timeout)
-        try:
-            conn.request("GET", path, headers=headers)
-            resp = conn.getresponse()
-            resp.read()
-            return resp.status
-        finally:
-            conn.close()
-    except (OSError, http_client.HTTPException, ValueError):
-        return None
 
 
 # Capacity asked for the pipe between the server and its log writer.
@@ -787,38 +808,6 @@ class Prober(object):
         return proc.returncode, proc.stdout[-4000:].decode("utf-8", "replace")
 
 
-class ProcView(object):
-    """What the waiter needs to know about processes. Injectable for tests."""
-
-    def children(self, pid):
-        """{child_pid: start_time} of direct children, zombies excluded."""
-        out = {}
-        data = None
-        try:
-            with open("/proc/%d/task/%d/children" % (pid, pid)) as fh:
-                data = fh.read()
-        except (IOError, OSError):
-            data = None
-        if data is None:
-            pids = [p for p, info in sglang_proc.process_table().items() if info["ppid"] == pid]
-        else:
-            pids = [int(x) for x in data.split()]
-        for c in pids:
-            st = sglang_proc.proc_state(c)
-            if st is not None and st not in ("Z", "X"):
-                out[c] = sglang_proc.proc_start_time(c)
-        return out
-
-    def alive(self, pid):
-        return sglang_proc.pid_alive(pid)
-
-    def start_time(self, pid):
-        return sglang_proc.proc_start_time(pid)
-
-    def cmdline(self, pid):
-        return sglang_proc.proc_cmdline(pid)
-
-
 # ------------------------------------------------------------------------------ input checks
 # option: (lowest, highest, lowest excluded?). Checked for every state, before anything is touched.
 RANGES = {
@@ -837,15 +826,11 @@ RANGES = {
     "keep_attempts": (0, 100000, False),
     "min_free_space_mib": (0, 1 << 30, False),
     "log_offset": (-1, None, False),
+    "step_time": (0, 86400, False),
 }
 
 # Seconds between SIGTERM and SIGKILL at most when stopping a server whose wait failed (it serves nothing).
 FAILED_STOP_GRACE = 10
-
-# Children that are workers from birth (their death is a crash even within child_grace): Python
-# multiprocessing spawn/forkserver children, and SGLang's setproctitle names.
-WORKER_RX = re.compile(r"multiprocessing\.(spawn|forkserver)|--multiprocessing-fork|^sglang::")
-PYTHON_RX = re.compile(r"^(?:python|pypy)[0-9.]*$")
 
 
 def check_ranges(p):
@@ -1044,315 +1029,103 @@ def open_log(path, log_dir, reader):
     return fd
 
 
-def start_of_line(fd, offset):
-    """``offset``, moved forward to the start of the next line when it falls inside a line."""
-    if offset <= 0 or os.pread(fd, 1, offset - 1) == b"\n":
-        return offset
-    pos = offset
-    while True:
-        chunk = os.pread(fd, 65536, pos)
-        if not chunk:
-            return pos
-        nl = chunk.find(b"\n")
-        if nl >= 0:
-            return pos + nl + 1
-        pos += len(chunk)
+# ------------------------------------------------------------------------------ the systemd launcher
+UNIT_MARK = "# Written by eagle-deploy (wait_for_model)."
+WATCHER_DIR = "watcher"
+SHOW_EVERY = 1.0  # s between two looks at the unit (systemctl show) while waiting on the watcher's status file
+UNIT_PROPS = ("ActiveState", "SubState", "Result", "MainPID", "NRestarts", "ExecMainStatus", "StatusText",
+              "InvocationID", "UnitFileState")
 
 
-# ------------------------------------------------------------------------------ the wait: watchers and decide()
-class Candidate(object):
-    """A watcher's candidate verdict, and since when it holds (``since``): for a crash, when its line was read;
-    for ``ready``, when the request that answered 200 was sent. For a crash also when the log last grew
-    (``quiet_since``) and whether its traceback is complete (``final``)."""
-
-    __slots__ = ("verdict", "since", "quiet_since", "final")
-
-    def __init__(self, verdict, since=None, quiet_since=None, final=True):
-        self.verdict, self.since, self.quiet_since, self.final = verdict, since, quiet_since, final
-
-    def __repr__(self):
-        return "Candidate(%r)" % self.verdict
+def module_source(mod):
+    """Source of a module_utils module (bytes), also from inside an AnsiballZ zip."""
+    loader = getattr(mod, "__loader__", None)
+    source = loader.get_source(mod.__name__) if loader is not None else None
+    if source is None:
+        with open(mod.__file__, "rb") as fh:
+            return fh.read()
+    return source.encode("utf-8") if isinstance(source, str) else source
 
 
-CONFIRMED_BY_THE_LOG = ("ready", "unhealthy")  # verdicts given one more look at the log before they stand
-DEATHS = ("leader", "children")  # the process side: evidence no client can forge
+def watcher_files():
+    """{file name: source} of the host watcher program and the module_utils it imports."""
+    return dict(("%s.py" % m.__name__.rsplit(".", 1)[-1], module_source(m))
+                for m in (sglang_watcher, sglang_watch, sglang_log, sglang_proc, sglang_redact, sglang_progress))
 
 
-def decide(candidates, now, watch, settle_time):
-    """The verdict of one look, or None to keep waiting. Pure: the watchers' candidates and the time only.
-
-    Text never acts alone. Evidence is what no client can write: our leader exited or a worker died (a crash,
-    named by the log's class when the log has one, else ``exited``/``child_died``); watching a serving server,
-    health failing ``unhealthy_after`` requests in a row (``crashed`` when the log shows a crash, else
-    ``unhealthy``); waiting for a start, the clock (``stalled``, ``timeout``). A crash the log shows
-    (``candidates["log"]``) only explains and hurries: while it stands uncorroborated, ``ready`` needs a health
-    request sent after the crash line was read (``health.since >= crash.since``) to have answered 200, and a
-    watch does not end at its deadline until health has either answered so or failed ``unhealthy_after`` times
-    in a row. ``settle_time`` is the drain's business (the log gets it to say why once a process died)."""
-    crash = candidates.get("log")
-    health, clock = candidates.get("health"), candidates.get("clock")
-    for name in DEATHS:
-        if candidates.get(name) is not None:
-            return "crashed" if crash is not None else candidates[name].verdict
-    if watch and health is not None and health.verdict == "unhealthy":
-        return "crashed" if crash is not None else "unhealthy"
-    if crash is not None:
-        if answered_after(crash, health):
-            # alive and answering after the crash line: the line acts on nothing; a watch still runs its window
-            if not watch or (clock is not None and clock.verdict == "deadline"):
-                return "ready"
-            return None
-        if not watch and clock is not None:
-            return "timeout" if clock.verdict == "deadline" else clock.verdict
-        return None
-    if watch:
-        if clock is not None and clock.verdict == "deadline" and health is not None:
-            return health.verdict
-        return None
-    if health is not None and health.verdict == "ready":
-        return "ready"
-    if clock is not None:
-        return "timeout" if clock.verdict == "deadline" else clock.verdict
-    return None
+def systemd_quote(arg):
+    """One ExecStart= word: double-quoted, with systemd's escapes (backslash, quote) and specifiers (%)."""
+    return '"%s"' % arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
 
 
-def answered_after(crash, health):
-    """Whether health answered 200 to a request sent after the log's crash line was read."""
-    return (crash is not None and health is not None and health.verdict == "ready" and health.since is not None
-            and health.since >= crash.since)
+def unit_name(name):
+    return "sglang-%s.service" % name
 
 
-def outlived(candidates):
-    """Whether the server answered after the log's crash line (answered_after) and nothing died."""
-    return (answered_after(candidates.get("log"), candidates.get("health"))
-            and not any(candidates.get(name) is not None for name in DEATHS))
+def unit_text(name, python, program, run_dir, stall_timeout, stop_timeout):
+    """The unit that runs the watcher program (which runs the server): ``Type=notify``, READY=1 once a generation
+    answered, the start extended while the log moves, no restart of a start that failed (exit 78)."""
+    start = "infinity" if not stall_timeout else "%ds" % (stall_timeout + 60)
+    return "\n".join([
+        UNIT_MARK + " Changes here are replaced on its next run.",
+        "[Unit]",
+        "Description=SGLang server %s (eagle-deploy watcher)" % name,
+        "After=network-online.target",
+        "Wants=network-online.target",
+        "StartLimitIntervalSec=600",
+        "StartLimitBurst=3",
+        "",
+        "[Service]",
+        "Type=notify",
+        "NotifyAccess=main",
+        "ExecStart=%s" % " ".join(systemd_quote(a) for a in (python, "-I", program, run_dir, name)),
+        "Restart=on-failure",
+        "RestartSec=10",
+        "RestartPreventExitStatus=%d" % sglang_watcher.EXIT_PERMANENT,
+        "TimeoutStartSec=%s" % start,
+        "TimeoutStopSec=%ds" % max(1, stop_timeout),
+        "KillMode=control-group",
+        "LimitMEMLOCK=infinity",
+        "LimitNOFILE=1048576",
+        "SyslogIdentifier=sglang-%s" % name,
+        "",
+        "[Install]",
+        "WantedBy=multi-user.target",
+        "",
+    ])
 
 
-class LogWatch(object):
-    """Follows the log from a byte offset and feeds the classifier. Candidate: ``crashed`` (an explanation
-    waiting for evidence; see decide())."""
-
-    def __init__(self, follower, classifier, t0):
-        self.follower = follower
-        self.clf = classifier
-        self.t0 = t0
-        self.last_growth = t0
-        self.woke = False  # this look saw the log reach warmup or ready, or a crash: health is asked at once
-
-    def dismiss(self):
-        """The crash the classifier holds was outlived by the server: keep it aside, look for the next one."""
-        self.clf.dismiss_crash()
-
-    def poll(self, now):
-        data = self.follower.read()
-        self.woke = False
-        if data:
-            before = (self.clf.phase, self.clf.ready is None, self.clf.crash is None)
-            self.clf.feed(data)
-            self.last_growth = now
-            after = (self.clf.phase, self.clf.ready is None, self.clf.crash is None)
-            self.woke = after != before and (self.clf.phase in ("warmup", "ready") or before[2] != after[2])
-        crash = self.clf.crash
-        if crash is None:
-            return None
-        return Candidate("crashed", since=self.t0 + crash["at"], quiet_since=self.last_growth, final=self.clf.settled)
+def parse_show(text):
+    out = {}
+    for line in text.splitlines():
+        key, sep, value = line.partition("=")
+        if sep:
+            out[key] = value
+    return out
 
 
-class LeaderWatch(object):
-    """The leader process: our unreaped child (``handle``) or, attached, a PID whose start time must still be the
-    recorded one (a PID reused by another process is our leader gone). Candidate: ``exited``."""
+class Systemctl(object):
+    """systemctl, injectable so unit tests run no process."""
 
-    def __init__(self, handle, pid, procs, start_time=None):
-        self.handle = handle
-        self.pid = pid
-        self.procs = procs
-        self.start_time = start_time
-        self.rc = None
+    def __init__(self, module):
+        self.module = module
+        self.path = None
 
-    def poll(self, now):
-        if self.handle is not None:
-            self.rc = self.handle.poll()
-            exited = self.rc is not None
-        else:
-            exited = not self.procs.alive(self.pid)
-            if not exited and self.start_time is not None:
-                now_start = self.procs.start_time(self.pid)
-                exited = now_start is not None and now_start != self.start_time
-        return Candidate("exited") if exited else None
+    def __call__(self, *args):
+        if self.path is None:
+            self.path = self.module.get_bin_path("systemctl", required=True)
+        return self.module.run_command([self.path] + list(args))
+
+    def show(self, unit):
+        rc, out, _err = self("show", unit, "-p", ",".join(UNIT_PROPS))
+        return parse_show(out) if rc == 0 else {}
 
 
-def is_helper(cmdline, leader_cmdline):
-    """Whether a child runs a program of its own (nvidia-smi, nvcc, ninja, a shell): a helper that ends when its job
-    is done, never a part of the server. A child that runs Python, or the leader's own program, may be one."""
-    if not cmdline:
-        return False  # not readable (gone, or exec under way): judged by the grace rule
-    prog = os.path.basename(cmdline[0])
-    if PYTHON_RX.match(prog):
-        return False
-    return not (leader_cmdline and prog == os.path.basename(leader_cmdline[0]))
-
-
-class ChildrenWatch(object):
-    """The leader's long-lived children. A worker (a multiprocessing spawn/forkserver child, an ``sglang::``
-    title) is long-lived from birth; another child that runs Python or the leader's own program once seen alive
-    for ``grace`` s; a helper running a program of its own (SGLang's leader runs nvidia-smi, JIT builds run
-    compilers) never: its exit is its job done. Candidate: ``child_died``."""
-
-    def __init__(self, pid, procs, grace):
-        self.pid = pid
-        self.procs = procs
-        self.grace = grace
-        self.seen = {}  # child pid -> (start_time, first seen, kind: "worker" | "child" | "helper")
-        self.died = None  # (pid, seconds seen) of the dead worker
-        self.leader_cmdline = None
-
-    def _kind(self, c):
-        cmdline = self.procs.cmdline(c) or []
-        if WORKER_RX.search(" ".join(cmdline)):
-            return "worker"
-        if self.leader_cmdline is None:
-            self.leader_cmdline = self.procs.cmdline(self.pid) or []
-        return "helper" if is_helper(cmdline, self.leader_cmdline) else "child"
-
-    def poll(self, now):
-        kids = self.procs.children(self.pid)
-        for c, st in kids.items():
-            if c not in self.seen or self.seen[c][0] != st:
-                self.seen[c] = (st, now, self._kind(c))
-            elif self.seen[c][2] != "worker" and self._kind(c) == "worker":
-                self.seen[c] = (self.seen[c][0], self.seen[c][1], "worker")  # exec'd into a worker since
-        for c, (_st, first, kind) in list(self.seen.items()):
-            if c not in kids:
-                if kind == "worker" or (kind == "child" and now - first >= self.grace):
-                    self.died = (c, now - first)
-                    return Candidate("child_died")
-                del self.seen[c]
-        return None
-
-
-class InlineAsk(object):
-    """Runs a health request in the caller's thread (unit tests with a fake clock)."""
-
-    def __init__(self, ask):
-        self.ask = ask
-        self.answer = None
-
-    def start(self, timeout):
-        self.answer = (self.ask(timeout),)
-
-    def done(self):
-        return self.answer is not None
-
-    def take(self):
-        answer, self.answer = self.answer, None
-        return answer[0]
-
-
-class BackgroundAsk(InlineAsk):
-    """Runs health requests in one daemon worker thread (started with the first request, one request at a time), so
-    that the wait loop keeps looking at the log and the processes every poll while one is under way: a request that
-    the dying server never answers (the one that killed it, say) cannot hold back the report of a death."""
-
-    def __init__(self, ask):
-        super(BackgroundAsk, self).__init__(ask)
-        self.requests = queue.Queue()
-        self.answered = threading.Event()  # set when the request under way has its answer
-        self.worker = None
-
-    def _work(self):
-        while True:
-            timeout = self.requests.get()
-            try:
-                self.answer = (self.ask(timeout),)
-            except Exception:  # noqa: BLE001 - a failed request is no answer, never the worker's end
-                self.answer = (None,)
-            self.answered.set()
-
-    def start(self, timeout):
-        if self.worker is None:
-            self.worker = threading.Thread(target=self._work, name="health", daemon=True)
-            self.worker.start()
-        self.answer = None
-        self.answered.clear()
-        self.requests.put(timeout)
-
-    def pause(self, seconds):
-        """Wait up to ``seconds``, less when the request under way gets its answer first."""
-        self.answered.wait(seconds)
-
-    def done(self):
-        return self.answered.is_set()
-
-
-class HealthWatch(object):
-    """Asks the health URL every ``interval`` s (at once when the log says the server may be up, or shows a
-    crash), one request at a time, without blocking the loop (``runner``: BackgroundAsk; InlineAsk in unit tests).
-    Candidates: ``ready`` (the last request answered 200; ``since`` = when it was sent) and ``unhealthy``
-    (``unhealthy_after`` failed requests in a row). Watching or attached (``patient``), a request may take
-    ``timeout`` s and failed ones are at least 1 s apart; waiting for a start, a request may take 0.5-2 s, never
-    much past the deadline."""
-
-    def __init__(self, runner, clock, log, t0, deadline, interval, timeout, unhealthy_after, patient):
-        self.runner = runner
-        self.clock = clock
-        self.log = log
-        self.deadline = deadline
-        self.interval = interval
-        self.timeout = timeout
-        self.unhealthy_after = unhealthy_after
-        self.patient = patient
-        self.next_at = t0
-        self.last_answer = t0  # when anything last answered (for the stall check)
-        self.polls = 0
-        self.fails = 0
-        self.last = None
-        self.ok_sent = None  # when the request that last answered 200 was sent
-        self.sent = None  # when the request under way was sent
-
-    def poll(self, now):
-        if self.log.woke:
-            self.next_at = now
-        if self.sent is None and now >= self.next_at:
-            self.sent = self.clock()
-            self.runner.start(self.timeout if self.patient else max(0.5, min(2.0, self.deadline - now)))
-        if self.sent is not None and self.runner.done():
-            code = self.runner.take()
-            self.polls += 1
-            self.last = code
-            self.fails = 0 if code == 200 else self.fails + 1
-            if code == 200:
-                self.ok_sent = self.sent
-            self.sent = None
-            gap = self.interval if code == 200 or not self.patient else max(self.interval, 1.0)
-            self.next_at = self.clock() + gap
-            if code is not None:
-                self.last_answer = self.clock()
-        if self.polls and self.fails == 0:
-            return Candidate("ready", since=self.ok_sent)
-        if self.fails >= self.unhealthy_after:
-            return Candidate("unhealthy")
-        return None
-
-    def summary(self):
-        return {"polls": self.polls, "failed_in_a_row": self.fails, "last": self.last}
-
-
-class ClockWatch(object):
-    """The deadline, and the stall: neither log growth nor any HTTP answer for ``stall_timeout`` s (0: off).
-    Candidates: ``stalled``, ``deadline``."""
-
-    def __init__(self, deadline, stall_timeout, log, health):
-        self.deadline = deadline
-        self.stall_timeout = stall_timeout
-        self.log = log
-        self.health = health
-
-    def poll(self, now):
-        if self.stall_timeout and now - max(self.log.last_growth, self.health.last_answer) >= self.stall_timeout:
-            return Candidate("stalled")
-        if now >= self.deadline:
-            return Candidate("deadline")
-        return None
+def systemd_here():
+    """Whether systemd is the init system running this host (sd_booted(3)), and why not."""
+    if not os.path.isdir("/run/systemd/system"):
+        return False, "no /run/systemd/system: systemd is not PID 1 here"
+    return True, None
 
 
 # ------------------------------------------------------------------------------ the work
@@ -1360,8 +1133,12 @@ class ModelWaiter(object):
     """Launch / attach / wait / stop. Clock, sleep, process launch, HTTP, /proc, cgroups and the lock are injectable."""
 
     def __init__(self, module, clock=time.monotonic, sleep=None, popener=None, http=http_status,
-                 procs=None, wall=time.time, cgroups=None, locker=fcntl.flock, prober=None, background_health=True):
+                 procs=None, wall=time.time, cgroups=None, locker=fcntl.flock, prober=None, background_health=True,
+                 systemctl=None, booted=systemd_here):
         self.module = module
+        self.systemctl = systemctl or Systemctl(module)
+        self.booted = booted  # () -> (systemd runs this host?, why not)
+        self.launcher = None  # "systemd" | "detached", set by validate()
         self.p = module.params
         self.background_health = background_health  # False: health requests run inline (unit tests' fake clock)
         self.clock = clock
@@ -1395,6 +1172,8 @@ class ModelWaiter(object):
         if not sglang_proc.safe_name(p["name"]):
             raise WaitError("name %r is not allowed: letters, digits, '.', '_', '-' (no '/', no '..'), at most 64" % p["name"])
         check_ranges(p)
+        self.launcher = self.pick_launcher()
+        self.result["launcher"] = self.launcher
         if p["port"] is not None and not 1 <= p["port"] <= 65535:
             raise WaitError("port %d is out of range: use a port 1-65535. Nothing was stopped or launched." % p["port"])
         scheme, _host, url_port = health_port(p["health_url"])
@@ -1416,6 +1195,8 @@ class ModelWaiter(object):
         except sglang_proc.UntrustedState as e:
             raise WaitError(str(e))
         check_dir_writable("run_dir", self.run_dir, check)
+        if self.launcher == "systemd":
+            self.check_unit_is_ours()
         if p["state"] != "started":
             if not os.access(log_dir, os.R_OK | os.X_OK):
                 raise WaitError("log_dir %s is not readable" % log_dir)
@@ -1481,6 +1262,39 @@ class ModelWaiter(object):
             if why:
                 raise WaitError("argv[0] %s cannot be run by %s: %s. Fix it (reinstall the venv, fix the #! line or "
                                 "the permissions). Nothing was stopped or launched." % (p["argv"][0], who, why))
+
+    def pick_launcher(self):
+        """``systemd`` where systemd runs the host and the module runs as root (auto), else ``detached``."""
+        wanted = self.p["launcher"]
+        booted, why = self.booted()
+        if wanted == "auto":
+            return "systemd" if booted and os.geteuid() == 0 else "detached"
+        if wanted == "systemd":
+            if not booted:
+                raise WaitError("launcher: systemd, but %s: use launcher: detached (or auto). Nothing was stopped or "
+                                "launched." % why)
+            if os.geteuid() != 0:
+                raise WaitError("launcher: systemd needs root to write and start %s (use become: true). Nothing was "
+                                "stopped or launched." % unit_name(self.p["name"]))
+        return wanted
+
+    def unit_path(self):
+        return os.path.join(self.p["unit_dir"], unit_name(self.p["name"]))
+
+    def check_unit_is_ours(self):
+        """A unit of the same name that eagle-deploy did not write is never replaced, started or stopped."""
+        path = self.unit_path()
+        try:
+            with open(path, "rb") as fh:
+                head = fh.read(len(UNIT_MARK))
+        except FileNotFoundError:
+            return
+        except OSError as e:
+            raise WaitError("cannot read %s: %s. Nothing was stopped or launched." % (path, e.strerror or e))
+        if head != UNIT_MARK.encode("utf-8"):
+            raise WaitError("%s exists and was not written by eagle-deploy (its first line is not %r): rename the "
+                            "deployment (name) or remove that unit. Nothing was stopped or launched."
+                            % (path, UNIT_MARK))
 
     def runner_ids(self):
         """((uid, gids), name) of the user the server runs as."""
@@ -1676,10 +1490,14 @@ class ModelWaiter(object):
         p = self.p
         parts = fingerprint_parts(p["argv"], p["environment"], p["fingerprint_files"], p["fingerprint_data"], p["run_as"],
                                   p["secret_environment"], p["redact"])
+        if self.launcher == "systemd":
+            parts["launcher"] = _h("systemd")
         fp = fingerprint_of(parts)
         self.result["fingerprint"] = fp
         state, ours = self._existing()
         if ours and state.get("fingerprint") == fp and not p["force_restart"]:
+            if self.launcher == "systemd" and self.sync_service():
+                self.result["changed"] = True  # the unit or the watcher program was brought up to date (no restart)
             code = self.http(p["health_url"], self.headers(), p["health_timeout"])
             self.result.update(pid=state["pid"], log_path=state.get("log_path"), attempt=state.get("attempt"),
                                restart_reason=None, tree_tracking=state.get("tree_tracking", "session"))
@@ -1692,7 +1510,10 @@ class ModelWaiter(object):
             if self.module.check_mode:
                 self.result["msg"] = "server with the same fingerprint is running but not healthy yet; would wait for it"
                 return self.result
-            return self.wait(state, handle=None, attached=True)
+            if self.launcher == "systemd" and state.get("launcher") == "systemd":
+                return self.wait_service(None, attached=True)
+            resumed = p["resume_attempt"] is not None and p["resume_attempt"] == state.get("attempt")
+            return self.wait(state, handle=None, attached=not resumed, resumed=resumed)
         if not ours:
             reason = "not running"
         elif state.get("fingerprint") == fp:
@@ -1718,13 +1539,30 @@ class ModelWaiter(object):
             self.result["msg"] = "would %s the server (%s)" % ("restart" if ours else "start", reason)
             return self.result
         self.prove_it_runs()
-        if state is not None:
-            self._stop(state)
+        if state is not None or self.unit_active():
+            self._stop(state or {"pid": None, "unverified": True})
+        if self.launcher == "systemd":
+            return self.launch_service(parts, fp)
         return self.launch(parts, fp)
 
-    def _stop(self, state):
+    def unit_active(self):
+        """Whether our unit (systemd launcher) is loaded and not inactive: it may run a server with no run state yet."""
+        if self.launcher != "systemd" or not os.path.exists(self.unit_path()):
+            return False
+        return self.systemctl.show(unit_name(self.p["name"])).get("ActiveState", "inactive") not in ("inactive", "failed")
+
+    def _stop(self, state, disable=False):
         """Stop our recorded server (its tree, or what is left of it) and forget it. A bare pidfile
-        proves nothing and is only removed."""
+        proves nothing and is only removed. A server our unit runs is stopped by systemd (its cgroup)."""
+        if os.path.exists(self.unit_path()) and (state.get("launcher") == "systemd" or self.launcher == "systemd"):
+            self.stop_unit(disable)
+            if not state.get("unverified") and state.get("pid") is not None:
+                left = sorted(set(sglang_proc.our_tree(state)) | set(sglang_proc.orphans_of(state)))
+                if left:
+                    raise WaitError("systemd stopped %s but PIDs %s of our server are still there"
+                                    % (unit_name(self.p["name"]), left))
+            sglang_proc.clear_state(self.run_dir, self.p["name"])
+            return
         if not state.get("unverified"):
             stopped = sglang_proc.stop_tree(state, grace=self.p["stop_timeout"], clock=self.clock, sleep=self.sleep)
             if stopped["signalled"] or stopped["killed"]:
@@ -1780,7 +1618,7 @@ class ModelWaiter(object):
             if self.user is not None:
                 os.fchown(fd, self.user[0], self.user[1])
             previous = os.readlink(link) if os.path.islink(link) else None
-            if not self._point_link(link, os.path.basename(log_path)):
+            if not point_link(link, os.path.basename(log_path)):
                 self.result["log_link_note"] = "%s could not be pointed at %s (something else is there)" % (link, log_path)
             try:
                 if hidden:
@@ -1797,7 +1635,7 @@ class ModelWaiter(object):
                     self.popener.reap(writer, 5)
                 os.unlink(log_path)  # empty: nothing ran
                 if previous:
-                    self._point_link(link, previous)
+                    point_link(link, previous)
                 if cgroup:
                     self.cgroups.remove(*cgroup)
                 raise WaitError("could not start %s: %s" % (p["argv"][0] if writer is not None or not hidden
@@ -1854,93 +1692,370 @@ class ModelWaiter(object):
         self.result.update(pid=handle.pid, attempt=attempt, log_path=log_path)
         return self.wait(state, handle=handle, attached=False)
 
-    @staticmethod
-    def _point_link(link, target):
-        """Point ``<name>.log`` at the latest attempt (a fresh temporary name, then an atomic rename). The link is a
-        convenience: when something in the service user's log dir is in the way, it is left as it is (False)."""
-        tmp = "%s.%s.tmp" % (link, secrets.token_hex(6))
+    # ---------------------------------------------------------------- the systemd launcher
+    def stop_unit(self, disable=False):
+        """``systemctl stop`` (``disable --now`` for state=stopped): systemd signals the unit's whole cgroup, waits
+        TimeoutStopSec (stop_timeout), then SIGKILLs what is left."""
+        unit = unit_name(self.p["name"])
+        args = ("disable", "--now", unit) if disable else ("stop", unit)
+        t0 = self.clock()
+        rc, _out, err = self.systemctl(*args)
+        if rc != 0:
+            raise WaitError("systemctl %s failed (rc=%s): %s" % (" ".join(args), rc, (err or "").strip()[-300:]))
+        self.result["stopped"] = {"unit": unit, "seconds": round(self.clock() - t0, 3), "how": "systemctl " + args[0]}
+
+    def install_watcher(self):
+        """Install the watcher program and its module_utils into ``<run_dir>/watcher/`` (root-owned, 0644): only
+        files whose content differs are written (temporary name + rename). Returns (program path, changed)."""
+        files = watcher_files()
+        dir_fd = sglang_proc.open_run_dir(self.run_dir)
         try:
-            os.symlink(target, tmp)
-            os.rename(tmp, link)
-            return True
-        except OSError:
             try:
-                os.unlink(tmp)
-            except OSError:
+                os.mkdir(WATCHER_DIR, 0o755, dir_fd=dir_fd)
+            except FileExistsError:
                 pass
-            return False
+            wfd = os.open(WATCHER_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        finally:
+            os.close(dir_fd)
+        changed = False
+        try:
+            st = os.fstat(wfd)
+            if st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
+                raise WaitError("%s/%s is not a directory only root can write: remove it" % (self.run_dir, WATCHER_DIR))
+            for fname, data in sorted(files.items()):
+                try:
+                    fd = os.open(fname, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=wfd)
+                    with os.fdopen(fd, "rb") as fh:
+                        fst = os.fstat(fh.fileno())
+                        same = (fh.read() == data and stat.S_ISREG(fst.st_mode) and fst.st_uid in (0, os.geteuid())
+                                and not fst.st_mode & 0o022)
+                except OSError:
+                    same = False
+                if same:
+                    continue
+                changed = True
+                if self.module.check_mode:
+                    continue
+                tmp = "%s.%s.tmp" % (fname, secrets.token_hex(4))
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=wfd)
+                with os.fdopen(fd, "wb") as fh:
+                    os.fchmod(fh.fileno(), 0o644)
+                    fh.write(data)
+                os.rename(tmp, fname, src_dir_fd=wfd, dst_dir_fd=wfd)
+        finally:
+            os.close(wfd)
+        return os.path.join(self.run_dir, WATCHER_DIR, "sglang_watcher.py"), changed
+
+    def sync_service(self):
+        """The watcher program, the unit file (daemon-reload when it changed) and its enablement, brought up to
+        date. None of them restarts the server. Returns whether anything changed (check mode: would change)."""
+        p = self.p
+        program, changed = self.install_watcher()
+        unit = unit_name(p["name"])
+        text = unit_text(p["name"], sys.executable, program, self.run_dir, p["stall_timeout"], p["stop_timeout"])
+        path = self.unit_path()
+        try:
+            with open(path) as fh:
+                current = fh.read()
+        except FileNotFoundError:
+            current = None
+        check = self.module.check_mode
+        if current != text:
+            changed = True
+            if not check:
+                tmp = "%s.%s.tmp" % (path, secrets.token_hex(4))
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+                with os.fdopen(fd, "w") as fh:
+                    os.fchmod(fh.fileno(), 0o644)
+                    fh.write(text)
+                os.rename(tmp, path)
+                self.must("daemon-reload")
+                self.result["unit_written"] = path
+        if not os.path.lexists(os.path.join(p["unit_dir"], "multi-user.target.wants", unit)):
+            changed = True
+            if not check:
+                self.must("enable", unit)
+        self.result["unit"] = unit
+        return changed
+
+    def must(self, *args):
+        rc, _out, err = self.systemctl(*args)
+        if rc != 0:
+            raise WaitError("systemctl %s failed (rc=%s): %s" % (" ".join(args), rc, (err or "").strip()[-300:]))
+
+    def launch_service(self, parts, fp):
+        """Write the watcher's config (0600: it holds the secrets), bring the unit up to date and start it without
+        blocking (a Type=notify start blocks until READY=1); then wait on the watcher's status file."""
+        p = self.p
+        name = p["name"]
+        token = secrets.token_hex(8)
+        settings = dict((k, p[k]) for k in ("health_interval", "health_timeout", "unhealthy_after", "child_grace",
+                                            "settle_time", "stall_timeout", "poll_interval"))
+        settings["extend_timeout"] = p["stall_timeout"] + 60 if p["stall_timeout"] else 0
+        config = {
+            "launch": token, "argv": list(p["argv"]), "env": self.child_env(), "chdir": p["chdir"],
+            "user": p["run_as"], "log_dir": p["log_dir"], "health_url": p["health_url"], "headers": self.headers(),
+            "secrets": self.secrets(), "fingerprint": fp, "fingerprint_parts": parts, "port": self.port,
+            "keep_attempts": p["keep_attempts"], "unit": unit_name(name), "timeout": 0,
+            "stop_timeout": p["stop_timeout"], "tail_lines": p["log_tail_lines"], "settings": settings,
+        }
+        try:
+            sglang_proc.write_files(self.run_dir, ((sglang_watcher.CONFIG % name, json.dumps(config)),), mode=0o600)
+            sglang_proc.remove_file(self.run_dir, sglang_watcher.STATUS % name)
+        except sglang_proc.UntrustedState as e:
+            raise WaitError(str(e))
+        self.sync_service()
+        unit = unit_name(name)
+        self.systemctl("reset-failed", unit)  # a unit that hit its start limit refuses a start until reset
+        self.must("start", "--no-block", unit)
+        self.result.update(changed=True, unit=unit)
+        return self.wait_service(token, attached=False)
+
+    def read_status(self):
+        try:
+            return sglang_proc.read_json(self.run_dir, sglang_watcher.STATUS % self.p["name"])
+        except sglang_proc.UntrustedState as e:
+            raise WaitError(str(e))
+
+    def wait_service(self, token, attached):
+        """Wait on the watcher's status file (its verdict) and the unit's state, until ready, a failure, the
+        timeout, or the end of this step (step_time)."""
+        p = self.p
+        unit = unit_name(p["name"])
+        t0 = self.clock()
+        deadline = t0 + p["timeout"]
+        step_end = t0 + p["step_time"] if p["step_time"] else None
+        shown_at, show, st = None, {}, None
+        while True:
+            st = self.read_status()
+            mine = st is not None and (token is None or st.get("launch") == token)
+            verdict = st.get("verdict") if mine else None
+            if verdict == "ready":
+                return self.service_ready(st, attached)
+            if verdict not in (None, "stopped"):
+                return self.service_failed(st, self.systemctl.show(unit))
+            now = self.clock()
+            if shown_at is None or now - shown_at >= SHOW_EVERY:
+                show, shown_at = self.systemctl.show(unit), now
+                active = show.get("ActiveState", "inactive")
+                # inactive right after the start may be the start job still queued: final once the watcher ran
+                if active == "failed" or (active == "inactive" and (mine or now - t0 >= 10)):
+                    st = self.read_status()
+                    if st is not None and (token is None or st.get("launch") == token) and \
+                            st.get("verdict") not in (None, "stopped", "ready"):
+                        return self.service_failed(st, show)
+                    return self.unit_ended(show, st)
+            if now >= deadline:
+                return self.service_timeout(st if mine else None, show)
+            if step_end is not None and now >= step_end:
+                return self.pending(self.progress_of(st if mine else None, "systemd"), st if mine else None)
+            self.sleep(p["poll_interval"])
+
+    def service_ready(self, st, attached):
+        r = self.result
+        rep = st.get("report") or {}
+        r.update(pid=st.get("server_pid"), log_path=st.get("log_path"), attempt=st.get("attempt"),
+                 elapsed=st.get("ready_after", 0.0), phase="ready", phases=rep.get("phases", []),
+                 shards=rep.get("shards"), log_tail=rep.get("log_tail", []), progress=self.progress_of(st, "systemd"))
+        if attached:
+            r["msg"] = "attached to our server (same fingerprint, unit %s) and it became healthy" % unit_name(self.p["name"])
+        if rep.get("log_crash"):
+            r["log_crash"] = rep["log_crash"]
+            crash = rep["log_crash"]
+            self.module.warn("the log shows %s at line %s (%s), but the server is alive and answering: nothing was "
+                             "stopped" % (crash.get("class"), crash.get("lineno"), (crash.get("line") or "").strip()[:160]))
+        return r
+
+    def service_failed(self, st, show):
+        r = self.result
+        rep = dict(st.get("report") or {})
+        rep.pop("failed", None)
+        r.update(rep)
+        r.update(progress=self.progress_of(st, "systemd"), unit_state=self.unit_state(show))
+        r["msg"] = "%s (unit %s: %s, exit status %s%s; journalctl -u %s)" % (
+            rep.get("msg") or "the server failed", unit_name(self.p["name"]), show.get("ActiveState", "?"),
+            rep.get("exit_status", show.get("ExecMainStatus", "?")),
+            ", not restarted: a restart would repeat it" if rep.get("exit_status") == sglang_watcher.EXIT_PERMANENT
+            else "", unit_name(self.p["name"]))
+        r["failed"] = True
+        self.stop_service_after_failure(show)
+        return r
+
+    def unit_state(self, show):
+        return dict((k, show.get(k)) for k in ("ActiveState", "SubState", "Result", "NRestarts", "ExecMainStatus",
+                                               "StatusText") if k in show)
+
+    def unit_ended(self, show, st):
+        """The unit ended before its watcher named a verdict (the watcher could not start, or systemd's own
+        TimeoutStartSec hit a load that stopped moving)."""
+        r = self.result
+        unit = unit_name(self.p["name"])
+        rc, out, _err = self.module.run_command(["journalctl", "-u", unit, "-n", "20", "--no-pager", "-o", "cat"])
+        r.update(unit_state=self.unit_state(show), journal_tail=out.splitlines()[-20:] if rc == 0 else [],
+                 progress=self.progress_of(st, "systemd"))
+        result = show.get("Result", "?")
+        cls = "stalled" if result == "timeout" else "unit_failed"
+        r.update(crash_class=cls, evidence="the unit %s is %s (Result=%s, exit status %s)" % (
+            unit, show.get("ActiveState"), result, show.get("ExecMainStatus", "?")),
+            hint=("the load stopped moving and systemd's TimeoutStartSec ended it" if cls == "stalled" else
+                  "the watcher program ended without a verdict: read journal_tail (journalctl -u %s)" % unit))
+        r["msg"] = "server failed: %s — %s (evidence: %s)" % (cls, r["hint"], r["evidence"])
+        r["failed"] = True
+        return r
+
+    def service_timeout(self, st, show):
+        r = self.result
+        phase = (st or {}).get("phase", "?")
+        r.update(crash_class="timeout", evidence="not healthy after %d s" % self.p["timeout"],
+                 hint="not healthy after %d s (phase '%s'); raise timeout if the load is just slow" % (self.p["timeout"], phase),
+                 progress=self.progress_of(st, "systemd"), unit_state=self.unit_state(show))
+        r["msg"] = "timed out after %d s in phase '%s' — %s (unit %s)" % (self.p["timeout"], phase, r["hint"],
+                                                                       unit_name(self.p["name"]))
+        r["failed"] = True
+        self.stop_service_after_failure(self.systemctl.show(unit_name(self.p["name"])))
+        return r
+
+    def stop_service_after_failure(self, show):
+        """A failed wait's server holds GPU memory and serves nothing: stop the unit (``stop_on_failure``), never
+        in check mode. A unit whose watcher already ended is left failed, for systemctl status."""
+        if not self.p["stop_on_failure"] or show.get("ActiveState") in ("inactive", "failed", None):
+            return
+        if self.module.check_mode:
+            self.result["would_stop"] = True
+            return
+        self.stop_unit()
+        self.result["stopped_after_failure"] = self.result.pop("stopped", None)
+
+    # ---------------------------------------------------------------- progress (both launchers)
+    def progress_of(self, st, launcher):
+        """The progress fields every started result carries (see RETURN: progress)."""
+        st = st or {}
+        phase = st.get("phase") or "launching"
+        shards = st.get("shards")
+        started = st.get("started_at")
+        elapsed = max(0.0, self.wall() - started) if isinstance(started, (int, float)) else None
+        last = sglang_progress.last_load(self.run_dir, self.p["name"])
+        eta = None
+        if st.get("verdict") == "ready":
+            eta = 0.0
+        elif elapsed is not None:
+            eta = sglang_progress.eta(last, st.get("phases") or [], elapsed, shards)
+        return {"phase": phase, "status": st.get("status") or sglang_progress.status_text(phase, shards),
+                "shards": shards, "elapsed": None if elapsed is None else round(elapsed, 1),
+                "eta": None if eta is None else round(eta, 1), "last_load": last.get("total") if last else None,
+                "attempt": st.get("attempt"), "launcher": launcher}
+
+    def pending(self, progress, st=None):
+        """A step (step_time) ended with the server still loading: a result that is not a failure."""
+        r = self.result
+        r.update(pending=True, progress=progress, phase=progress["phase"], attempt=progress["attempt"],
+                 msg="still loading: %s" % progress["status"])
+        if st:
+            r.update(pid=st.get("server_pid"), log_path=st.get("log_path"))
+        return r
 
     # ---------------------------------------------------------------- the wait loop
-    def wait(self, state, handle, attached, watch=None):
-        """Poll the watchers, decide, sleep; then drain the log and report."""
+    def wait(self, state, handle, attached, watch=None, resumed=False):
+        """Poll the watchers, decide, sleep; then drain the log and report. ``resumed``: a later step of a launch
+        wait (step_time, resume_attempt): the log is read from its start and the deadline counts from the launch."""
         p = self.p
         t0 = self.clock()
-        deadline = t0 + (watch if watch is not None else p["timeout"])
+        since_launch = 0.0
+        if resumed:
+            since_launch = max(0.0, self.wall() - state.get("started_at", self.wall()))
+        deadline = t0 + (watch if watch is not None else max(0.0, p["timeout"] - since_launch))
+        step_end = t0 + p["step_time"] if p["step_time"] and watch is None else None
         log_fd = open_log(state["log_path"], p["log_dir"], self.reader(state))
         follower = LogFollower("/proc/self/fd/%d" % log_fd, start_offset=self._watch_offset(log_fd, watch, attached))
-        log = LogWatch(follower, LogClassifier(clock=lambda: self.clock() - t0), t0)
-        leader = LeaderWatch(handle, state["pid"], self.procs, state.get("start_time"))
-        children = ChildrenWatch(state["pid"], self.procs, p["child_grace"])
         ask = lambda timeout: self.http(p["health_url"], self.headers(), timeout)  # noqa: E731 - one line
-        health = HealthWatch(BackgroundAsk(ask) if self.background_health else InlineAsk(ask), self.clock, log,
-                             t0, deadline, p["health_interval"], p["health_timeout"], p["unhealthy_after"],
-                             patient=watch is not None or attached)
-        clock = ClockWatch(deadline, p["stall_timeout"] if watch is None else 0, log, health)
-        watchers = (("log", log), ("leader", leader), ("children", children), ("health", health), ("clock", clock))
+        w = Watch(follower, LogClassifier(clock=lambda: self.clock() - t0 + since_launch), t0, deadline, self.clock,
+                  handle, state["pid"], self.procs, state.get("start_time"), ask, self.background_health, p,
+                  watching=watch is not None, patient=watch is not None or attached)
         try:
             while True:
-                now = self.clock()
-                candidates = dict((name, watcher.poll(now)) for name, watcher in watchers)
-                if outlived(candidates) and watch is not None:
-                    # The server answered after the crash line: the line was not its death. Set it aside (it is
-                    # reported as log_crash) so that a later crash is named by its own line.
-                    log.dismiss()
-                    candidates["log"] = None
-                verdict = decide(candidates, now, watch is not None, p["settle_time"])
-                if verdict in CONFIRMED_BY_THE_LOG:
-                    candidates["log"] = log.poll(now)  # one more look: a crash line just written wants a later 200
-                    verdict = decide(candidates, now, watch is not None, p["settle_time"])
+                verdict = w.look(self.clock())
                 if verdict is not None:
                     break
-                if health.sent is not None and self.real_sleep and isinstance(health.runner, BackgroundAsk):
-                    health.runner.pause(p["poll_interval"])  # back at once when the health answer is in
-                else:
-                    self.sleep(p["poll_interval"])
+                if step_end is not None and self.clock() >= step_end:
+                    break
+                w.pause(p["poll_interval"], self.sleep, self.real_sleep)
         finally:
             elapsed = self.clock() - t0
-        self._drain(log, verdict)
+        if verdict is None:  # this step is over, the load goes on: report progress, keep the phases for the next
+            follower.close()
+            os.close(log_fd)
+            st = self.detached_status(state, w, resumed, None)
+            return self.pending(self.progress_of(st, "detached"), {"server_pid": state["pid"],
+                                                                    "log_path": state["log_path"]})
+        w.drain(verdict, p["settle_time"], p["poll_interval"], self.sleep)
         self.result["log_offset"] = follower.offset
-        self.result["health_polls"] = health.summary()
+        self.result["health_polls"] = w.health.summary()
         follower.close()
         os.close(log_fd)
-        result = self.report(verdict, log.clf, state, elapsed, leader.rc, children.died, attached, watch is not None,
-                             health, candidates)
+        result = self.report(verdict, w.log.clf, state, elapsed, w.leader.rc, w.children.died, attached,
+                             watch is not None, w.health, w.candidates)
+        if watch is None:
+            st = self.detached_status(state, w, resumed, verdict)
+            if verdict == "ready" and not attached:
+                self.record_load(state, st)
+            result["progress"] = self.progress_of(st, "detached")
         if result.get("failed"):
             self.stop_after_failure(state)
         return result
+
+    def detached_status(self, state, w, resumed, verdict):
+        """The detached launcher's status (as the watcher program keeps it for the systemd launcher): phase,
+        shards and the phases with their seconds since the launch, kept in ``<name>.status.json`` so that the
+        next step of the same launch (resume_attempt) keeps the times of the phases it did not see happen."""
+        clf = w.log.clf
+        phases = [{"phase": ph["phase"], "at": round(ph["at"], 3)} for ph in clf.phases]
+        phase = clf.phase
+        if resumed or self.result.get("log_watched_from") is not None:
+            # a later step, or an attach: what an earlier step of this attempt saw keeps its times
+            try:
+                prior = self.read_status() or {}
+            except WaitError:
+                prior = {}
+            if prior.get("attempt") == state.get("attempt") and isinstance(prior.get("phases"), list):
+                seen = set(ph.get("phase") for ph in prior["phases"] if isinstance(ph, dict))
+                phases = [ph for ph in prior["phases"] if isinstance(ph, dict)] + \
+                    [ph for ph in phases if ph["phase"] not in seen]
+                if phase == "launching" and phases:
+                    phase = phases[-1].get("phase") or phase
+        shards = list(clf.shards) if clf.shards else None
+        st = {"attempt": state.get("attempt"), "started_at": state.get("started_at"), "phase": phase,
+              "shards": shards, "phases": phases, "status": sglang_progress.status_text(phase, shards),
+              "verdict": verdict, "server_pid": state.get("pid"), "log_path": state.get("log_path"),
+              "launcher": "detached"}
+        if not self.module.check_mode:
+            try:
+                sglang_proc.write_files(self.run_dir, ((sglang_watcher.STATUS % self.p["name"], json.dumps(st)),))
+            except (OSError, sglang_proc.UntrustedState):
+                pass  # progress only: the wait itself never depends on it
+        return st
+
+    def record_load(self, state, st):
+        """A load that became ready: its phase durations, for the next load's ETA."""
+        started = state.get("started_at")
+        if not isinstance(started, (int, float)) or self.module.check_mode:
+            return
+        try:
+            sglang_progress.record_load(self.run_dir, self.p["name"], sglang_progress.make_record(
+                state.get("attempt"), max(0.001, self.wall() - started), st["phases"], st["shards"]))
+        except (OSError, ValueError, sglang_proc.UntrustedState):
+            pass  # the ETA of the next load is a convenience
 
     def _watch_offset(self, log_fd, watch, attached=False):
         """Where the log is read from: 0 for a server this run launched; the current end (at a line start) when
         it attaches to a running one (history is never judged again: only what is logged from now on counts);
         for a watch ``log_offset`` (-1: the end), at a line start."""
         if watch is None and not attached:
-            return 0
+            return 0  # a launch, or a later step of one (resumed)
         size = os.fstat(log_fd).st_size
         wanted = self.p["log_offset"] if watch is not None else -1
         offset = start_of_line(log_fd, size if wanted == -1 else min(wanted, size))
         self.result["log_watched_from"] = offset
         return offset
-
-    def _drain(self, log, verdict):
-        """Read what is left of the log. When the process side spoke first, give the log the settle time to say why."""
-        clf = log.clf
-        clf.feed(log.follower.read())
-        if verdict in ("exited", "child_died", "crashed"):
-            end = self.clock() + self.p["settle_time"]
-            while not (clf.crash is not None and clf.settled) and self.clock() < end:
-                self.sleep(self.p["poll_interval"])
-                clf.feed(log.follower.read())
-            clf.finalize()
 
     def _tail_of(self, state):
         """(log_tail, end offset) of the recorded log, read safely; ([], None) when there is none."""
@@ -1955,80 +2070,13 @@ class ModelWaiter(object):
             os.close(fd)
 
     def report(self, verdict, clf, state, elapsed, rc, died, attached, watch_mode=False, health=None, candidates=None):
-        p = self.p
-        r = self.result
-        s = clf.summary()
-        r.update(
-            pid=state["pid"], log_path=state["log_path"], attempt=state.get("attempt"),
-            elapsed=round(elapsed, 3), phase=s["phase"], shards=s["shards"],
-            phases=[{"phase": ph["phase"], "elapsed": round(ph["at"], 3), "lineno": ph["lineno"]} for ph in clf.phases],
-            log_tail=clf.tail(p["log_tail_lines"]),
-        )
-        crash = clf.crash
-        if crash is None and verdict == "ready" and clf.dismissed:
-            crash = clf.dismissed[0]  # the first crash line the server outlived
-        explained = {}
-        if crash is not None:
-            explained = {"class": crash["class"], "hint": crash["hint"], "line": crash["line"],
-                         "lineno": crash["lineno"], "exception": crash.get("exception")}
-        if verdict == "ready":
-            if watch_mode:
-                r["msg"] = "watched %.1f s: no crash, healthy" % elapsed
-            elif attached:
-                r["msg"] = "attached to our server (same fingerprint) and it became healthy"
-            if crash is not None:
-                # The log shows a crash, but every process lives and health answered 200 to a request sent after
-                # the line was read: the line is explained, never acted on.
-                explained["acted_on"] = False
-                explained["why"] = ("every server process stayed alive and the health URL answered 200 to a request "
-                                    "sent after this line was read")
-                r["log_crash"] = explained
-                note = ("the log shows %s at line %d (%s), but the server is alive and answering: nothing was stopped"
-                        % (crash["class"], crash["lineno"], crash["line"].strip()[:160]))
-                r["msg"] = "%s; %s" % (r.get("msg") or "healthy", note)
-                self.module.warn(note)
-            return r
-        if verdict == "crashed" or (crash is not None and verdict in ("exited", "child_died")):
-            cls, hint = crash["class"], crash["hint"]
-            r.update(deciding_line=crash["line"], deciding_lineno=crash["lineno"], crash_exception=crash.get("exception"),
-                     traceback=crash.get("traceback"))
-        elif verdict == "exited":
-            cls = "killed" if rc is not None and rc < 0 else "exited"
-            hint = ("the server exited (rc=%s) before it was healthy and its log names no known cause: "
-                    "read log_tail" % rc)
-        elif verdict == "child_died":
-            cls = "child_died"
-            hint = ("a long-lived child of the server (PID %d) died while the parent lives on: the server "
-                    "cannot serve and would hang (the kernel OOM killer is a common cause: dmesg -T | grep -i oom)" % died[0])
-        elif verdict == "unhealthy":
-            cls = "unhealthy"
-            hint = "the server is running but its health URL does not answer 200: read log_tail"
-        elif verdict == "stalled":
-            cls = "stalled"
-            hint = ("no log output and no HTTP answer for %d s in phase '%s': the server looks hung"
-                    % (p["stall_timeout"], s["phase"]))
-        else:
-            cls = "timeout"
-            hint = ("not healthy after %d s (phase '%s'); raise timeout if the load is just slow"
-                    % (p["timeout"], s["phase"]))
-        if died is not None:
-            r["dead_child_pid"] = died[0]
-        r["evidence"] = self._evidence(verdict, rc, died, health, candidates or {})
-        if crash is not None and "deciding_line" not in r:
-            explained["acted_on"] = True
-            r["log_crash"] = explained  # what the log says, next to what proved the failure
-        r.update(crash_class=cls, hint=hint, rc=rc)
-        if verdict == "timeout":
-            lead = "timed out after %d s in phase '%s'" % (p["timeout"], s["phase"])
-        else:
-            detail = r.get("crash_exception")
-            lead = "%s: %s%s" % ({"unhealthy": "server unhealthy", "stalled": "server hung"}.get(verdict, "server crashed"),
-                                 cls, " (%s)" % detail[:200] if detail else "")
-        r["msg"] = "%s — %s (evidence: %s; see log_tail, %s)" % (lead, hint, r["evidence"], state["log_path"])
-        if crash is not None and "deciding_line" not in r:
-            r["msg"] += " — the log shows %s at line %d: %s" % (crash["class"], crash["lineno"], crash["line"].strip()[:200])
-        r["failed"] = True
-        return r
+        fields, note = explain(verdict, clf, state, elapsed, rc, died, attached, watch_mode, health, candidates,
+                               timeout=self.p["timeout"], stall_timeout=self.p["stall_timeout"],
+                               tail_lines=self.p["log_tail_lines"], msg=self.result.get("msg"))
+        self.result.update(fields)
+        if note:
+            self.module.warn(note)
+        return self.result
 
     def stop_after_failure(self, state):
         """A failed wait's server holds GPU memory and serves nothing: stop it (``stop_on_failure``), never in
@@ -2047,22 +2095,21 @@ class ModelWaiter(object):
         if not stopped["remaining"]:
             self._remove_cgroup(state)
 
-    def _evidence(self, verdict, rc, died, health, candidates):
-        """What proved a failure, in words: the process side, health or the clock, never a log line (decide())."""
-        if candidates.get("children") is not None and died is not None:
-            return "worker PID %d of the server died" % died[0]
-        if candidates.get("leader") is not None:
-            return "the server's leader process exited%s" % (" (rc=%s)" % rc if rc is not None else "")
-        if verdict in ("unhealthy", "crashed") and health is not None:
-            return "the health URL failed %d requests in a row (last: %s)" % (
-                health.fails, "no answer" if health.last is None else "HTTP %s" % health.last)
-        if verdict == "stalled":
-            return "no log output and no HTTP answer for %d s" % self.p["stall_timeout"]
-        return "not healthy after %d s" % self.p["timeout"]
-
     # ---------------------------------------------------------------- stop
     def stop_only(self):
         state, ours = self._existing()
+        if self.launcher == "systemd" and os.path.exists(self.unit_path()):
+            # The unit goes down (and stays down at boot); systemd stops its whole cgroup.
+            show = self.systemctl.show(unit_name(self.p["name"]))
+            enabled = show.get("UnitFileState") == "enabled"
+            if show.get("ActiveState", "inactive") in ("inactive", "failed") and not enabled and state is None:
+                return self.result
+            if self.module.check_mode:
+                self.result.update(changed=True, msg="would stop and disable %s" % unit_name(self.p["name"]))
+                return self.result
+            self._stop(state or {"pid": None, "unverified": True}, disable=True)
+            self.result.update(changed=True, pid=(state or {}).get("pid"), unit=unit_name(self.p["name"]))
+            return self.result
         if state is None:
             return self.result
         if self.module.check_mode:
@@ -2111,6 +2158,10 @@ def argument_spec():
         prove_launch=dict(type="bool", default=False),
         on_foreign_pid=dict(type="str", default="fail", choices=["fail", "ignore"]),
         log_tail_lines=dict(type="int", default=40),
+        launcher=dict(type="str", default="auto", choices=["auto", "systemd", "detached"]),
+        unit_dir=dict(type="path", default="/etc/systemd/system"),
+        step_time=dict(type="float", default=0.0),
+        resume_attempt=dict(type="int"),
         keep_attempts=dict(type="int", default=20),
     )
 

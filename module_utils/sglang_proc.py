@@ -43,6 +43,8 @@ CGROUP_PREFIX = "eagle-deploy-"
 SAFE_NAME = r"\A[A-Za-z0-9][A-Za-z0-9_.-]{0,63}\Z"
 # The variable that carries a launch's run token in the server's environment (and so in its children's).
 RUN_TOKEN_VAR = "EAGLE_DEPLOY_RUN"
+# The systemd unit of a deployment (wait_for_model's launcher: systemd): sglang-<name>.service
+UNIT_RX = re.compile(r"\Asglang-[A-Za-z0-9._-]{1,64}\.service\Z")
 
 
 def safe_name(name):
@@ -278,21 +280,62 @@ def read_state(run_dir, name):
 
 def write_state(run_dir, name, state):
     """Write the record atomically (temp file + rename, relative to the checked run dir)."""
+    write_files(run_dir, ((("%s.json" % name), json.dumps(state, indent=1, sort_keys=True)),
+                          ("%s.pid" % name, "%d\n" % state["pid"])))
+
+
+def write_files(run_dir, files, mode=0o644):
+    """Write each (file name, text) in the trusted run dir atomically: a temporary name created with O_EXCL, then a
+    rename relative to the checked directory. ``mode`` 0o600 for a file that holds secrets."""
     dir_fd = open_run_dir(run_dir)
     try:
-        for fname, text in (("%s.json" % name, json.dumps(state, indent=1, sort_keys=True)), ("%s.pid" % name, "%d\n" % state["pid"])):
+        for fname, text in files:
             tmp = fname + ".tmp"
             try:
                 os.unlink(tmp, dir_fd=dir_fd)
             except OSError as e:
                 if e.errno != errno.ENOENT:
                     raise
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
             with os.fdopen(fd, "w") as fh:
+                os.fchmod(fh.fileno(), mode)
                 fh.write(text)
                 fh.flush()
-                os.fchmod(fh.fileno(), 0o644)
             os.rename(tmp, fname, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def read_file(run_dir, fname):
+    """Text of ``fname`` in the trusted run dir, None when it does not exist; :class:`UntrustedState` when the
+    directory or the file could have been written by someone less privileged (see :func:`open_run_dir`)."""
+    dir_fd = open_run_dir(run_dir)
+    try:
+        return _read_trusted(dir_fd, run_dir, fname)
+    finally:
+        os.close(dir_fd)
+
+
+def read_json(run_dir, fname):
+    """The JSON object in ``fname`` of the trusted run dir, or None (missing, not an object, not JSON)."""
+    text = read_file(run_dir, fname)
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def remove_file(run_dir, fname):
+    """Remove ``fname`` from the trusted run dir (nothing when it does not exist)."""
+    dir_fd = open_run_dir(run_dir)
+    try:
+        os.unlink(fname, dir_fd=dir_fd)
+    except OSError as e:
+        if e.errno != errno.ENOENT:
+            raise
     finally:
         os.close(dir_fd)
 
@@ -436,7 +479,10 @@ def dedicated_cgroup(state):
     mount, rel = cg.get("mount"), cg.get("path")
     if not isinstance(mount, str) or not isinstance(rel, str) or ".." in rel.split("/"):
         return None
-    if not os.path.basename(rel.rstrip("/")).startswith(CGROUP_PREFIX):
+    base = os.path.basename(rel.rstrip("/"))
+    unit = cg.get("unit")
+    # ours: a cgroup this module created, or the systemd unit that runs the server (the watcher records it)
+    if not base.startswith(CGROUP_PREFIX) and not (isinstance(unit, str) and base == unit and UNIT_RX.match(unit)):
         return None
     if state.get("boot_id") and state.get("boot_id") != boot_id():
         return None

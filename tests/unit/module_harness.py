@@ -214,7 +214,8 @@ def run(world, check_mode=False, inject=None, **args):
         params["_ansible_check_mode"] = True
     with patch_module_args(params):
         kw = dict(clock=world.clock, sleep=world.sleep, popener=Popener(world), http=world.http, procs=Procs(world),
-                  wall=lambda: 0.0, cgroups=NoCgroups(), prober=Prober(world), background_health=False)
+                  wall=lambda: 0.0, cgroups=NoCgroups(), prober=Prober(world), background_health=False,
+                  booted=lambda: (False, "no /run/systemd/system (unit test)"))
         kw.update(inject or {})
         try:
             wfm.main(**kw)

@@ -1,0 +1,279 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, eagle-deploy contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""Progress of a server load in operator words, and how long it still takes.
+
+Standard library only. Shipped to the target with the modules that import it
+(``from ansible.module_utils.sglang_progress import ...``), installed with the host watcher program
+and imported there as a plain module, and used on the controller by the ``wait_for_model`` action
+plugin to print its lines.
+
+* :func:`status_text`: the phase and shard count as the operator reads them.
+* :func:`eta`: seconds still to go, from the last successful load's phase durations (inside the weight
+  phase, scaled by the shard fraction).
+* :func:`record_load` / :func:`last_load`: the load history ``<run_dir>/<name>.loads.json``, trusted only
+  as the run state is (see ``sglang_proc.open_run_dir``): reached without symlinks, owned by root or this
+  process's user, writable by no one else, written atomically.
+* :func:`progress_line`: one line per host, e.g.
+  ``blackwell-01 | loading weights 41/64 shards | 4m12s elapsed | ETA ~2m50s (last load 9m58s)``.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import time
+
+try:
+    from ansible.module_utils.sglang_proc import UntrustedState, _read_trusted, open_run_dir, safe_name
+except ImportError:  # a plain module next to sglang_proc.py (the host watcher program)
+    from sglang_proc import UntrustedState, _read_trusted, open_run_dir, safe_name
+
+HISTORY_VERSION = 1
+HISTORY_KEEP = 10
+# The order a healthy load goes through (module_utils/sglang_log.PHASES); other names are placed by the
+# history's own order.
+PHASE_ORDER = ("launching", "loading_weights", "kv_cache", "cuda_graph", "warmup", "ready")
+_WORDS = {
+    "launching": "starting",
+    "loading_weights": "loading weights",
+    "kv_cache": "allocating the KV cache",
+    "cuda_graph": "capturing CUDA graphs",
+    "warmup": "warming up",
+    "ready": "ready",
+}
+
+
+# ------------------------------------------------------------------ words
+def _shard_pair(shards):
+    """(done, total) from [done, total] when it is a sane pair, else None."""
+    if not isinstance(shards, (list, tuple)) or len(shards) != 2:
+        return None
+    done, total = shards
+    if not all(isinstance(v, int) and not isinstance(v, bool) for v in (done, total)) or total <= 0:
+        return None
+    return max(0, min(done, total)), total
+
+
+def status_text(phase, shards=None):
+    """What the server is doing in operator words: ``loading weights 41/64 shards``, ``warming up``."""
+    words = _WORDS.get(phase)
+    if words is None:
+        words = str(phase or "starting").replace("_", " ")
+    pair = _shard_pair(shards)
+    if phase == "loading_weights" and pair is not None:
+        return "%s %d/%d shards" % (words, pair[0], pair[1])
+    return words
+
+
+def duration_text(seconds):
+    """``42s``, ``4m12s``, ``1h03m``: whole seconds, never negative."""
+    s = int(round(max(0.0, float(seconds or 0.0))))
+    if s < 60:
+        return "%ds" % s
+    if s < 3600:
+        return "%dm%02ds" % divmod(s, 60)
+    return "%dh%02dm" % (s // 3600, (s % 3600) // 60)
+
+
+def progress_line(host, progress):
+    """One line for the operator, e.g.
+    ``blackwell-01 | loading weights 41/64 shards | 4m12s elapsed | ETA ~2m50s (last load 9m58s)``;
+    with no history ``... | no ETA yet (first load)``; once ready ``... | ready | 9m41s elapsed | done (last load 9m58s)``.
+    ``progress`` is a module result's ``progress`` (phase, status, shards, elapsed, eta, last_load)."""
+    progress = progress or {}
+    phase = progress.get("phase")
+    status = progress.get("status") or status_text(phase, progress.get("shards"))
+    last = progress.get("last_load")
+    parts = [str(host), status, "%s elapsed" % duration_text(progress.get("elapsed"))]
+    if phase == "ready":
+        parts.append("done" if last is None else "done (last load %s)" % duration_text(last))
+    elif progress.get("eta") is not None and last is not None:
+        parts.append("ETA ~%s (last load %s)" % (duration_text(progress["eta"]), duration_text(last)))
+    elif last is None:
+        parts.append("no ETA yet (first load)")
+    else:
+        parts.append("no ETA (last load %s)" % duration_text(last))
+    return " | ".join(parts)
+
+
+# ------------------------------------------------------------------ ETA
+def _num(v):
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and v not in (float("inf"), float("-inf"))
+
+
+def _clean_phases(phases):
+    """[(phase, at)] in order, malformed entries dropped, ``at`` never going backwards."""
+    out = []
+    for p in phases or ():
+        if not isinstance(p, dict) or not isinstance(p.get("phase"), str) or not _num(p.get("at")):
+            continue
+        at = max(0.0, float(p["at"]))
+        if out and at < out[-1][1]:
+            at = out[-1][1]
+        out.append((p["phase"], at))
+    return out
+
+
+def phase_durations(record):
+    """[(phase, seconds)] of a history record, in its order, "ready" left out; the last phase before
+    ready lasts until ``total``. None for a record that cannot say."""
+    if not isinstance(record, dict) or not _num(record.get("total")) or record["total"] <= 0:
+        return None
+    total = float(record["total"])
+    seq = _clean_phases(record.get("phases"))
+    if not seq:
+        return [("launching", total)]
+    if seq[0][1] > 0:
+        seq.insert(0, ("launching", 0.0))  # time before the first recorded phase counts as starting
+    out = []
+    for i, (phase, at) in enumerate(seq):
+        if phase == "ready":
+            break
+        end = seq[i + 1][1] if i + 1 < len(seq) else total
+        out.append((phase, max(0.0, min(end, total) - at)))
+    return out
+
+
+def _later(history_phases, current):
+    """Indices of the history's phases that come after ``current``."""
+    names = [p for p, _ in history_phases]
+    if current in names:
+        return range(names.index(current) + 1, len(names))
+    if current not in PHASE_ORDER:
+        return None
+    rank = PHASE_ORDER.index(current)
+    return [i for i, n in enumerate(names) if n in PHASE_ORDER and PHASE_ORDER.index(n) > rank]
+
+
+def eta(last_load, phases, elapsed, shards=None):
+    """Seconds the current load still takes, or None without history.
+
+    ``last_load``: a history record (:func:`last_load`); ``phases``: this load's [{"phase", "at"}] (at:
+    seconds since launch the phase began, in order); ``elapsed``: seconds since launch; ``shards``:
+    [done, total] or None.
+
+    The current phase still takes what it took last time less what it has run so far (never less than
+    nothing); inside the weight phase the shard fraction tells what is left instead: early on the last
+    load's duration scaled by the fraction still to load, and the more shards are in, the more this
+    load's own pace counts. The phases after it take what they took last time. A phase the last load
+    did not go through counts nothing; a current phase the history cannot place leaves the last load's
+    total less the time elapsed. Ready: 0.
+    """
+    durations = phase_durations(last_load)
+    if durations is None:
+        return None
+    elapsed = max(0.0, float(elapsed)) if _num(elapsed) else 0.0
+    seq = _clean_phases(phases)
+    current, started = seq[-1] if seq else ("launching", 0.0)
+    if current == "ready":
+        return 0.0
+    in_phase = max(0.0, elapsed - min(started, elapsed))
+    later = _later(durations, current)
+    if later is None:
+        return max(0.0, float(last_load["total"]) - elapsed)
+    last_dur = sum(d for p, d in durations if p == current)  # 0 for a phase the history lacks
+    left = max(0.0, last_dur - in_phase)
+    pair = _shard_pair(shards)
+    if current == "loading_weights" and pair is not None and last_dur > 0:
+        done, total = pair
+        frac = float(done) / total
+        by_history = last_dur * (1.0 - frac)
+        by_pace = in_phase * (total - done) / done if done else by_history
+        left = (1.0 - frac) * by_history + frac * by_pace
+    return left + sum(durations[i][1] for i in later)
+
+
+# ------------------------------------------------------------------ history
+def history_name(name):
+    return "%s.loads.json" % name
+
+
+def _valid_record(rec):
+    return phase_durations(rec) is not None
+
+
+def read_loads(run_dir, name):
+    """The history's records, oldest first ([] when there is none). Raises
+    :class:`sglang_proc.UntrustedState` when the run dir or the file could have been written by someone
+    less privileged, OSError when the run dir is missing."""
+    if not safe_name(name):
+        raise ValueError("unsafe deployment name %r" % (name,))
+    dir_fd = open_run_dir(run_dir)
+    try:
+        text = _read_trusted(dir_fd, run_dir, history_name(name))
+    finally:
+        os.close(dir_fd)
+    if not text:
+        return []
+    try:
+        data = json.loads(text)
+    except ValueError:
+        return []
+    if not isinstance(data, dict) or not isinstance(data.get("loads"), list):
+        return []
+    return [r for r in data["loads"] if _valid_record(r)]
+
+
+def last_load(run_dir, name):
+    """The last successful load's record, or None: also when there is no history, the run dir is missing,
+    or the history is not trusted (an ETA is never drawn from a file someone else could have written)."""
+    try:
+        loads = read_loads(run_dir, name)
+    except (UntrustedState, OSError, ValueError):
+        return None
+    return loads[-1] if loads else None
+
+
+def make_record(attempt, total, phases, shards=None, finished_at=None):
+    """A history record: ``phases`` as [{"phase", "at"}] (at: seconds since launch), ``shards`` the weight
+    files' count (an int, or [done, total] whose total is taken) or None."""
+    pair = _shard_pair(shards)
+    if pair is not None:
+        shards = pair[1]
+    elif not (isinstance(shards, int) and not isinstance(shards, bool) and shards > 0):
+        shards = None
+    return {
+        "attempt": attempt if isinstance(attempt, int) and not isinstance(attempt, bool) else None,
+        "finished_at": float(finished_at) if _num(finished_at) else time.time(),
+        "total": float(total),
+        "phases": [{"phase": p, "at": round(at, 3)} for p, at in _clean_phases(phases)],
+        "shards": shards,
+    }
+
+
+def record_load(run_dir, name, record):
+    """Append a successful load to the history (the last HISTORY_KEEP kept), atomically: a temp file
+    created with O_EXCL|O_NOFOLLOW, mode 0644, renamed over the history, all relative to the checked run
+    dir. A history that is not trusted is replaced, never read. Raises UntrustedState for a run dir that
+    is not trusted and ValueError for a record without a positive total."""
+    if not safe_name(name):
+        raise ValueError("unsafe deployment name %r" % (name,))
+    if not _valid_record(record):
+        raise ValueError("a load record needs a positive total and phases: %r" % (record,))
+    try:
+        loads = read_loads(run_dir, name)
+    except UntrustedState:
+        loads = []
+    loads = (loads + [record])[-HISTORY_KEEP:]
+    text = json.dumps({"version": HISTORY_VERSION, "loads": loads}, indent=1, sort_keys=True)
+    fname = history_name(name)
+    tmp = fname + ".tmp"
+    dir_fd = open_run_dir(run_dir)
+    try:
+        try:
+            os.unlink(tmp, dir_fd=dir_fd)
+        except OSError as e:
+            if e.errno != errno.ENOENT:
+                raise
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
+        with os.fdopen(fd, "w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fchmod(fh.fileno(), 0o644)
+            os.fsync(fh.fileno())
+        os.rename(tmp, fname, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+    return record

@@ -1,0 +1,604 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, eagle-deploy contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The wait: watchers over one server (its log, leader, children, health, the clock), ``decide()``, and the verdict in
+words (``explain()``).
+
+Standard library only. Used by ``library/wait_for_model.py`` on the target (``from ansible.module_utils.sglang_watch
+import ...``) and by the host watcher program (``sglang_watcher.py``, installed next to this file, which imports it
+as a plain module): one code decides for both launchers.
+
+Text never acts alone (``decide()``): what stops, fails or restarts a server is evidence no client can write (the
+leader exited, a worker died, health failing in a row while watching, the clock); a crash the log shows explains and
+hurries.
+"""
+
+from __future__ import annotations
+
+import http.client as http_client
+import os
+import queue
+import re
+import secrets
+import ssl
+import threading
+from urllib.parse import urlparse
+
+try:
+    from ansible.module_utils import sglang_proc
+except ImportError:  # the host watcher program: module_utils files side by side
+    import sglang_proc
+
+_TLS = []
+
+
+def http_status(url, headers, timeout):
+    """Status code of a GET, or None when nothing answered (refused, reset, timed out).
+
+    Plain http.client: one cheap connection per poll. (open_url builds an SSL context per call, ~50 ms
+    of CPU, which made a 10-minute wait cost a tenth of a core.)"""
+    u = urlparse(url)
+    path = (u.path or "/") + ("?" + u.query if u.query else "")
+    try:
+        if u.scheme == "https":
+            if not _TLS:
+                _TLS.append(ssl._create_unverified_context())  # health checks of our own server on loopback
+            conn = http_client.HTTPSConnection(u.hostname, u.port or 443, timeout=timeout, context=_TLS[0])
+        else:
+            conn = http_client.HTTPConnection(u.hostname, u.port or 80, timeout=timeout)
+        try:
+            conn.request("GET", path, headers=headers)
+            resp = conn.getresponse()
+            resp.read()
+            return resp.status
+        finally:
+            conn.close()
+    except (OSError, http_client.HTTPException, ValueError):
+        return None
+
+
+
+class ProcView(object):
+    """What the waiter needs to know about processes. Injectable for tests."""
+
+    def children(self, pid):
+        """{child_pid: start_time} of direct children, zombies excluded."""
+        out = {}
+        data = None
+        try:
+            with open("/proc/%d/task/%d/children" % (pid, pid)) as fh:
+                data = fh.read()
+        except (IOError, OSError):
+            data = None
+        if data is None:
+            pids = [p for p, info in sglang_proc.process_table().items() if info["ppid"] == pid]
+        else:
+            pids = [int(x) for x in data.split()]
+        for c in pids:
+            st = sglang_proc.proc_state(c)
+            if st is not None and st not in ("Z", "X"):
+                out[c] = sglang_proc.proc_start_time(c)
+        return out
+
+    def alive(self, pid):
+        return sglang_proc.pid_alive(pid)
+
+    def start_time(self, pid):
+        return sglang_proc.proc_start_time(pid)
+
+    def cmdline(self, pid):
+        return sglang_proc.proc_cmdline(pid)
+
+
+
+# Children that are workers from birth (their death is a crash even within child_grace): Python
+# multiprocessing spawn/forkserver children, and SGLang's setproctitle names.
+WORKER_RX = re.compile(r"multiprocessing\.(spawn|forkserver)|--multiprocessing-fork|^sglang::")
+PYTHON_RX = re.compile(r"^(?:python|pypy)[0-9.]*$")
+
+
+def start_of_line(fd, offset):
+    """``offset``, moved forward to the start of the next line when it falls inside a line."""
+    if offset <= 0 or os.pread(fd, 1, offset - 1) == b"\n":
+        return offset
+    pos = offset
+    while True:
+        chunk = os.pread(fd, 65536, pos)
+        if not chunk:
+            return pos
+        nl = chunk.find(b"\n")
+        if nl >= 0:
+            return pos + nl + 1
+        pos += len(chunk)
+
+
+
+# ------------------------------------------------------------------------------ the wait: watchers and decide()
+class Candidate(object):
+    """A watcher's candidate verdict, and since when it holds (``since``): for a crash, when its line was read;
+    for ``ready``, when the request that answered 200 was sent. For a crash also when the log last grew
+    (``quiet_since``) and whether its traceback is complete (``final``)."""
+
+    __slots__ = ("verdict", "since", "quiet_since", "final")
+
+    def __init__(self, verdict, since=None, quiet_since=None, final=True):
+        self.verdict, self.since, self.quiet_since, self.final = verdict, since, quiet_since, final
+
+    def __repr__(self):
+        return "Candidate(%r)" % self.verdict
+
+
+CONFIRMED_BY_THE_LOG = ("ready", "unhealthy")  # verdicts given one more look at the log before they stand
+DEATHS = ("leader", "children")  # the process side: evidence no client can forge
+
+
+def decide(candidates, now, watch, settle_time):
+    """The verdict of one look, or None to keep waiting. Pure: the watchers' candidates and the time only.
+
+    Text never acts alone. Evidence is what no client can write: our leader exited or a worker died (a crash,
+    named by the log's class when the log has one, else ``exited``/``child_died``); watching a serving server,
+    health failing ``unhealthy_after`` requests in a row (``crashed`` when the log shows a crash, else
+    ``unhealthy``); waiting for a start, the clock (``stalled``, ``timeout``). A crash the log shows
+    (``candidates["log"]``) only explains and hurries: while it stands uncorroborated, ``ready`` needs a health
+    request sent after the crash line was read (``health.since >= crash.since``) to have answered 200, and a
+    watch does not end at its deadline until health has either answered so or failed ``unhealthy_after`` times
+    in a row. ``settle_time`` is the drain's business (the log gets it to say why once a process died)."""
+    crash = candidates.get("log")
+    health, clock = candidates.get("health"), candidates.get("clock")
+    for name in DEATHS:
+        if candidates.get(name) is not None:
+            return "crashed" if crash is not None else candidates[name].verdict
+    if watch and health is not None and health.verdict == "unhealthy":
+        return "crashed" if crash is not None else "unhealthy"
+    if crash is not None:
+        if answered_after(crash, health):
+            # alive and answering after the crash line: the line acts on nothing; a watch still runs its window
+            if not watch or (clock is not None and clock.verdict == "deadline"):
+                return "ready"
+            return None
+        if not watch and clock is not None:
+            return "timeout" if clock.verdict == "deadline" else clock.verdict
+        return None
+    if watch:
+        if clock is not None and clock.verdict == "deadline" and health is not None:
+            return health.verdict
+        return None
+    if health is not None and health.verdict == "ready":
+        return "ready"
+    if clock is not None:
+        return "timeout" if clock.verdict == "deadline" else clock.verdict
+    return None
+
+
+def answered_after(crash, health):
+    """Whether health answered 200 to a request sent after the log's crash line was read."""
+    return (crash is not None and health is not None and health.verdict == "ready" and health.since is not None
+            and health.since >= crash.since)
+
+
+def outlived(candidates):
+    """Whether the server answered after the log's crash line (answered_after) and nothing died."""
+    return (answered_after(candidates.get("log"), candidates.get("health"))
+            and not any(candidates.get(name) is not None for name in DEATHS))
+
+
+class LogWatch(object):
+    """Follows the log from a byte offset and feeds the classifier. Candidate: ``crashed`` (an explanation
+    waiting for evidence; see decide())."""
+
+    def __init__(self, follower, classifier, t0):
+        self.follower = follower
+        self.clf = classifier
+        self.t0 = t0
+        self.last_growth = t0
+        self.woke = False  # this look saw the log reach warmup or ready, or a crash: health is asked at once
+
+    def dismiss(self):
+        """The crash the classifier holds was outlived by the server: keep it aside, look for the next one."""
+        self.clf.dismiss_crash()
+
+    def poll(self, now):
+        data = self.follower.read()
+        self.woke = False
+        if data:
+            before = (self.clf.phase, self.clf.ready is None, self.clf.crash is None)
+            self.clf.feed(data)
+            self.last_growth = now
+            after = (self.clf.phase, self.clf.ready is None, self.clf.crash is None)
+            self.woke = after != before and (self.clf.phase in ("warmup", "ready") or before[2] != after[2])
+        crash = self.clf.crash
+        if crash is None:
+            return None
+        return Candidate("crashed", since=self.t0 + crash["at"], quiet_since=self.last_growth, final=self.clf.settled)
+
+
+class LeaderWatch(object):
+    """The leader process: our unreaped child (``handle``) or, attached, a PID whose start time must still be the
+    recorded one (a PID reused by another process is our leader gone). Candidate: ``exited``."""
+
+    def __init__(self, handle, pid, procs, start_time=None):
+        self.handle = handle
+        self.pid = pid
+        self.procs = procs
+        self.start_time = start_time
+        self.rc = None
+
+    def poll(self, now):
+        if self.handle is not None:
+            self.rc = self.handle.poll()
+            exited = self.rc is not None
+        else:
+            exited = not self.procs.alive(self.pid)
+            if not exited and self.start_time is not None:
+                now_start = self.procs.start_time(self.pid)
+                exited = now_start is not None and now_start != self.start_time
+        return Candidate("exited") if exited else None
+
+
+def is_helper(cmdline, leader_cmdline):
+    """Whether a child runs a program of its own (nvidia-smi, nvcc, ninja, a shell): a helper that ends when its job
+    is done, never a part of the server. A child that runs Python, or the leader's own program, may be one."""
+    if not cmdline:
+        return False  # not readable (gone, or exec under way): judged by the grace rule
+    prog = os.path.basename(cmdline[0])
+    if PYTHON_RX.match(prog):
+        return False
+    return not (leader_cmdline and prog == os.path.basename(leader_cmdline[0]))
+
+
+class ChildrenWatch(object):
+    """The leader's long-lived children. A worker (a multiprocessing spawn/forkserver child, an ``sglang::``
+    title) is long-lived from birth; another child that runs Python or the leader's own program once seen alive
+    for ``grace`` s; a helper running a program of its own (SGLang's leader runs nvidia-smi, JIT builds run
+    compilers) never: its exit is its job done. Candidate: ``child_died``."""
+
+    def __init__(self, pid, procs, grace):
+        self.pid = pid
+        self.procs = procs
+        self.grace = grace
+        self.seen = {}  # child pid -> (start_time, first seen, kind: "worker" | "child" | "helper")
+        self.died = None  # (pid, seconds seen) of the dead worker
+        self.leader_cmdline = None
+
+    def _kind(self, c):
+        cmdline = self.procs.cmdline(c) or []
+        if WORKER_RX.search(" ".join(cmdline)):
+            return "worker"
+        if self.leader_cmdline is None:
+            self.leader_cmdline = self.procs.cmdline(self.pid) or []
+        return "helper" if is_helper(cmdline, self.leader_cmdline) else "child"
+
+    def poll(self, now):
+        kids = self.procs.children(self.pid)
+        for c, st in kids.items():
+            if c not in self.seen or self.seen[c][0] != st:
+                self.seen[c] = (st, now, self._kind(c))
+            elif self.seen[c][2] != "worker" and self._kind(c) == "worker":
+                self.seen[c] = (self.seen[c][0], self.seen[c][1], "worker")  # exec'd into a worker since
+        for c, (_st, first, kind) in list(self.seen.items()):
+            if c not in kids:
+                if kind == "worker" or (kind == "child" and now - first >= self.grace):
+                    self.died = (c, now - first)
+                    return Candidate("child_died")
+                del self.seen[c]
+        return None
+
+
+class InlineAsk(object):
+    """Runs a health request in the caller's thread (unit tests with a fake clock)."""
+
+    def __init__(self, ask):
+        self.ask = ask
+        self.answer = None
+
+    def start(self, timeout):
+        self.answer = (self.ask(timeout),)
+
+    def done(self):
+        return self.answer is not None
+
+    def take(self):
+        answer, self.answer = self.answer, None
+        return answer[0]
+
+
+class BackgroundAsk(InlineAsk):
+    """Runs health requests in one daemon worker thread (started with the first request, one request at a time), so
+    that the wait loop keeps looking at the log and the processes every poll while one is under way: a request that
+    the dying server never answers (the one that killed it, say) cannot hold back the report of a death."""
+
+    def __init__(self, ask):
+        super(BackgroundAsk, self).__init__(ask)
+        self.requests = queue.Queue()
+        self.answered = threading.Event()  # set when the request under way has its answer
+        self.worker = None
+
+    def _work(self):
+        while True:
+            timeout = self.requests.get()
+            try:
+                self.answer = (self.ask(timeout),)
+            except Exception:  # noqa: BLE001 - a failed request is no answer, never the worker's end
+                self.answer = (None,)
+            self.answered.set()
+
+    def start(self, timeout):
+        if self.worker is None:
+            self.worker = threading.Thread(target=self._work, name="health", daemon=True)
+            self.worker.start()
+        self.answer = None
+        self.answered.clear()
+        self.requests.put(timeout)
+
+    def pause(self, seconds):
+        """Wait up to ``seconds``, less when the request under way gets its answer first."""
+        self.answered.wait(seconds)
+
+    def done(self):
+        return self.answered.is_set()
+
+
+class HealthWatch(object):
+    """Asks the health URL every ``interval`` s (at once when the log says the server may be up, or shows a
+    crash), one request at a time, without blocking the loop (``runner``: BackgroundAsk; InlineAsk in unit tests).
+    Candidates: ``ready`` (the last request answered 200; ``since`` = when it was sent) and ``unhealthy``
+    (``unhealthy_after`` failed requests in a row). Watching or attached (``patient``), a request may take
+    ``timeout`` s and failed ones are at least 1 s apart; waiting for a start, a request may take 0.5-2 s, never
+    much past the deadline."""
+
+    def __init__(self, runner, clock, log, t0, deadline, interval, timeout, unhealthy_after, patient):
+        self.runner = runner
+        self.clock = clock
+        self.log = log
+        self.deadline = deadline
+        self.interval = interval
+        self.timeout = timeout
+        self.unhealthy_after = unhealthy_after
+        self.patient = patient
+        self.next_at = t0
+        self.last_answer = t0  # when anything last answered (for the stall check)
+        self.polls = 0
+        self.fails = 0
+        self.last = None
+        self.ok_sent = None  # when the request that last answered 200 was sent
+        self.sent = None  # when the request under way was sent
+
+    def poll(self, now):
+        if self.log.woke:
+            self.next_at = now
+        if self.sent is None and now >= self.next_at:
+            self.sent = self.clock()
+            self.runner.start(self.timeout if self.patient else max(0.5, min(2.0, self.deadline - now)))
+        if self.sent is not None and self.runner.done():
+            code = self.runner.take()
+            self.polls += 1
+            self.last = code
+            self.fails = 0 if code == 200 else self.fails + 1
+            if code == 200:
+                self.ok_sent = self.sent
+            self.sent = None
+            gap = self.interval if code == 200 or not self.patient else max(self.interval, 1.0)
+            self.next_at = self.clock() + gap
+            if code is not None:
+                self.last_answer = self.clock()
+        if self.polls and self.fails == 0:
+            return Candidate("ready", since=self.ok_sent)
+        if self.fails >= self.unhealthy_after:
+            return Candidate("unhealthy")
+        return None
+
+    def summary(self):
+        return {"polls": self.polls, "failed_in_a_row": self.fails, "last": self.last}
+
+
+class ClockWatch(object):
+    """The deadline, and the stall: neither log growth nor any HTTP answer for ``stall_timeout`` s (0: off).
+    Candidates: ``stalled``, ``deadline``."""
+
+    def __init__(self, deadline, stall_timeout, log, health):
+        self.deadline = deadline
+        self.stall_timeout = stall_timeout
+        self.log = log
+        self.health = health
+
+    def poll(self, now):
+        if self.stall_timeout and now - max(self.log.last_growth, self.health.last_answer) >= self.stall_timeout:
+            return Candidate("stalled")
+        if now >= self.deadline:
+            return Candidate("deadline")
+        return None
+
+
+
+
+# ------------------------------------------------------------------------------ per-attempt logs
+def next_attempt(log_dir, name):
+    rx = re.compile(r"\A%s_r(\d+)\.log\Z" % re.escape(name))
+    best = 0
+    for entry in os.listdir(log_dir):
+        m = rx.match(entry)
+        if m:
+            best = max(best, int(m.group(1)))
+    return best + 1
+
+
+def prune_attempts(log_dir, name, keep):
+    if keep <= 0:
+        return []
+    rx = re.compile(r"\A%s_r(\d+)\.log\Z" % re.escape(name))
+    found = sorted((int(m.group(1)), e) for e in os.listdir(log_dir) for m in [rx.match(e)] if m)
+    removed = []
+    for _, entry in found[:-keep]:
+        try:
+            os.unlink(os.path.join(log_dir, entry))
+        except OSError:
+            continue  # not a file of ours to remove (a directory the service user made): left alone
+        removed.append(entry)
+    return removed
+
+
+def point_link(link, target):
+    """Point ``<name>.log`` at the latest attempt (a fresh temporary name, then an atomic rename). The link is a
+    convenience: when something in the service user's log dir is in the way, it is left as it is (False)."""
+    tmp = "%s.%s.tmp" % (link, secrets.token_hex(6))
+    try:
+        os.symlink(target, tmp)
+        os.rename(tmp, link)
+        return True
+    except OSError:
+        try:
+            os.unlink(tmp)
+        except OSError:
+            pass
+        return False
+
+
+# ------------------------------------------------------------------------------ the verdict in words
+def evidence_text(verdict, rc, died, health, candidates, timeout, stall_timeout):
+    """What proved a failure, in words: the process side, health or the clock, never a log line (decide())."""
+    if candidates.get("children") is not None and died is not None:
+        return "worker PID %d of the server died" % died[0]
+    if candidates.get("leader") is not None:
+        return "the server's leader process exited%s" % (" (rc=%s)" % rc if rc is not None else "")
+    if verdict in ("unhealthy", "crashed") and health is not None:
+        return "the health URL failed %d requests in a row (last: %s)" % (
+            health.fails, "no answer" if health.last is None else "HTTP %s" % health.last)
+    if verdict == "stalled":
+        return "no log output and no HTTP answer for %d s" % stall_timeout
+    return "not healthy after %d s" % timeout
+
+
+def explain(verdict, clf, state, elapsed, rc, died, attached, watch_mode=False, health=None, candidates=None,
+            timeout=0, stall_timeout=0, tail_lines=40, msg=None):
+    """The result fields of a verdict (``failed: True`` on a failure) and a warning to show (or None): what the
+    log says (class, hint, deciding line, traceback, tail) next to what acted (``evidence``)."""
+    r = {}
+    s = clf.summary()
+    r.update(
+        pid=state["pid"], log_path=state["log_path"], attempt=state.get("attempt"),
+        elapsed=round(elapsed, 3), phase=s["phase"], shards=s["shards"],
+        phases=[{"phase": ph["phase"], "elapsed": round(ph["at"], 3), "lineno": ph["lineno"]} for ph in clf.phases],
+        log_tail=clf.tail(tail_lines),
+    )
+    crash = clf.crash
+    if crash is None and verdict == "ready" and clf.dismissed:
+        crash = clf.dismissed[0]  # the first crash line the server outlived
+    explained = {}
+    if crash is not None:
+        explained = {"class": crash["class"], "hint": crash["hint"], "line": crash["line"],
+                     "lineno": crash["lineno"], "exception": crash.get("exception")}
+    if verdict == "ready":
+        if watch_mode:
+            r["msg"] = msg = "watched %.1f s: no crash, healthy" % elapsed
+        elif attached:
+            r["msg"] = msg = "attached to our server (same fingerprint) and it became healthy"
+        note = None
+        if crash is not None:
+            # The log shows a crash, but every process lives and health answered 200 to a request sent after
+            # the line was read: the line is explained, never acted on.
+            explained["acted_on"] = False
+            explained["why"] = ("every server process stayed alive and the health URL answered 200 to a request "
+                                "sent after this line was read")
+            r["log_crash"] = explained
+            note = ("the log shows %s at line %d (%s), but the server is alive and answering: nothing was stopped"
+                    % (crash["class"], crash["lineno"], crash["line"].strip()[:160]))
+            r["msg"] = "%s; %s" % (msg or "healthy", note)
+        return r, note
+    if verdict == "crashed" or (crash is not None and verdict in ("exited", "child_died")):
+        cls, hint = crash["class"], crash["hint"]
+        r.update(deciding_line=crash["line"], deciding_lineno=crash["lineno"], crash_exception=crash.get("exception"),
+                 traceback=crash.get("traceback"))
+    elif verdict == "exited":
+        cls = "killed" if rc is not None and rc < 0 else "exited"
+        hint = ("the server exited (rc=%s) before it was healthy and its log names no known cause: "
+                "read log_tail" % rc)
+    elif verdict == "child_died":
+        cls = "child_died"
+        hint = ("a long-lived child of the server (PID %d) died while the parent lives on: the server "
+                "cannot serve and would hang (the kernel OOM killer is a common cause: dmesg -T | grep -i oom)" % died[0])
+    elif verdict == "unhealthy":
+        cls = "unhealthy"
+        hint = "the server is running but its health URL does not answer 200: read log_tail"
+    elif verdict == "stalled":
+        cls = "stalled"
+        hint = ("no log output and no HTTP answer for %d s in phase '%s': the server looks hung"
+                % (stall_timeout, s["phase"]))
+    else:
+        cls = "timeout"
+        hint = ("not healthy after %d s (phase '%s'); raise timeout if the load is just slow"
+                % (timeout, s["phase"]))
+    if died is not None:
+        r["dead_child_pid"] = died[0]
+    r["evidence"] = evidence_text(verdict, rc, died, health, candidates or {}, timeout, stall_timeout)
+    if crash is not None and "deciding_line" not in r:
+        explained["acted_on"] = True
+        r["log_crash"] = explained  # what the log says, next to what proved the failure
+    r.update(crash_class=cls, hint=hint, rc=rc)
+    if verdict == "timeout":
+        lead = "timed out after %d s in phase '%s'" % (timeout, s["phase"])
+    else:
+        detail = r.get("crash_exception")
+        lead = "%s: %s%s" % ({"unhealthy": "server unhealthy", "stalled": "server hung"}.get(verdict, "server crashed"),
+                             cls, " (%s)" % detail[:200] if detail else "")
+    r["msg"] = "%s — %s (evidence: %s; see log_tail, %s)" % (lead, hint, r["evidence"], state["log_path"])
+    if crash is not None and "deciding_line" not in r:
+        r["msg"] += " — the log shows %s at line %d: %s" % (crash["class"], crash["lineno"], crash["line"].strip()[:200])
+    r["failed"] = True
+    return r, None
+
+
+# ------------------------------------------------------------------------------ one server's watchers together
+class Watch(object):
+    """The five watchers over one server and one look at them (``look``): what ``wait_for_model`` and the host
+    watcher program both run. ``settings``: health_url-less numbers (health_interval, health_timeout,
+    unhealthy_after, child_grace, settle_time, stall_timeout); ``watching``: a watch of a serving server (its
+    window runs to ``deadline``); ``patient``: health requests get their full timeout (a watch, an attach)."""
+
+    def __init__(self, follower, classifier, t0, deadline, clock, handle, pid, procs, start_time, ask, background,
+                 settings, watching=False, patient=False):
+        self.clock = clock
+        self.watching = watching
+        self.settle_time = settings["settle_time"]
+        self.log = LogWatch(follower, classifier, t0)
+        self.leader = LeaderWatch(handle, pid, procs, start_time)
+        self.children = ChildrenWatch(pid, procs, settings["child_grace"])
+        self.health = HealthWatch(BackgroundAsk(ask) if background else InlineAsk(ask), clock, self.log, t0, deadline,
+                                  settings["health_interval"], settings["health_timeout"], settings["unhealthy_after"],
+                                  patient=patient)
+        self.clockwatch = ClockWatch(deadline, 0 if watching else settings["stall_timeout"], self.log, self.health)
+        self.watchers = (("log", self.log), ("leader", self.leader), ("children", self.children),
+                         ("health", self.health), ("clock", self.clockwatch))
+        self.candidates = {}
+
+    def look(self, now):
+        """Poll every watcher once; the verdict, or None to keep waiting."""
+        candidates = dict((name, watcher.poll(now)) for name, watcher in self.watchers)
+        if outlived(candidates) and self.watching:
+            # The server answered after the crash line: the line was not its death. Set it aside (it is
+            # reported as log_crash) so that a later crash is named by its own line.
+            self.log.dismiss()
+            candidates["log"] = None
+        verdict = decide(candidates, now, self.watching, self.settle_time)
+        if verdict in CONFIRMED_BY_THE_LOG:
+            candidates["log"] = self.log.poll(now)  # one more look: a crash line just written wants a later 200
+            verdict = decide(candidates, now, self.watching, self.settle_time)
+        self.candidates = candidates
+        return verdict
+
+    def pause(self, seconds, sleep, real):
+        """Wait ``seconds`` before the next look; with the real clock, less when a health answer comes in first."""
+        if self.health.sent is not None and real and isinstance(self.health.runner, BackgroundAsk):
+            self.health.runner.pause(seconds)
+        else:
+            sleep(seconds)
+
+    def drain(self, verdict, settle_time, poll_interval, sleep):
+        """Read what is left of the log. When the process side spoke first, give the log the settle time to say why."""
+        clf = self.log.clf
+        clf.feed(self.log.follower.read())
+        if verdict in ("exited", "child_died", "crashed"):
+            end = self.clock() + settle_time
+            while not (clf.crash is not None and clf.settled) and self.clock() < end:
+                sleep(poll_interval)
+                clf.feed(self.log.follower.read())
+            clf.finalize()

@@ -1,0 +1,413 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, eagle-deploy contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The host watcher program: what ``sglang-<name>.service`` runs (``Type=notify``).
+
+    python3 -I <run_dir>/watcher/sglang_watcher.py RUN_DIR NAME
+
+Standard library only, plus the module_utils it is installed with (``wait_for_model`` copies this file,
+``sglang_watch``, ``sglang_log``, ``sglang_proc``, ``sglang_redact`` and ``sglang_progress`` into
+``<run_dir>/watcher/``, root-owned). It:
+
+* reads its configuration from ``<run_dir>/<name>.watcher.json`` (written by ``wait_for_model``, 0600, trusted only
+  through the root-owned run dir): the server's argv, environment (secrets included), user, working directory, log
+  dir, health URL and the wait's numbers;
+* starts SGLang as its child, as the service user, in a session of its own, its output through a pipe;
+* writes that output into the attempt's log ``<log_dir>/<name>_r<N>.log`` with every secret replaced by ``***``
+  (``sglang_redact.Redactor``), and the same redacted lines to its own stdout (the journal);
+* records the run state ``<run_dir>/<name>.json`` (what ``wait_for_model`` and ``gpu_facts`` call ours);
+* follows the log and the processes with ``sglang_watch.Watch`` (the same watchers and ``decide()`` as
+  ``wait_for_model``: text never acts alone) and tells systemd: ``STATUS=`` at every phase and shard,
+  ``EXTEND_TIMEOUT_USEC`` only while the log moves (a slow load that moves never times out; a stuck one fails by
+  ``TimeoutStartSec``), ``READY=1`` only once the health URL (``/health_generate``: a real generation) answered 200;
+* keeps its state in ``<run_dir>/<name>.status.json`` (phase, shards, phases, verdict and the verdict's report) and
+  the load's phase durations in ``<run_dir>/<name>.loads.json`` once it is ready (the next load's ETA);
+* on a failure, prints the class and the evidence, and exits ``EXIT_PERMANENT`` (78) when a restart cannot fix it
+  (any failure before ready except a hang: bad config, OOM at load, the early-init AttributeError on the readiness
+  decode) or ``EXIT_RESTARTABLE`` (69) otherwise (the unit has ``RestartPreventExitStatus=78``);
+* on SIGTERM (``systemctl stop``; systemd signals the whole cgroup) writes the server's last lines and exits 0.
+
+Without ``NOTIFY_SOCKET`` (not started by systemd) the notifications are skipped and everything else is the same.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import pwd
+import secrets
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+
+if __name__ == "__main__":  # run as a program: its module_utils lie next to it (python -I keeps them off sys.path)
+    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+try:
+    from ansible.module_utils import sglang_proc, sglang_progress, sglang_redact, sglang_watch
+    from ansible.module_utils.sglang_log import LogClassifier, LogFollower
+except ImportError:  # the installed program
+    import sglang_proc
+    import sglang_progress
+    import sglang_redact
+    import sglang_watch
+    from sglang_log import LogClassifier, LogFollower
+
+EXIT_STOPPED = 0
+EXIT_RESTARTABLE = 69  # EX_UNAVAILABLE: a serving server died, or a load hung; Restart=on-failure may help
+EXIT_PERMANENT = 78  # EX_CONFIG: a start that failed; restarting repeats it (RestartPreventExitStatus=78)
+EXIT_SETUP = 71  # EX_OSERR: the watcher could not set up (config, log file, spawn); the message says why
+
+# The files the program is installed with (wait_for_model copies them into <run_dir>/watcher/).
+PROGRAM_FILES = ("sglang_watcher.py", "sglang_watch.py", "sglang_log.py", "sglang_proc.py", "sglang_redact.py",
+                 "sglang_progress.py")
+CONFIG = "%s.watcher.json"
+STATUS = "%s.status.json"
+SERVE_POLL = 0.5  # s between looks at a serving server's processes
+EXTEND_EVERY = 5.0  # s at least between two EXTEND_TIMEOUT_USEC (each one counts from when it is received)
+
+
+def duration(seconds):
+    """``4m12s``, ``1h02m``, ``37s``."""
+    seconds = int(round(seconds))
+    if seconds >= 3600:
+        return "%dh%02dm" % (seconds // 3600, seconds % 3600 // 60)
+    if seconds >= 60:
+        return "%dm%02ds" % (seconds // 60, seconds % 60)
+    return "%ds" % seconds
+
+
+def exit_status(verdict, ready):
+    """The exit status for a failure: a start that failed is not retried (except a hang); a serving server is."""
+    if not ready and verdict != "stalled":
+        return EXIT_PERMANENT
+    return EXIT_RESTARTABLE
+
+
+# ------------------------------------------------------------------------------ systemd
+class Notifier(object):
+    """sd_notify(3) over ``NOTIFY_SOCKET`` (a datagram socket; ``@`` = the abstract namespace). No socket: no-op."""
+
+    def __init__(self, address=None):
+        address = os.environ.get("NOTIFY_SOCKET") if address is None else address
+        self.sock = None
+        self.sent = []  # the last messages, for the status file and tests
+        if address:
+            if address.startswith("@"):
+                address = "\0" + address[1:]
+            self.address = address
+            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM | socket.SOCK_CLOEXEC)
+
+    def send(self, **fields):
+        text = "\n".join("%s=%s" % (k, v) for k, v in fields.items())
+        self.sent = (self.sent + [text])[-20:]
+        if self.sock is None:
+            return
+        try:
+            self.sock.sendto(text.encode("utf-8", "replace"), self.address)
+        except OSError:
+            pass  # systemd went away (shutdown): the server is not the notifier's to stop
+
+
+# ------------------------------------------------------------------------------ the log writer thread
+class LogCopy(threading.Thread):
+    """Copies the server's pipe into the log file and to ``echo`` (the journal), secrets replaced, until end of file
+    (the last server process closed its end)."""
+
+    def __init__(self, pipe_fd, log_fd, secrets_, echo_fd=None):
+        super(LogCopy, self).__init__(name="log-copy", daemon=True)
+        self.pipe_fd, self.log_fd, self.echo_fd = pipe_fd, log_fd, echo_fd
+        self.redactor = sglang_redact.Redactor(secrets_)
+        self.lost = 0
+
+    def _out(self, data):
+        if not data:
+            return
+        if not sglang_redact._write_all(self.log_fd, data, os.write):  # noqa: SLF001 - the writer's own helper
+            self.lost += len(data)
+        if self.echo_fd is not None:
+            sglang_redact._write_all(self.echo_fd, data, os.write)  # noqa: SLF001 - the journal may drop it
+
+    def run(self):
+        while True:
+            try:
+                data = os.read(self.pipe_fd, sglang_redact.READ_SIZE)
+            except InterruptedError:
+                continue
+            if not data:
+                break
+            self._out(self.redactor.feed(data))
+        self._out(self.redactor.flush())
+        os.close(self.pipe_fd)
+
+
+# ------------------------------------------------------------------------------ the program
+class Watcher(object):
+    def __init__(self, run_dir, name, notifier=None, clock=time.monotonic, wall=time.time):
+        self.run_dir, self.name = run_dir, name
+        self.notifier = notifier or Notifier()
+        self.clock, self.wall = clock, wall
+        self.cfg = None
+        self.stopping = False
+        self.status = {}
+        self.proc = None
+        self.state = None
+        self.copy = None
+
+    # ---------------------------------------------------------------- set-up
+    def load_config(self):
+        if not sglang_proc.safe_name(self.name):
+            raise SystemExit("sglang-watcher: name %r is not allowed" % self.name)
+        cfg = sglang_proc.read_json(self.run_dir, CONFIG % self.name)
+        if cfg is None:
+            raise SystemExit("sglang-watcher: %s/%s is missing or not JSON: run the playbook (wait_for_model writes "
+                             "it)" % (self.run_dir, CONFIG % self.name))
+        self.cfg = cfg
+        return cfg
+
+    def user(self):
+        name = self.cfg.get("user")
+        if not name:
+            return None
+        pw = pwd.getpwnam(name)
+        return pw.pw_uid, pw.pw_gid, os.getgrouplist(pw.pw_name, pw.pw_gid)
+
+    def open_attempt_log(self, user):
+        log_dir, name = self.cfg["log_dir"], self.name
+        attempt = sglang_watch.next_attempt(log_dir, name)
+        for _ in range(100):  # the service user may create the next name first: take the next free one
+            path = os.path.join(log_dir, "%s_r%d.log" % (name, attempt))
+            try:
+                fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640)
+                break
+            except FileExistsError:
+                attempt += 1
+        else:
+            raise SystemExit("sglang-watcher: no free attempt log name in %s" % log_dir)
+        if user is not None:
+            os.fchown(fd, user[0], user[1])
+        sglang_watch.point_link(os.path.join(log_dir, "%s.log" % name), os.path.basename(path))
+        return fd, path, attempt
+
+    def spawn(self, user, out_w, token):
+        cfg = self.cfg
+        env = dict(cfg["env"], **{sglang_proc.RUN_TOKEN_VAR: token})
+        kwargs = dict(user=user[0], group=user[1], extra_groups=user[2]) if user is not None else {}
+        return subprocess.Popen(cfg["argv"], stdin=subprocess.DEVNULL, stdout=out_w, stderr=subprocess.STDOUT,
+                                cwd=cfg.get("chdir") or None, env=env, close_fds=True, start_new_session=True,
+                                **kwargs)
+
+    def record(self, proc, attempt, log_path, token):
+        """The run state (``<name>.json``): the leader, as wait_for_model records a detached launch, plus the unit's
+        cgroup (ours) and this watcher."""
+        cfg = self.cfg
+        mine = sglang_proc.proc_cmdline(os.getpid())
+        cmdline = sglang_proc.proc_cmdline(proc.pid)
+        end = self.clock() + 2.0
+        while cmdline is not None and (not cmdline or cmdline == mine) and self.clock() < end:
+            time.sleep(0.005)  # until exec: the child still shows our command line
+            cmdline = sglang_proc.proc_cmdline(proc.pid)
+        if not cmdline or cmdline == mine:
+            cmdline = list(cfg["argv"]) if cmdline is not None else None
+        cgroup = None
+        unit = cfg.get("unit")
+        rel = sglang_proc.proc_cgroup(os.getpid())
+        mount = sglang_proc.cgroup2_mount()
+        if unit and rel and mount and os.path.basename(rel.rstrip("/")) == unit:
+            cgroup = {"mount": mount, "path": rel, "dedicated": True, "unit": unit}
+        state = {
+            "pid": proc.pid, "start_time": sglang_proc.proc_start_time(proc.pid), "boot_id": sglang_proc.boot_id(),
+            "cmdline": cmdline, "fingerprint": cfg.get("fingerprint"), "fingerprint_parts": cfg.get("fingerprint_parts"),
+            "attempt": attempt, "log_path": log_path, "started_at": self.wall(), "user": cfg.get("user") or
+            pwd.getpwuid(os.geteuid()).pw_name, "port": cfg.get("port"),
+            "tree_tracking": "cgroup" if cgroup else "session", "run_token": token, "cgroup": cgroup,
+            "launcher": "systemd" if unit else "detached", "unit": unit,
+            "watcher": {"pid": os.getpid(), "start_time": sglang_proc.proc_start_time(os.getpid()), "cmdline": mine},
+        }
+        sglang_proc.write_state(self.run_dir, self.name, state)
+        self.state = state
+        return state
+
+    # ---------------------------------------------------------------- status
+    def write_status(self, **fields):
+        self.status.update(fields, updated=self.wall())
+        try:
+            sglang_proc.write_files(self.run_dir, ((STATUS % self.name, json.dumps(self.status, sort_keys=True)),))
+        except (OSError, sglang_proc.UntrustedState) as e:
+            sys.stderr.write("sglang-watcher: cannot write the status file: %s\n" % e)
+
+    def say(self, text):
+        sys.stderr.write("sglang-watcher: %s\n" % text)
+        sys.stderr.flush()
+
+    # ---------------------------------------------------------------- run
+    def run(self):
+        cfg = self.load_config()
+        settings = cfg["settings"]
+        user = self.user()
+        signal.signal(signal.SIGTERM, self._on_term)
+        signal.signal(signal.SIGINT, self._on_term)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        log_fd, log_path, attempt = self.open_attempt_log(user)
+        token = "%s:%s" % (self.name, secrets.token_hex(16))
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            self.proc = self.spawn(user, out_w, token)
+        except OSError as e:
+            os.close(out_r)
+            self.write_status(launch=cfg.get("launch"), attempt=attempt, log_path=log_path, verdict="exited",
+                              report={"crash_class": "exited", "msg": "could not start %s: %s" % (cfg["argv"][0], e)})
+            self.say("failed: could not start %s: %s" % (cfg["argv"][0], e))
+            return EXIT_PERMANENT
+        finally:
+            os.close(out_w)
+        self.copy = LogCopy(out_r, log_fd, cfg.get("secrets") or [], echo_fd=1 if cfg.get("journal", True) else None)
+        self.copy.start()
+        t0 = self.clock()
+        started_wall = self.wall()
+        self.status = {"launch": cfg.get("launch"), "attempt": attempt, "log_path": log_path, "server_pid": self.proc.pid,
+                       "watcher_pid": os.getpid(), "started_at": started_wall, "phase": "launching",
+                       "status": sglang_progress.status_text("launching", None), "shards": None, "phases": [],
+                       "verdict": None, "report": None, "fingerprint": cfg.get("fingerprint"),
+                       "invocation": os.environ.get("INVOCATION_ID")}
+        state = self.record(self.proc, attempt, log_path, token)
+        sglang_watch.prune_attempts(cfg["log_dir"], self.name, cfg.get("keep_attempts", 20))
+        self.write_status()
+        self.notifier.send(STATUS=self.status["status"], MAINPID=os.getpid())
+        self.say("started %s (PID %d), attempt %d, log %s" % (cfg["argv"][0], self.proc.pid, attempt, log_path))
+
+        headers = cfg.get("headers") or {}
+        ask = lambda timeout: sglang_watch.http_status(cfg["health_url"], headers, timeout)  # noqa: E731 - one line
+        deadline = t0 + (cfg.get("timeout") or 10 ** 9)
+        log_read_fd = os.open(log_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        follower = LogFollower("/proc/self/fd/%d" % log_read_fd)
+        w = sglang_watch.Watch(follower, LogClassifier(clock=lambda: self.clock() - t0), t0, deadline, self.clock,
+                               self.proc, self.proc.pid, sglang_watch.ProcView(), state.get("start_time"), ask, True,
+                               settings)
+        extend_usec = int(settings.get("extend_timeout", 0) * 1e6)
+        last_extend = moved = None
+        shown = None
+        verdict = None
+        while not self.stopping:
+            now = self.clock()
+            verdict = w.look(now)
+            clf = w.log.clf
+            view = (clf.phase, tuple(clf.shards) if clf.shards else None)
+            if view != shown:
+                shown = view
+                text = sglang_progress.status_text(clf.phase, list(clf.shards) if clf.shards else None)
+                self.write_status(phase=clf.phase, shards=list(clf.shards) if clf.shards else None, status=text,
+                                  phases=[{"phase": ph["phase"], "at": round(ph["at"], 3)} for ph in clf.phases])
+                self.notifier.send(STATUS=text)
+            if extend_usec and w.log.last_growth != moved and (last_extend is None or now - last_extend >= EXTEND_EVERY):
+                # The log moved: the start may take another extend_timeout from now (a stuck load gets no more).
+                moved, last_extend = w.log.last_growth, now
+                self.notifier.send(EXTEND_TIMEOUT_USEC=extend_usec)
+            if verdict is not None:
+                break
+            w.pause(settings["poll_interval"], time.sleep, True)
+        if self.stopping:
+            return self.stopped(follower, w)
+        elapsed = self.clock() - t0
+        if verdict == "ready":
+            return self.serve(w, follower, state, elapsed)
+        return self.failed(w, follower, state, verdict, elapsed, ready=False)
+
+    def _on_term(self, signum, frame):
+        self.stopping = True
+
+    def serve(self, w, follower, state, elapsed):
+        """Ready: tell systemd, keep the load's phase durations, then watch the processes until they end."""
+        clf = w.log.clf
+        fields, note = sglang_watch.explain("ready", clf, state, elapsed, None, None, False)
+        phases = [{"phase": ph["phase"], "at": round(ph["at"], 3)} for ph in clf.phases]
+        total = round(elapsed, 3)
+        text = "serving (ready %s after the launch)" % duration(total)
+        self.write_status(verdict="ready", phase="ready", status=text, phases=phases, ready_after=total, report=fields)
+        try:
+            sglang_progress.record_load(self.run_dir, self.name, {
+                "attempt": state["attempt"], "finished_at": self.wall(), "total": total, "phases": phases,
+                "shards": clf.shards[1] if clf.shards else None})
+        except (OSError, sglang_proc.UntrustedState) as e:
+            self.say("cannot record the load's durations: %s" % e)
+        self.notifier.send(READY=1, STATUS=text)
+        self.say("ready after %.1f s%s" % (elapsed, "; " + note if note else ""))
+        while not self.stopping:
+            now = self.clock()
+            leader = w.leader.poll(now)
+            children = None if leader is not None else w.children.poll(now)
+            if leader is not None or children is not None:
+                # Evidence: the serving server's leader exited or a worker died. The log names the cause.
+                w.candidates = {"leader": leader, "children": children}
+                return self.failed(w, follower, state, (leader or children).verdict, self.clock() - w.log.t0,
+                                   ready=True)
+            clf.feed(follower.read())
+            time.sleep(SERVE_POLL)
+        return self.stopped(follower, w)
+
+    def failed(self, w, follower, state, verdict, elapsed, ready):
+        settings = self.cfg["settings"]
+        w.drain(verdict, settings["settle_time"], settings["poll_interval"], time.sleep)
+        fields, _note = sglang_watch.explain(verdict, w.log.clf, state, elapsed, w.leader.rc, w.children.died, False,
+                                             False, w.health, w.candidates, timeout=self.cfg.get("timeout") or 0,
+                                             stall_timeout=settings["stall_timeout"],
+                                             tail_lines=self.cfg.get("tail_lines", 40))
+        code = exit_status(verdict, ready)
+        cls = fields.get("crash_class", verdict)
+        text = "failed: %s: %s" % (cls, fields.get("evidence", ""))
+        fields["exit_status"] = code
+        fields["after_ready"] = ready
+        self.write_status(verdict=cls, status=text, report=fields)
+        self.notifier.send(STATUS=text, ERRNO=code)
+        self.say("%s (%s)%s" % (text, fields.get("hint", ""), "; not restarted: a restart would repeat it"
+                                if code == EXIT_PERMANENT else ""))
+        self.end_tree()
+        follower.close()
+        return code
+
+    def stopped(self, follower, w):
+        self.notifier.send(STOPPING=1, STATUS="stopping")
+        # systemd SIGKILLs what is left after TimeoutStopSec (stop_timeout): end before it, with the last lines
+        self.end_tree(grace=max(1.0, float(self.cfg.get("stop_timeout", 30)) - 2.0))
+        self.write_status(verdict="stopped", status="stopped")
+        follower.close()
+        return EXIT_STOPPED
+
+    def end_tree(self, grace=10.0):
+        """Stop the server's session (systemd also stops the unit's cgroup once we exit) and let the log writer
+        write its last lines."""
+        proc = self.proc
+        if proc is not None and proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except OSError:
+                pass
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+                proc.wait()
+        if self.copy is not None:
+            self.copy.join(timeout=5.0)
+
+
+def main(argv=None):
+    argv = sys.argv[1:] if argv is None else argv
+    if len(argv) != 2:
+        sys.stderr.write("usage: sglang_watcher.py RUN_DIR NAME\n")
+        return 64
+    try:
+        return Watcher(argv[0], argv[1]).run()
+    except sglang_proc.UntrustedState as e:
+        sys.stderr.write("sglang-watcher: %s\n" % e)
+        return EXIT_PERMANENT
+
+
+if __name__ == "__main__":
+    sys.exit(main())

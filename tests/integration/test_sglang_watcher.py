@@ -1,0 +1,172 @@
+"""The host watcher program (module_utils/sglang_watcher.py) as systemd runs it, with real processes: the SGLang
+emulator as its server, a datagram socket of the test as NOTIFY_SOCKET (what systemd reads), the program installed
+from the module_utils files as wait_for_model installs it (python3 -I, its files side by side)."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import time
+
+import pytest
+
+from ansible.module_utils import sglang_proc, sglang_watcher
+
+from ansible_run import EMULATOR, REPO, TARGET_PYTHON, free_port
+
+SECRET = "sk-watcher-test-0123456789"
+
+
+class Watched(object):
+    """One watcher run: its run dir, log dir, notify socket and process."""
+
+    def __init__(self, tmp_path):
+        self.run_dir = str(tmp_path / "run")
+        self.log_dir = str(tmp_path / "logs")
+        os.makedirs(os.path.join(self.run_dir, "watcher"), mode=0o755)
+        os.chmod(self.run_dir, 0o755)
+        os.makedirs(self.log_dir)
+        for fname in sglang_watcher.PROGRAM_FILES:
+            shutil.copy(os.path.join(REPO, "module_utils", fname), os.path.join(self.run_dir, "watcher", fname))
+        self.port = free_port()
+        self.sock_path = str(tmp_path / "notify.sock")
+        self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        self.sock.bind(self.sock_path)
+        self.sock.settimeout(0.2)
+        self.messages = []
+        self.proc = None
+
+    def start(self, scenario="normal", load=2.0, shards=4, stall=30, secrets=(), extra=()):
+        config = {
+            "launch": "t1", "argv": [TARGET_PYTHON, EMULATOR, "--port", str(self.port), "--model-path", "/models/tiny",
+                                     "--emulator-scenario", scenario, "--emulator-load-seconds", str(load),
+                                     "--emulator-shards", str(shards), "--emulator-capture-seconds", "0.3"] + list(extra),
+            "env": {"PATH": os.environ["PATH"], "PYTHONUNBUFFERED": "1", "SECRET_TOKEN": SECRET},
+            "chdir": self.log_dir, "user": None, "log_dir": self.log_dir,
+            "health_url": "http://127.0.0.1:%d/health_generate" % self.port, "headers": {},
+            "secrets": list(secrets), "fingerprint": "f" * 64, "fingerprint_parts": {}, "port": self.port,
+            "keep_attempts": 5, "unit": None, "timeout": 0, "stop_timeout": 10, "tail_lines": 20,
+            "settings": {"health_interval": 0.25, "health_timeout": 10, "unhealthy_after": 3, "child_grace": 2.0,
+                         "settle_time": 0.3, "stall_timeout": stall, "poll_interval": 0.1, "extend_timeout": 40},
+        }
+        sglang_proc.write_files(self.run_dir, ((sglang_watcher.CONFIG % "emu", json.dumps(config)),), mode=0o600)
+        program = os.path.join(self.run_dir, "watcher", "sglang_watcher.py")
+        env = {"PATH": os.environ["PATH"], "NOTIFY_SOCKET": self.sock_path}
+        self.proc = subprocess.Popen([TARGET_PYTHON, "-I", program, self.run_dir, "emu"], env=env,
+                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        return self
+
+    def notes(self, until, timeout):
+        """Notify messages until one contains ``until`` (or the watcher ended); the list."""
+        end = time.monotonic() + timeout
+        while time.monotonic() < end:
+            try:
+                self.messages.append(self.sock.recv(65536).decode())
+            except socket.timeout:
+                if self.proc.poll() is not None:
+                    break
+                continue
+            if until in self.messages[-1]:
+                return self.messages
+        raise AssertionError("no notify message with %r in %s s: %s" % (until, timeout, self.messages[-10:]))
+
+    def status(self):
+        return sglang_proc.read_json(self.run_dir, sglang_watcher.STATUS % "emu")
+
+    def end(self, timeout=30):
+        out, err = self.proc.communicate(timeout=timeout)
+        return self.proc.returncode, out.decode(errors="replace"), err.decode(errors="replace")
+
+    def cleanup(self):
+        if self.proc is not None and self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGKILL)
+            self.proc.wait()
+        state = sglang_proc.read_state(self.run_dir, "emu")
+        if state and state.get("pid"):
+            for pid in sglang_proc.our_tree(state):
+                try:
+                    os.kill(pid, signal.SIGKILL)
+                except OSError:
+                    pass
+        self.sock.close()
+
+
+@pytest.fixture
+def watched(tmp_path):
+    w = Watched(tmp_path)
+    yield w
+    w.cleanup()
+
+
+def test_phases_ready_then_a_clean_stop(watched):
+    watched.start(load=2.0, shards=4, secrets=[SECRET])
+    notes = watched.notes("READY=1", 60)
+    statuses = [m.split("STATUS=", 1)[1].split("\n")[0] for m in notes if "STATUS=" in m]
+    assert any("loading weights" in s and "/4 shards" in s for s in statuses), statuses
+    assert any("EXTEND_TIMEOUT_USEC=40000000" in m for m in notes)
+    ready = [m for m in notes if "READY=1" in m][0]
+    assert "STATUS=serving" in ready
+    st = watched.status()
+    assert st["verdict"] == "ready" and st["launch"] == "t1" and st["attempt"] == 1
+    assert [p["phase"] for p in st["phases"]][:2] == ["launching", "loading_weights"]
+    state = sglang_proc.read_state(watched.run_dir, "emu")
+    assert state["pid"] == st["server_pid"] and sglang_proc.state_is_alive_and_ours(state)
+    assert state["watcher"]["pid"] == watched.proc.pid
+    loads = json.loads(open(os.path.join(watched.run_dir, "emu.loads.json")).read())["loads"]
+    assert loads[-1]["attempt"] == 1 and loads[-1]["total"] > 2.0
+    tree = set(sglang_proc.our_tree(state))
+    assert tree
+    # systemctl stop: SIGTERM (systemd signals the cgroup; here the watcher alone, it stops the server's session)
+    os.kill(watched.proc.pid, signal.SIGTERM)
+    rc, out, _err = watched.end()
+    assert rc == sglang_watcher.EXIT_STOPPED
+    assert watched.status()["verdict"] == "stopped"
+    assert not [p for p in tree if sglang_proc.pid_alive(p)]
+    with open(st["log_path"]) as fh:
+        log = fh.read()
+    assert "fired up" in log
+    assert SECRET not in log and SECRET not in out  # the log file and the journal (stdout) are redacted
+
+
+def test_a_start_that_fails_exits_78_with_its_class(watched):
+    watched.start(scenario="crash_loading", load=2.0, shards=4)
+    rc, _out, err = watched.end(timeout=60)
+    assert rc == sglang_watcher.EXIT_PERMANENT
+    st = watched.status()
+    assert st["verdict"] == "cuda_oom" and st["report"]["crash_class"] == "cuda_oom"
+    assert st["report"]["exit_status"] == 78 and st["report"]["after_ready"] is False
+    assert "OutOfMemoryError" in (st["report"].get("crash_exception") or "")
+    assert "failed: cuda_oom" in err and "not restarted" in err
+    watched.notes("failed: cuda_oom", 5)
+    state = sglang_proc.read_state(watched.run_dir, "emu")
+    assert not sglang_proc.our_tree(state)
+
+
+def test_a_serving_server_whose_worker_is_killed_exits_69(watched):
+    watched.start(load=1.0, shards=2)
+    watched.notes("READY=1", 60)
+    state = sglang_proc.read_state(watched.run_dir, "emu")
+    workers = [pid for pid in sglang_proc.our_tree(state) if pid != state["pid"]
+               and "sglang::scheduler" in " ".join(sglang_proc.proc_cmdline(pid) or [])]
+    if not workers:  # the emulator's children carry multiprocessing command lines
+        workers = [pid for pid in sglang_proc.our_tree(state) if pid != state["pid"]]
+    assert workers
+    t0 = time.monotonic()
+    os.kill(workers[0], signal.SIGKILL)
+    rc, _out, err = watched.end(timeout=60)
+    assert rc == sglang_watcher.EXIT_RESTARTABLE, err
+    st = watched.status()
+    assert st["report"]["after_ready"] is True and st["report"]["exit_status"] == 69
+    assert st["verdict"] in ("child_died", "killed", "child_sigquit", "exited", "python_exception"), st["verdict"]
+    assert "evidence" in st["report"]
+    assert time.monotonic() - t0 < 20
+
+
+def test_a_hang_is_stalled_and_may_be_retried(watched):
+    watched.start(scenario="hang", stall=3)
+    rc, _out, err = watched.end(timeout=60)
+    assert rc == sglang_watcher.EXIT_RESTARTABLE, err
+    assert watched.status()["verdict"] == "stalled"

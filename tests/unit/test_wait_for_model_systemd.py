@@ -1,0 +1,183 @@
+"""wait_for_model with launcher=systemd, systemctl faked: what it writes (the unit, the watcher program and its 0600
+config), what it asks systemd, and how it reads the watcher's status file. No process, no sleep: the fake
+systemctl plays systemd and the watcher on the harness's fake clock."""
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+
+import wait_for_model as wfm
+from ansible.module_utils import sglang_proc, sglang_watcher
+from module_harness import module_exits, run, world  # noqa: F401 - fixtures
+
+pytestmark = pytest.mark.usefixtures("module_exits")
+
+
+def test_runs_as_root():
+    # launcher=systemd needs root, and CI runs as root: these tests fail loudly elsewhere instead of skipping.
+    assert os.geteuid() == 0
+
+
+class FakeSystemd(object):
+    """systemctl as the module calls it; ``start`` makes the fake watcher write its status file over time."""
+
+    def __init__(self, world, unit_dir, script):
+        self.world = world
+        self.unit_dir = unit_dir
+        self.script = script  # [(t after start, status fields)]
+        self.calls = []
+        self.active = "inactive"
+        self.started = 0
+
+    def __call__(self, *args):
+        self.calls.append(args)
+        if args[0] == "enable":
+            wants = os.path.join(self.unit_dir, "multi-user.target.wants")
+            os.makedirs(wants, exist_ok=True)
+            os.symlink(os.path.join(self.unit_dir, args[1]), os.path.join(wants, args[1]))
+        if args[0] in ("stop", "disable"):
+            self.active = "inactive"
+        if args[0] == "start":
+            self.started += 1
+            self.active = "activating"
+            self.world.t0 = self.world.now
+            config = sglang_proc.read_json(self.world.log_dir, sglang_watcher.CONFIG % "sglang")
+            for t, fields in self.script:
+                self.world.at(t, self._writer(config["launch"], fields))
+        return 0, "", ""
+
+    def _writer(self, launch, fields):
+        def write():
+            st = {"launch": launch, "attempt": 3, "log_path": os.path.join(self.world.log_dir, "sglang_r3.log"),
+                  "server_pid": 4100000, "started_at": 0.0, "phase": "launching", "phases": [], "verdict": None}
+            st.update(fields)
+            if st["verdict"] == "ready":
+                self.active = "active"
+            elif st["verdict"]:
+                self.active = "failed"
+            sglang_proc.write_files(self.world.log_dir, ((sglang_watcher.STATUS % "sglang", json.dumps(st)),))
+        return write
+
+    def show(self, unit):
+        self.calls.append(("show", unit))
+        return {"ActiveState": self.active, "SubState": "start", "Result": "success", "NRestarts": "0",
+                "ExecMainStatus": "78" if self.active == "failed" else "0", "UnitFileState": "enabled"}
+
+    def names(self):
+        return [c[0] for c in self.calls]
+
+
+def systemd_run(world, script, check_mode=False, **args):  # noqa: F811 - world is the fixture's value
+    unit_dir = os.path.join(world.log_dir, "units")
+    os.makedirs(unit_dir, exist_ok=True)
+    fake = FakeSystemd(world, unit_dir, script)
+    params = dict(launcher="systemd", unit_dir=unit_dir, api_key="sk-unit-0123456789", run_as=None)
+    params.update(args)
+    status, result = run(world, check_mode=check_mode, inject={"systemctl": fake, "booted": lambda: (True, None)},
+                         **params)
+    return status, result, fake
+
+
+READY = [(0.5, {"phase": "loading_weights", "shards": [1, 4], "phases": [{"phase": "launching", "at": 0},
+                                                                       {"phase": "loading_weights", "at": 0.4}]}),
+         (3.0, {"verdict": "ready", "phase": "ready", "ready_after": 3.0,
+                "phases": [{"phase": "launching", "at": 0}, {"phase": "loading_weights", "at": 0.4},
+                           {"phase": "ready", "at": 2.9}],
+                "report": {"phases": [], "log_tail": ["... fired up"], "shards": [4, 4]}})]
+
+
+def test_launch_writes_the_unit_the_program_and_a_private_config_then_waits_for_ready(world):  # noqa: F811
+    status, r, fake = systemd_run(world, READY)
+    assert status == "ok", r
+    assert r["changed"] and r["launcher"] == "systemd" and r["unit"] == "sglang-sglang.service"
+    assert r["pid"] == 4100000 and r["attempt"] == 3 and r["phase"] == "ready"
+    assert r["progress"]["launcher"] == "systemd" and r["progress"]["eta"] == 0.0
+    names = fake.names()
+    assert names.index("daemon-reload") < names.index("enable") < names.index("start")
+    assert ("start", "--no-block", "sglang-sglang.service") in fake.calls  # a notify start would block till READY
+    assert ("reset-failed", "sglang-sglang.service") in fake.calls
+    unit = open(os.path.join(fake.unit_dir, "sglang-sglang.service")).read()
+    for line in ("Type=notify", "KillMode=control-group", "LimitMEMLOCK=infinity", "Restart=on-failure",
+                 "RestartPreventExitStatus=78", "TimeoutStopSec=30s", "TimeoutStartSec=180s",
+                 "WantedBy=multi-user.target", "NotifyAccess=main"):
+        assert line in unit.splitlines(), line
+    assert unit.startswith(wfm.UNIT_MARK)
+    assert "sk-unit" not in unit  # the unit file is world-readable: no secret in it
+    program = os.path.join(world.log_dir, "watcher", "sglang_watcher.py")
+    assert ('"%s" "-I" "%s"' % (wfm.sys.executable, program)) in unit
+    for fname in sglang_watcher.PROGRAM_FILES:
+        path = os.path.join(world.log_dir, "watcher", fname)
+        assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
+        assert open(path, "rb").read() == open(os.path.join(os.path.dirname(wfm.__file__), "..", "module_utils", fname),
+                                               "rb").read()
+    cfg_path = os.path.join(world.log_dir, "sglang.watcher.json")
+    assert stat.S_IMODE(os.stat(cfg_path).st_mode) == 0o600
+    cfg = json.load(open(cfg_path))
+    assert cfg["headers"] == {"Authorization": "Bearer sk-unit-0123456789"} and "sk-unit-0123456789" in cfg["secrets"]
+    assert cfg["unit"] == "sglang-sglang.service" and cfg["settings"]["extend_timeout"] == 180
+
+
+def test_a_failed_start_reports_the_watchers_class_and_leaves_the_failed_unit(world):  # noqa: F811
+    report = {"failed": True, "crash_class": "cuda_oom", "hint": "lower --mem-fraction-static",
+              "deciding_line": "torch.OutOfMemoryError: CUDA out of memory", "exit_status": 78,
+              "evidence": "the server's leader process exited (rc=1)", "msg": "server crashed: cuda_oom",
+              "log_tail": ["..."]}
+    status, r, fake = systemd_run(world, [(2.0, {"verdict": "cuda_oom", "report": report})])
+    assert status == "failed"
+    assert r["crash_class"] == "cuda_oom" and r["exit_status"] == 78
+    assert "not restarted" in r["msg"] and "journalctl -u sglang-sglang.service" in r["msg"]
+    assert r["unit_state"]["ActiveState"] == "failed"
+    assert "stop" not in fake.names()  # the failed unit stays for systemctl status; nothing runs in it
+
+
+def test_the_module_timeout_stops_a_unit_still_loading(world):  # noqa: F811
+    status, r, fake = systemd_run(world, READY[:1], timeout=5)
+    assert status == "failed" and r["crash_class"] == "timeout"
+    assert ("stop", "sglang-sglang.service") in fake.calls
+
+
+def test_a_step_ends_pending_with_progress(world):  # noqa: F811
+    status, r, fake = systemd_run(world, READY, step_time=1.0)
+    assert status == "ok" and r["pending"] is True and r["changed"]
+    assert r["progress"]["status"] == "loading weights 1/4 shards" and r["progress"]["shards"] == [1, 4]
+    assert r["progress"]["attempt"] == 3
+
+
+def test_a_unit_of_that_name_not_written_by_us_is_refused_before_anything(world):  # noqa: F811
+    unit_dir = os.path.join(world.log_dir, "units")
+    os.makedirs(unit_dir)
+    with open(os.path.join(unit_dir, "sglang-sglang.service"), "w") as fh:
+        fh.write("[Service]\nExecStart=/usr/bin/someone-elses\n")
+    status, r, fake = systemd_run(world, READY)
+    assert status == "failed" and "was not written by eagle-deploy" in r["msg"]
+    assert fake.calls == []
+
+
+def test_check_mode_writes_and_starts_nothing(world):  # noqa: F811
+    status, r, fake = systemd_run(world, READY, check_mode=True)
+    assert status == "ok" and r["changed"]
+    assert [c for c in fake.names() if c != "show"] == []
+    assert not os.path.exists(os.path.join(world.log_dir, "units", "sglang-sglang.service"))
+    assert not os.path.exists(os.path.join(world.log_dir, "sglang.watcher.json"))
+
+
+def test_stopped_disables_and_stops_the_unit(world):  # noqa: F811
+    systemd_run(world, READY)
+    status, r, fake = systemd_run(world, [], state="stopped")
+    assert status == "ok" and r["changed"]
+    assert ("disable", "--now", "sglang-sglang.service") in fake.calls
+
+
+def test_systemd_asked_where_it_does_not_run_is_refused(world):  # noqa: F811
+    status, r = run(world, launcher="systemd", inject={"booted": lambda: (False, "no /run/systemd/system")})
+    assert status == "failed" and "use launcher: detached" in r["msg"] and "Nothing was stopped" in r["msg"]
+    assert not world.spawned
+
+
+def test_auto_is_detached_without_systemd(world):  # noqa: F811
+    world.health = lambda t: 200 if t > 1 else None
+    status, r = run(world)
+    assert status == "ok" and r["launcher"] == "detached" and world.spawned
