@@ -127,7 +127,9 @@ def playbook(host, label, playbook_path, evars=None, background=False, record=No
         argv += ["-e", json.dumps({"eagle_systemd_record": record})]
     out = open(os.path.join(OUT, "%s.log" % label), "wb")
     log("ansible-playbook %s (%s)" % (os.path.basename(playbook_path), label))
-    proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO)
+    # molecule's environment forces colours; the recap is read from plain text.
+    env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
+    proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env)
     proc.label, proc.out, proc.t0 = label, out, time.monotonic()
     return proc if background else finish(host, proc)
 
@@ -247,7 +249,8 @@ def case_crash(host):
     # Longer than RestartSec: a restart loop would show here.
     settle = host.sample(name, port, 30, "ActiveState=never")
     save("crash", {"converge": converge, "kills": kills, "samples": samples, "failed": failed, "settle": settle,
-                   "final": host.show(name), "status": host.status(name), "tree_after": host.tree(name)})
+                   "final": host.show(name), "status": host.status(name), "tree_after": host.tree(name),
+                   "journal": host.probe("journal", unit_of(name))[0]})
 
 
 def case_crash_load(host):
@@ -271,7 +274,8 @@ def case_crash_load(host):
     failed = host.until(name, port, 60, "ActiveState=failed")
     settle = host.sample(name, port, 20, "ActiveState=never")
     save("crash_load", {"kill": k, "unit_at_kill": unit, "converge": converge, "failed": failed, "settle": settle,
-                        "final": host.show(name), "status": host.status(name), "tree_after": host.tree(name)})
+                        "final": host.show(name), "status": host.status(name), "tree_after": host.tree(name),
+                        "journal": host.probe("journal", unit_of(name))[0]})
 
 
 def _read_json(path):

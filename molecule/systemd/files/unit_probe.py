@@ -14,6 +14,7 @@ one JSON document per line. Standard library only (the host has python3 and syst
   module                                     the Ansible module process(es) now running under an sshd session
   drop-ssh                                   SIGKILL to the sshd session process of every connection running a module
   alive PID:START...                         which of these processes (PID and start time) still exist
+  journal UNIT                               the unit's journal of this boot (the last 200 lines)
   listening PORT                             whether a TCP socket listens on PORT (/proc/net/tcp, tcp6)
 """
 
@@ -230,6 +231,10 @@ def main(argv):
         print(json.dumps(drop_ssh()))
     elif cmd == "alive":
         print(json.dumps(alive(argv[1:])))
+    elif cmd == "journal":
+        out = subprocess.run(["journalctl", "-b", "-u", argv[1], "-n", "200", "--no-pager", "-o", "short-monotonic"],
+                             stdout=subprocess.PIPE, universal_newlines=True, check=False).stdout
+        print(json.dumps(out.splitlines()))
     elif cmd == "listening":
         print(json.dumps(listening(int(argv[1]))))
     else:
