@@ -199,9 +199,14 @@ def case_ssh_drop(host):
             raise CaseError("%s never loaded weights with a module waiting on it; last: %s" % (unit_of(name), unit))
         time.sleep(1)
     mid = {"unit": unit, "status": host.status(name), "tree": host.tree(name)}
-    drop = host.probe("drop-ssh")[0]
-    if not drop["killed_sshd"]:
-        raise CaseError("no sshd session to cut: %s" % drop)
+    # (a module call may just be between two steps: looked for again, briefly)
+    for _ in range(20):
+        drop = host.probe("drop-ssh")[0]
+        if drop["killed_sshd"]:
+            break
+        time.sleep(0.25)
+    else:
+        raise CaseError("no sshd session with a module running to cut: %s" % drop)
     log("cut the connection: SIGKILL to sshd %s (module %s) while %s said %r"
         % (drop["killed_sshd"], [m["module"]["pid"] for m in drop["modules"]], unit_of(name), unit["StatusText"]))
     run1 = finish(host, run1, timeout=300)
