@@ -31,6 +31,10 @@ description:
     C(cuda-graph-max-bs-decode)). The module reads that rule from the installed C(server_args_config_parser.py);
     with O(config_refused=argv) it returns those options as RV(config_refused_args) and, rendered for the command
     line after C(--config <file>), as RV(config_argv), instead of failing.
+  - In the same call (the server role's one look at the host before it configures anything) it reports where
+    SGLang is (RV(installed), RV(sglang_version), RV(eagle_worker_v2), read as the C(sglang_info) module reads them),
+    whether the model dirs of O(model_dirs) hold C(config.json), and whether the config file of O(config_file) is
+    already as the caller would write it.
   - Read-only; runs the same in check mode.
 version_added: "1.0.0"
 author:
@@ -90,6 +94,49 @@ options:
     type: str
     choices: [fail, argv]
     default: fail
+  allow_missing:
+    description:
+      - When O(python) does not exist, or no SGLang is installed for it (no C(sglang) dist-info in its site-packages;
+        check mode on a fresh host) and O(sglang_root) is not given, report RV(installed=false) and check no
+        option against SGLang instead of failing. The argument names are still checked for secrets and shape.
+    type: bool
+    default: false
+  model_dirs:
+    description:
+      - Model checkpoint directories to look at; each must hold C(config.json). Reported in RV(model_dirs) (as the
+        C(sglang_info) module reports them), never a failure here (the caller decides).
+    type: list
+    elements: path
+    default: []
+  config_file:
+    description:
+      - The C(--config) file as the caller would write it. RV(config_file_in_place) says whether it is already
+        exactly that, so that the caller can leave it alone.
+      - Only its hash comes in, as a secret (the file holds the API key); nothing of its content goes out.
+    type: dict
+    suboptions:
+      path:
+        description: Path of the config file.
+        type: path
+        required: true
+      sha256:
+        description:
+          - SHA-256 of the content the caller would write when the installed SGLang refuses none of the options
+            in its C(--config) file (RV(config_refused_args) empty). Never logged.
+        type: str
+        required: true
+      owner:
+        description: Owner the file must have (a name).
+        type: str
+        required: true
+      group:
+        description: Group the file must have (a name).
+        type: str
+        required: true
+      mode:
+        description: Permission bits the file must have, octal (V(0600)).
+        type: str
+        required: true
 attributes:
   check_mode:
     support: full
@@ -119,6 +166,21 @@ EXAMPLES = r"""
     config_refused: argv
   register: __sglang_server_args_check
 
+- name: Check them, look at the model dirs and the config file; SGLang may not be installed yet (check mode)
+  ansible.legacy.sglang_args_check:
+    python: /opt/sglang/venv/bin/python
+    args:
+      model-path: /data/models/Kimi-K2.5-INT4
+    allow_missing: true
+    model_dirs: [/data/models/Kimi-K2.5-INT4]
+    config_file:
+      path: /etc/sglang/sglang.yaml
+      sha256: "{{ lookup('ansible.builtin.template', 'sglang_server.yaml.j2') | hash('sha256') }}"
+      owner: sglang
+      group: sglang
+      mode: "0600"
+  register: __sglang_server_args_check
+
 - name: Check names only, never importing SGLang
   ansible.legacy.sglang_args_check:
     python: /opt/sglang/venv/bin/python
@@ -129,9 +191,36 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+installed:
+  description: Whether SGLang's dist-info was found for O(python) (as the C(sglang_info) module finds it).
+  returned: always
+  type: bool
+  sample: true
+eagle_worker_v2:
+  description: Path of C(sglang/srt/speculative/eagle_worker_v2.py) of the SGLang found for O(python); null when
+    absent (SGLang < 0.5.4) or not installed.
+  returned: always
+  type: str
+  sample: /opt/sglang/venv-0.5.23/lib/python3.11/site-packages/sglang/srt/speculative/eagle_worker_v2.py
+model_dirs:
+  description:
+    - One entry per O(model_dirs) item, in order. C(state) is V(ok) (a directory holding C(config.json)),
+      V(missing) (the path does not exist), V(not_a_directory), or V(no_config_json) (the directory exists
+      without C(config.json)); C(config_json) is the full path of the C(config.json) looked for.
+  returned: always
+  type: list
+  elements: dict
+  sample: [{"path": "/data/models/Kimi-K2.5-INT4", "state": "no_config_json",
+            "config_json": "/data/models/Kimi-K2.5-INT4/config.json"}]
+config_file_in_place:
+  description: Whether O(config_file) is a regular file (not a link) with that owner, group, mode and content, and
+    the installed SGLang refuses none of the options in its C(--config) file.
+  returned: with O(config_file), unless the check failed
+  type: bool
+  sample: true
 method:
   description: How the option names were found, V(sglang_parser) (SGLang imported) or V(ast) (sources read).
-  returned: always
+  returned: unless SGLang is not installed and O(allow_missing=true) (then nothing is checked against SGLang)
   type: str
   sample: ast
 sglang_root:
@@ -213,9 +302,13 @@ parser_error:
 import ast
 import difflib
 import glob
+import grp
+import hashlib
 import json
 import os
+import pwd
 import re
+import stat
 import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
@@ -498,6 +591,45 @@ def check_names(keys, options):
     return checked, unknown, abbreviated, suggestions
 
 
+def model_dir_state(path):
+    """What a model checkpoint directory looks like: ok, missing, not_a_directory or no_config_json (the states of
+    the sglang_info module's model_dirs)."""
+    config_json = os.path.join(path, "config.json")
+    if not os.path.exists(path):
+        state = "missing"
+    elif not os.path.isdir(path):
+        state = "not_a_directory"
+    elif not os.path.isfile(config_json):
+        state = "no_config_json"
+    else:
+        state = "ok"
+    return {"path": path, "state": state, "config_json": config_json}
+
+
+def config_file_in_place(spec):
+    """Whether the file at spec["path"] is a regular file (not a link, not a FIFO) with spec's owner, group, mode
+    and SHA-256. Anything it cannot tell for sure (a name that does not exist, an unreadable file) is False."""
+    try:
+        uid = pwd.getpwnam(spec["owner"]).pw_uid
+        gid = grp.getgrnam(spec["group"]).gr_gid
+        mode = int(str(spec["mode"]), 8)
+    except (KeyError, ValueError):
+        return False
+    try:
+        # O_NOFOLLOW: a link is never followed; O_NONBLOCK: a FIFO put there cannot block the open.
+        fd = os.open(spec["path"], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | getattr(os, "O_CLOEXEC", 0))
+    except OSError:
+        return False
+    with os.fdopen(fd, "rb") as handle:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) != (uid, gid, mode):
+            return False
+        digest = hashlib.sha256()
+        for block in iter(lambda: handle.read(1 << 20), b""):
+            digest.update(block)
+    return digest.hexdigest() == spec["sha256"].lower()
+
+
 class SGLangArgsChecker:
     """Finds the installed SGLang's options and checks the arguments against them."""
 
@@ -543,16 +675,22 @@ class SGLangArgsChecker:
         """Where the python's SGLang is and its version, from its site-packages (SGLang is not imported)."""
         python = self.params["python"]
         if not os.path.exists(python):
+            if self.params["allow_missing"]:
+                return locate([])
             self.fail("python %s does not exist; install SGLang first (role sglang_install)" % python)
         venv = venv_of(python)
         if venv is not None:
             return locate(venv_site_dirs(venv))
         rc, out, err = self.runner([python, "-c", SITE_DIRS_SCRIPT])
         try:
-            dirs = json.loads(out.strip().splitlines()[-1]) if rc == 0 else []
+            dirs = json.loads(out.strip().splitlines()[-1]) if rc == 0 else None
         except (ValueError, IndexError):
-            dirs = []
-        return locate(dirs)
+            dirs = None
+        if dirs is None and self.params["allow_missing"]:
+            # An interpreter that cannot list its import path is broken, not "SGLang not installed yet".
+            self.fail("%s could not list its site directories (rc=%s): %s"
+                      % (python, rc, (err or out).strip()[-300:]), rc=rc)
+        return locate(dirs or [])
 
     def probe(self, want_import, config_path, argv=()):
         """Ask the virtualenv's python for SGLang's parser (it imports SGLang)."""
@@ -591,13 +729,25 @@ class SGLangArgsChecker:
         self.check_keys_shape(keys)
         secret_args = list(self.params["secret_args"] or [])
         method = self.params["method"]
+        self.result["model_dirs"] = [model_dir_state(d) for d in self.params["model_dirs"] or []]
 
         found = self.find_sglang()
+        self.result.update(installed=found["installed"], eagle_worker_v2=found["eagle_worker_v2"])
+        as_argv = self.params["config_refused"] == "argv"
+        config_file = self.params["config_file"]
+        if self.params["allow_missing"] and (not os.path.exists(self.params["python"])
+                                             or not (found["installed"] or self.params["sglang_root"])):
+            if as_argv:
+                self.result.update(config_refused_args=[], config_argv=[])
+            if config_file:
+                self.result["config_file_in_place"] = config_file_in_place(config_file)
+            self.result["msg"] = "no SGLang installed for %s (check mode on a fresh host?): no option checked" % (
+                self.params["python"])
+            return self.result
         sglang_root = self.params["sglang_root"] or found["package_dir"]
         # Options the installed SGLang's --config reader refuses (read from its sources, never imported).
         refused = (config_refused_dests(sglang_root) if sglang_root else None) or {}
         refused_keys = [k for k in keys if normalize_key(k) in refused]
-        as_argv = self.params["config_refused"] == "argv"
         argv = []
         if as_argv:
             kinds = option_kinds(sglang_root) if refused_keys else {}
@@ -688,6 +838,10 @@ class SGLangArgsChecker:
                           parser_error=probe["parser_error"])
             self.result["values_checked"] = bool(probe.get("parsed"))
 
+        if config_file:
+            # The caller's hash is of the content with every option in the file (none refused).
+            self.result["config_file_in_place"] = not refused_keys and config_file_in_place(config_file)
+
         self.result["msg"] = "%d arguments known to SGLang %s (method %s%s)%s" % (
             len(checked),
             self.result.get("sglang_version", "?"),
@@ -710,6 +864,15 @@ def main():
             method=dict(type="str", default="auto", choices=["auto", "sglang_parser", "ast"]),
             timeout=dict(type="int", default=300),
             config_refused=dict(type="str", default="fail", choices=["fail", "argv"]),
+            allow_missing=dict(type="bool", default=False),
+            model_dirs=dict(type="list", elements="path", default=[]),
+            config_file=dict(type="dict", options=dict(
+                path=dict(type="path", required=True),
+                sha256=dict(type="str", required=True, no_log=True),
+                owner=dict(type="str", required=True),
+                group=dict(type="str", required=True),
+                mode=dict(type="str", required=True),
+            )),
         ),
         supports_check_mode=True,
     )

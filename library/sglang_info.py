@@ -44,7 +44,7 @@ options:
     default: 300
   model_dirs:
     description:
-      - Model checkpoint directories to look at in the same call (the server's preflight); each must hold
+      - Model checkpoint directories to look at in the same call; each must hold
         C(config.json). Reported in RV(model_dirs), never a failure here (the caller decides).
     type: list
     elements: path

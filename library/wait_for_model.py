@@ -1495,7 +1495,8 @@ class ModelWaiter(object):
         fp = fingerprint_of(parts)
         self.result["fingerprint"] = fp
         state, ours = self._existing()
-        if ours and state.get("fingerprint") == fp and not p["force_restart"]:
+        resuming = p["resume_attempt"] is not None and ours and p["resume_attempt"] == state.get("attempt")
+        if ours and state.get("fingerprint") == fp and (not p["force_restart"] or resuming):
             if self.launcher == "systemd" and self.sync_service():
                 self.result["changed"] = True  # the unit or the watcher program was brought up to date (no restart)
             code = self.http(p["health_url"], self.headers(), p["health_timeout"])
@@ -1512,8 +1513,7 @@ class ModelWaiter(object):
                 return self.result
             if self.launcher == "systemd" and state.get("launcher") == "systemd":
                 return self.wait_service(None, attached=True)
-            resumed = p["resume_attempt"] is not None and p["resume_attempt"] == state.get("attempt")
-            return self.wait(state, handle=None, attached=not resumed, resumed=resumed)
+            return self.wait(state, handle=None, attached=not resuming, resumed=resuming)
         if not ours:
             reason = "not running"
         elif state.get("fingerprint") == fp:
@@ -1708,13 +1708,21 @@ class ModelWaiter(object):
         """Install the watcher program and its module_utils into ``<run_dir>/watcher/`` (root-owned, 0644): only
         files whose content differs are written (temporary name + rename). Returns (program path, changed)."""
         files = watcher_files()
-        dir_fd = sglang_proc.open_run_dir(self.run_dir)
+        program = os.path.join(self.run_dir, WATCHER_DIR, "sglang_watcher.py")
         try:
+            dir_fd = sglang_proc.open_run_dir(self.run_dir)
+        except sglang_proc.UntrustedState as e:
+            raise WaitError(str(e))
+        try:
+            if not self.module.check_mode:
+                try:
+                    os.mkdir(WATCHER_DIR, 0o755, dir_fd=dir_fd)
+                except FileExistsError:
+                    pass
             try:
-                os.mkdir(WATCHER_DIR, 0o755, dir_fd=dir_fd)
-            except FileExistsError:
-                pass
-            wfd = os.open(WATCHER_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+                wfd = os.open(WATCHER_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+            except FileNotFoundError:
+                return program, True  # check mode on a host without it yet
         finally:
             os.close(dir_fd)
         changed = False
@@ -1744,7 +1752,7 @@ class ModelWaiter(object):
                 os.rename(tmp, fname, src_dir_fd=wfd, dst_dir_fd=wfd)
         finally:
             os.close(wfd)
-        return os.path.join(self.run_dir, WATCHER_DIR, "sglang_watcher.py"), changed
+        return program, changed
 
     def sync_service(self):
         """The watcher program, the unit file (daemon-reload when it changed) and its enablement, brought up to
@@ -1934,7 +1942,7 @@ class ModelWaiter(object):
         shards = st.get("shards")
         started = st.get("started_at")
         elapsed = max(0.0, self.wall() - started) if isinstance(started, (int, float)) else None
-        last = sglang_progress.last_load(self.run_dir, self.p["name"])
+        last = self.last_load(st.get("attempt"))
         eta = None
         if st.get("verdict") == "ready":
             eta = 0.0
@@ -1944,6 +1952,15 @@ class ModelWaiter(object):
                 "shards": shards, "elapsed": None if elapsed is None else round(elapsed, 1),
                 "eta": None if eta is None else round(eta, 1), "last_load": last.get("total") if last else None,
                 "attempt": st.get("attempt"), "launcher": launcher}
+
+    def last_load(self, attempt):
+        """The last successful load before this attempt (this one's own record, once it is ready, is not its ETA)."""
+        try:
+            loads = sglang_progress.read_loads(self.run_dir, self.p["name"])
+        except (sglang_proc.UntrustedState, OSError, ValueError):
+            return None
+        earlier = [rec for rec in loads if attempt is None or rec.get("attempt") != attempt]
+        return earlier[-1] if earlier else None
 
     def pending(self, progress, st=None):
         """A step (step_time) ended with the server still loading: a result that is not a failure."""

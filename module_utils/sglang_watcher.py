@@ -299,6 +299,8 @@ class Watcher(object):
             if view != shown:
                 shown = view
                 text = sglang_progress.status_text(clf.phase, list(clf.shards) if clf.shards else None)
+                if clf.phase == "ready":  # the log says so; READY=1 waits for a generation to answer
+                    text = "up, waiting for a generation to answer"
                 self.write_status(phase=clf.phase, shards=list(clf.shards) if clf.shards else None, status=text,
                                   phases=[{"phase": ph["phase"], "at": round(ph["at"], 3)} for ph in clf.phases])
                 self.notifier.send(STATUS=text)
@@ -331,7 +333,7 @@ class Watcher(object):
             sglang_progress.record_load(self.run_dir, self.name, {
                 "attempt": state["attempt"], "finished_at": self.wall(), "total": total, "phases": phases,
                 "shards": clf.shards[1] if clf.shards else None})
-        except (OSError, sglang_proc.UntrustedState) as e:
+        except (OSError, ValueError, sglang_proc.UntrustedState) as e:
             self.say("cannot record the load's durations: %s" % e)
         self.notifier.send(READY=1, STATUS=text)
         self.say("ready after %.1f s%s" % (elapsed, "; " + note if note else ""))
@@ -349,6 +351,8 @@ class Watcher(object):
         return self.stopped(follower, w)
 
     def failed(self, w, follower, state, verdict, elapsed, ready):
+        if self.stopping:  # systemd signals the whole cgroup at once: the server may end before we hear of it
+            return self.stopped(follower, w)
         settings = self.cfg["settings"]
         w.drain(verdict, settings["settle_time"], settings["poll_interval"], time.sleep)
         fields, _note = sglang_watch.explain(verdict, w.log.clf, state, elapsed, w.leader.rc, w.children.died, False,
@@ -361,7 +365,7 @@ class Watcher(object):
         fields["exit_status"] = code
         fields["after_ready"] = ready
         self.write_status(verdict=cls, status=text, report=fields)
-        self.notifier.send(STATUS=text, ERRNO=code)
+        self.notifier.send(STATUS=text)
         self.say("%s (%s)%s" % (text, fields.get("hint", ""), "; not restarted: a restart would repeat it"
                                 if code == EXIT_PERMANENT else ""))
         self.end_tree()

@@ -22,7 +22,7 @@
 # Evidence (console of each run stamped per line, server logs stamped per line by a 2 ms poller, nvidia-smi, pids,
 # runs.jsonl) is packed into $OUT/evidence_<part>.tar.gz after every run, so a timeout still returns it.
 set -uo pipefail
-part=${1:?usage: playbook_h200.sh a|b|c}
+part=${1:?usage: playbook_h200.sh a|b|c|w}
 T0=$(date +%s.%N)
 budget=${PLAYBOOK_H200_BUDGET_S:-575}
 P=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)   # .sgl/project
@@ -176,6 +176,29 @@ b)
     sleep 2
     { nvidia-smi --query-gpu=memory.used,memory.total --format=csv; nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv;
       echo "processes of user sglang:"; pgrep -u sglang -a || echo "(none)"; } | tee "$EV/after_stop.txt"
+    ;;
+w)
+    # The host watcher program (the systemd launcher's ExecStart) with real SGLang: the playbook brings the server up
+    # (detached: no systemd here) with an API key, its argv and environment are saved, stop.yml stops it, then
+    # tests/gpu/watcher_h200.py runs the watcher as systemd would (a NOTIFY_SOCKET it listens on): READY=1 after a
+    # real generation, then kill -9 of the scheduler -> exit 69 with the class; the key in no file of the log dir.
+    rm -rf "$EV"; mkdir -p "$EV"
+    setup || { pack; exit 1; }
+    start_stamper
+    play w_fresh playbooks/serve_eagle3.yml -e "sglang_server_api_key=$KEY" -e sglang_server_launcher=detached \
+        || { diagnose_imports; pack; exit 1; }
+    python3 - "$RUNDIR/sglang.json" "$EV/server_before_stop.json" <<'PY'
+import json, sys
+st = json.load(open(sys.argv[1]))
+env = dict(x.split("=", 1) for x in open("/proc/%d/environ" % st["pid"]).read().split("\0") if "=" in x)
+env.pop("EAGLE_DEPLOY_RUN", None)
+json.dump({"cmdline": st["cmdline"], "env": env, "port": st["port"]}, open(sys.argv[2], "w"))
+print("saved argv", st["cmdline"][:4], "env keys", sorted(env))
+PY
+    play w_stop playbooks/stop.yml
+    log "watcher run: real SGLang under the watcher program"
+    timeout "$(( $(left) - 20 ))" python3 "$P/tests/gpu/watcher_h200.py" "$EV" "$P" "$RUNDIR" "$LOGDIR" "$KEY" 2>&1 | tee "$EV/watcher_driver.txt" | tail -60
+    pgrep -u sglang -a > "$EV/w_after.txt" || echo "(no process of user sglang)" >> "$EV/w_after.txt"
     ;;
 c)
     # The incident with the synchronous scheduler, on a fresh machine: install only, the variant, then patch off.

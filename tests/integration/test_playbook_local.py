@@ -6,7 +6,8 @@ The tests share one host (a module-scoped prefix and port) but each sets up what
 first converge once, ``serving`` makes sure our server answers before a test that needs it, and every test reads
 the run state it starts from. Any one of them runs alone (``-k``).
 
-Results are found by task name where nothing else identifies the step (the launch, the args check, the burst check,
+Results are found by task name where nothing else identifies the step (the launch, the args check, the config
+file, the burst check,
 the smoke watch, the patch, the install, the GPU read, the restart plan, the stop, the GPU release wait, the debug
 line that shows the server's model info); what is asserted is their result keys, and a failure is asserted by
 its message, not by the failing task's name.
@@ -14,6 +15,7 @@ its message, not by the failing task's name.
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import stat
@@ -174,9 +176,36 @@ def test_first_run_converges_and_serves(host, converged):
 
 def test_second_run_changes_nothing(host, converged):
     before = run_state(host)
+    with open(os.path.join(host["prefix"], "etc/sglang/sglang.yaml"), "rb") as f:
+        digest = hashlib.sha256(f.read()).hexdigest()
     run = host["play"]()
     assert run.rc == 0, run
     assert run.stats["changed"] == 0, run.changed_tasks()
+    assert run_state(host)["pid"] == before["pid"]
+    # The args check found the config file as the template would write it: the template is skipped. The file's
+    # hash went to the module as a no_log option; it is nowhere in the output.
+    assert run.result("Check the server arguments against the installed SGLang")["config_file_in_place"] is True
+    assert run.result("Write the server config file").get("skipped") is True, run.result("Write the server config file")
+    assert digest not in json.dumps(run.out)
+
+
+def test_a_config_file_changed_behind_our_back_is_written_again(host, serving):
+    before = serving
+    config = os.path.join(host["prefix"], "etc/sglang/sglang.yaml")
+    with open(config, "rb") as f:
+        wanted = f.read()
+    with open(config, "ab") as f:
+        f.write(b"# an edit by hand\n")
+    os.chmod(config, 0o644)
+    run = host["play"]()
+    assert run.rc == 0, run
+    assert run.result("Check the server arguments against the installed SGLang")["config_file_in_place"] is False
+    assert run.changed_tasks() == ["Write the server config file"], run
+    with open(config, "rb") as f:
+        assert f.read() == wanted
+    assert stat.S_IMODE(os.stat(config).st_mode) == 0o600
+    # The same content as the running server was started with: kept, not restarted.
+    assert run.result("Launch SGLang and wait for health")["changed"] is False
     assert run_state(host)["pid"] == before["pid"]
 
 

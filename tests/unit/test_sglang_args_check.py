@@ -9,9 +9,13 @@ defined here.
 
 from __future__ import annotations
 
+import grp
+import hashlib
 import importlib.util
 import json
 import os
+import pwd
+import shutil
 import stat
 import sys
 import textwrap
@@ -276,3 +280,188 @@ def test_config_refused_dests_follow_0_5_17s_config_reader(sglang_0_5_17_root):
 def test_config_rule_is_not_applied_without_sglangs_config_reader(sglang_root):
     """0.5.23's sources as extracted above hold no server_args_config_parser.py: nothing is refused."""
     assert sac.config_refused_dests(sglang_root) is None
+
+
+# --------------------------------------------------------------------------------------------------
+# The server role's one look: where SGLang is, the model dirs, the config file (allow_missing, model_dirs,
+# config_file). Fake virtualenvs (no interpreter runs: method ast, and a venv's python is never asked).
+# --------------------------------------------------------------------------------------------------
+
+_info_spec = importlib.util.spec_from_file_location("sglang_info", os.path.join(sglang_src.REPO, "library", "sglang_info.py"))
+sglang_info = importlib.util.module_from_spec(_info_spec)
+_info_spec.loader.exec_module(sglang_info)
+
+
+def _venv(tmp_path, sglang_root=None):
+    """A virtualenv laid out as `python -m venv` does; with sglang_root, SGLang 0.5.23's option sources and
+    dist-info in its site-packages, and an eagle_worker_v2.py."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    (venv / "bin" / "python").write_text("")
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\nversion = 3.11.2\n")
+    site = venv / "lib" / "python3.11" / "site-packages"
+    site.mkdir(parents=True)
+    if sglang_root:
+        dist = site / "sglang-0.5.23.dist-info"
+        dist.mkdir()
+        (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.23\n\n")
+        shutil.copytree(sglang_root, str(site / "sglang"))
+        (site / "sglang" / "srt" / "speculative").mkdir(parents=True, exist_ok=True)
+        (site / "sglang" / "srt" / "speculative" / "eagle_worker_v2.py").write_text("class EAGLEWorkerV2:\n    pass\n")
+    return str(venv / "bin" / "python"), site
+
+
+def _me():
+    return pwd.getpwuid(os.getuid()).pw_name, grp.getgrgid(os.getgid()).gr_name
+
+
+def _config(tmp_path, content=b"port: 30000\napi-key: \"k\"\n", mode=0o600):
+    path = tmp_path / "sglang.yaml"
+    path.write_bytes(content)
+    path.chmod(mode)
+    owner, group = _me()
+    return path, {"path": str(path), "sha256": hashlib.sha256(content).hexdigest(), "owner": owner, "group": group,
+                  "mode": "0600"}
+
+
+def test_allow_missing_reports_a_python_that_does_not_exist_and_checks_no_option(run, tmp_path):
+    _, spec = _config(tmp_path)
+    result = run(python=str(tmp_path / "none" / "bin" / "python"), args={"model-path": "/m"}, allow_missing=True,
+                 config_refused="argv", model_dirs=[str(tmp_path / "no-model")], config_file=spec)
+    assert not result.get("failed"), result["msg"]
+    assert (result["installed"], result["eagle_worker_v2"], result["checked_args"]) == (False, None, [])
+    assert "method" not in result and "sglang_version" not in result
+    assert (result["config_refused_args"], result["config_argv"]) == ([], [])
+    assert result["model_dirs"][0]["state"] == "missing"
+    assert result["config_file_in_place"] is True
+    assert "no option checked" in result["msg"]
+
+
+def test_allow_missing_reports_a_venv_without_sglang(run, tmp_path):
+    python, _ = _venv(tmp_path)
+    result = run(python=python, args={"model-path": "/m"}, allow_missing=True, method="ast")
+    assert not result.get("failed"), result["msg"]
+    assert result["installed"] is False and result["checked_args"] == []
+
+
+def test_without_allow_missing_a_venv_without_sglang_still_fails(run, tmp_path):
+    python, _ = _venv(tmp_path)
+    result = run(python=python, args={"model-path": "/m"}, method="ast")
+    assert result["failed"]
+    assert "no installed SGLang found" in result["msg"] and "install SGLang first" in result["msg"]
+
+
+def test_allow_missing_still_refuses_a_secret_in_the_arguments(run, tmp_path):
+    result = run(python=str(tmp_path / "none" / "bin" / "python"), args={"model-path": "/m"},
+                 extra_args={"api-key": "sk-very-secret"}, allow_missing=True)
+    assert result["failed"] and result["secret_keys"] == ["api-key"]
+    assert "sk-very-secret" not in repr(result)
+
+
+def test_installed_sglang_is_found_and_checked_in_the_same_call(run, tmp_path, sglang_root):
+    python, site = _venv(tmp_path, sglang_root)
+    result = run(python=python, args=SERVER_ARGS, secret_args=["api-key"], method="ast", allow_missing=True,
+                 config_refused="argv")
+    assert not result.get("failed"), result["msg"]
+    assert (result["installed"], result["sglang_version"], result["method"]) == (True, "0.5.23", "ast")
+    assert result["eagle_worker_v2"] == str(site / "sglang" / "srt" / "speculative" / "eagle_worker_v2.py")
+    assert result["sglang_root"] == str(site / "sglang")
+    assert result["checked_args"] == ["--" + k for k in SERVER_ARGS] + ["--api-key"]
+    # As sglang_info finds it (the server role used to ask sglang_info for these).
+    info = sglang_info.SGLangInfo(dict(venv=None, python=python, import_check=False, timeout=1, model_dirs=[],
+                                       requirements=[], user=None, paths=[], site_dirs=None), runner=None).run()
+    assert (info["installed"], info["version"], info["eagle_worker_v2"]) == (True, "0.5.23", result["eagle_worker_v2"])
+
+
+def test_model_dir_states_are_those_of_sglang_info(run, tmp_path):
+    ok = tmp_path / "ok"
+    ok.mkdir()
+    (ok / "config.json").write_text("{}")
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    a_file = tmp_path / "a-file"
+    a_file.write_text("")
+    dirs = [str(ok), str(empty), str(a_file), str(tmp_path / "missing")]
+    result = run(python=str(tmp_path / "none" / "bin" / "python"), args={}, allow_missing=True, model_dirs=dirs)
+    assert [d["state"] for d in result["model_dirs"]] == ["ok", "no_config_json", "not_a_directory", "missing"]
+    assert result["model_dirs"] == [sglang_info.model_dir_state(d) for d in dirs]
+    assert result["model_dirs"][1]["config_json"] == str(empty / "config.json")
+
+
+def test_config_file_in_place_only_with_the_same_content_owner_group_mode(tmp_path):
+    path, spec = _config(tmp_path)
+    assert sac.config_file_in_place(spec) is True
+    assert sac.config_file_in_place(dict(spec, sha256=spec["sha256"].upper())) is True
+    assert sac.config_file_in_place(dict(spec, sha256="0" * 64)) is False
+    assert sac.config_file_in_place(dict(spec, mode="0640")) is False
+    assert sac.config_file_in_place(dict(spec, owner="no-such-user-eagle")) is False
+    assert sac.config_file_in_place(dict(spec, group="no-such-group-eagle")) is False
+    assert sac.config_file_in_place(dict(spec, path=str(tmp_path / "missing.yaml"))) is False
+    other_user = next(p.pw_name for p in pwd.getpwall() if p.pw_uid != os.getuid())
+    other_group = next(g.gr_name for g in grp.getgrall() if g.gr_gid != os.getgid())
+    assert sac.config_file_in_place(dict(spec, owner=other_user)) is False
+    assert sac.config_file_in_place(dict(spec, group=other_group)) is False
+    path.chmod(0o644)
+    assert sac.config_file_in_place(spec) is False
+
+
+def test_config_file_that_is_a_link_or_a_fifo_is_never_in_place(tmp_path):
+    path, spec = _config(tmp_path)
+    link = tmp_path / "link.yaml"
+    link.symlink_to(path)
+    assert sac.config_file_in_place(dict(spec, path=str(link))) is False
+    fifo = tmp_path / "fifo.yaml"
+    os.mkfifo(str(fifo), 0o600)
+    # Opened without blocking (no writer), then refused: not a regular file.
+    assert sac.config_file_in_place(dict(spec, path=str(fifo))) is False
+
+
+def test_config_file_hash_is_a_no_log_value_and_never_returned(monkeypatch, tmp_path, sglang_root):
+    python, _ = _venv(tmp_path, sglang_root)
+    _, spec = _config(tmp_path)
+    seen = {}
+
+    def exit_json(self, **kwargs):
+        seen["no_log_values"] = set(self.no_log_values)
+        raise ExitJson(kwargs)
+
+    monkeypatch.setattr(basic.AnsibleModule, "exit_json", exit_json)
+    monkeypatch.setattr(basic.AnsibleModule, "fail_json", _fail_json)
+    with patch_module_args(dict(python=python, args={"port": 30000}, method="ast", config_file=spec,
+                                _ansible_remote_tmp=str(tmp_path))):
+        with pytest.raises(ExitJson) as exc:
+            sac.main()
+    result = exc.value.args[0]
+    assert result["config_file_in_place"] is True
+    assert spec["sha256"] in seen["no_log_values"]
+    assert spec["sha256"] not in json.dumps(result)
+
+
+def test_config_file_is_not_in_place_when_sglang_refuses_an_option_in_it(run, tmp_path, sglang_0_5_17_root):
+    """The caller's hash is of the content with every option in the file; one refused option changes the file."""
+    _, spec = _config(tmp_path)
+    result = run(python=NO_SGLANG_PYTHON, sglang_root=sglang_0_5_17_root, args=H200_ARGS, method="ast",
+                 extra_args={"disable-cuda-graph": True}, config_refused="argv", config_file=spec)
+    assert not result.get("failed"), result["msg"]
+    assert result["config_refused_args"] == ["disable-cuda-graph"]
+    assert result["config_file_in_place"] is False
+    same = run(python=NO_SGLANG_PYTHON, sglang_root=sglang_0_5_17_root, args=H200_ARGS, method="ast",
+               config_refused="argv", config_file=spec)
+    assert same["config_file_in_place"] is True
+
+
+def test_allow_missing_fails_on_an_interpreter_that_cannot_list_its_site_dirs(run, monkeypatch, tmp_path):
+    """A python outside a venv is asked for its import path; a broken one is not 'SGLang not installed yet'."""
+    python = tmp_path / "python3"
+    python.write_text("")
+    calls = []
+
+    def run_command(self, cmd, **kwargs):
+        calls.append(cmd)
+        return 1, "", "boom: no encodings module"
+
+    monkeypatch.setattr(basic.AnsibleModule, "run_command", run_command)
+    result = run(python=str(python), args={"model-path": "/m"}, allow_missing=True, method="ast")
+    assert result["failed"]
+    assert "could not list its site directories (rc=1): boom: no encodings module" in result["msg"]
+    assert calls == [[str(python), "-c", sac.SITE_DIRS_SCRIPT]]
