@@ -1,12 +1,13 @@
 #!/usr/bin/env bash
 # Prepare this machine to run the molecule scenarios (podman test hosts).
 # Idempotent. Installs podman, runc and mmdebstrap from Debian (apt), then builds and caches the
-# base image of the test hosts. Writes nothing outside the repository except apt packages and
+# base images of the test hosts. Writes nothing outside the repository except apt packages and
 # podman's own storage.
 #
 # Usage: molecule/setup-host.sh            (then: source molecule/env.sh; cd molecule && ...)
-# Env:   EAGLE_MOLECULE_IMAGE   image name (default: localhost/eagle-deploy-debian12:latest)
-#        EAGLE_MOLECULE_REBUILD=1 rebuild the image even if it exists
+# Env:   EAGLE_MOLECULE_IMAGE          image of `default` and `sglang-cpu` (default: localhost/eagle-deploy-debian12:latest)
+#        EAGLE_MOLECULE_SYSTEMD_IMAGE  image of `systemd` (default: localhost/eagle-deploy-debian12-systemd:latest)
+#        EAGLE_MOLECULE_REBUILD=1      rebuild the images even if their inputs did not change
 set -euo pipefail
 
 here="$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)"
@@ -46,23 +47,55 @@ step "ssh key ${EAGLE_MOLECULE_CACHE}/ssh/id_ed25519"
 podman info --format '{{.Host.OCIRuntime.Name}} {{.Host.CgroupsVersion}}' >/dev/null
 step "podman info ($(podman --version))"
 
-if [[ "${EAGLE_MOLECULE_REBUILD:-0}" != 1 ]] && podman image exists "${EAGLE_MOLECULE_IMAGE}"; then
-    step "image ${EAGLE_MOLECULE_IMAGE} cached"
-else
-    # No registry is reachable: debootstrap a minimal Debian 12 and import it.
-    # python3 (Ansible), python3-venv (the role's venv), openssh-server (Ansible reaches the hosts
-    # over SSH with pipelining: 4x faster than podman exec per task), sudo (become), curl (health
-    # checks from inside), iproute2 (ss: the role's preflight, testinfra's host.socket), procps.
-    # sshd takes root's key from the mounted cache (.cache/molecule/ssh), so the image holds no key.
-    mmdebstrap --quiet --variant=minbase \
-        --include=python3,python3-venv,python3-pip,python3-packaging,openssh-server,sudo,iproute2,procps,curl,ca-certificates \
-        --customize-hook='mkdir -p "$1/etc/ssh/sshd_config.d" "$1/run/sshd"' \
-        --customize-hook='printf "%s\n" "AuthorizedKeysFile /opt/eagle-cache/ssh/authorized_keys" "PermitRootLogin prohibit-password" "PasswordAuthentication no" "UseDNS no" > "$1/etc/ssh/sshd_config.d/eagle-molecule.conf"' \
-        bookworm - \
-        | podman import --quiet --change 'CMD ["/bin/sh"]' - "${EAGLE_MOLECULE_IMAGE}" >/dev/null
-    step "built image ${EAGLE_MOLECULE_IMAGE}"
-fi
+# build_image NAME CMD PACKAGES [HOOK...]: debootstrap a minimal Debian 12 (no registry is reachable) and import
+# it as NAME with CMD, labelled with the hash of these inputs. Kept while the label matches (rebuilt when the
+# inputs change, or with EAGLE_MOLECULE_REBUILD=1).
+build_image() {
+    local name="$1" cmd="$2" pkgs="$3"
+    shift 3
+    local hooks=() hook
+    for hook in "$@"; do hooks+=(--customize-hook="${hook}"); done
+    local inputs
+    inputs="$(printf '%s\n' bookworm minbase "${cmd}" "${pkgs}" "$@" | sha256sum | cut -c1-16)"
+    if [[ "${EAGLE_MOLECULE_REBUILD:-0}" != 1 ]] && podman image exists "${name}" \
+        && [[ "$(podman image inspect --format '{{ index .Labels "eagle.inputs" }}' "${name}")" == "${inputs}" ]]; then
+        step "image ${name} cached (inputs ${inputs})"
+        return
+    fi
+    mmdebstrap --quiet --variant=minbase --include="${pkgs}" "${hooks[@]}" bookworm - \
+        | podman import --quiet --change "CMD ${cmd}" --change "LABEL eagle.inputs=${inputs}" - "${name}" >/dev/null
+    step "built image ${name} (inputs ${inputs})"
+}
+
+# python3 (Ansible), python3-venv (the role's venv), openssh-server (Ansible reaches the hosts over SSH with
+# pipelining: 4x faster than podman exec per task), sudo (become), curl (health checks from inside), iproute2
+# (ss: the role's preflight, testinfra's host.socket), procps.
+# sshd takes root's key from the mounted cache (.cache/molecule/ssh), so the images hold no key.
+base_pkgs=python3,python3-venv,python3-pip,python3-packaging,openssh-server,sudo,iproute2,procps,curl,ca-certificates
+sshd_hooks=(
+    'mkdir -p "$1/etc/ssh/sshd_config.d" "$1/run/sshd"'
+    'printf "%s\n" "AuthorizedKeysFile /opt/eagle-cache/ssh/authorized_keys" "PermitRootLogin prohibit-password" "PasswordAuthentication no" "UseDNS no" > "$1/etc/ssh/sshd_config.d/eagle-molecule.conf"'
+)
+# The hosts of `default` and `sglang-cpu`: sshd under catatonit, no init system.
+build_image "${EAGLE_MOLECULE_IMAGE}" '["/bin/sh"]' "${base_pkgs}" "${sshd_hooks[@]}"
+# The hosts of `systemd`: systemd as PID 1 (podman --systemd=always), sshd as its unit ssh.service (enabled by
+# the package). No getty on the console (nobody logs in there).
+build_image "${EAGLE_MOLECULE_SYSTEMD_IMAGE}" '["/sbin/init"]' "${base_pkgs},systemd-sysv" "${sshd_hooks[@]}" \
+    'systemctl --root="$1" enable ssh.service >/dev/null 2>&1' \
+    'systemctl --root="$1" mask getty@tty1.service console-getty.service >/dev/null 2>&1'
 
 # Smoke: a container starts with this configuration.
 podman run --rm --init --stop-timeout=1 "${EAGLE_MOLECULE_IMAGE}" python3 -c 'import sys; print(sys.version.split()[0])' >/dev/null
 step "container smoke run"
+# Smoke: systemd boots as PID 1 in a container of the systemd image and starts sshd.
+smoke="eagle-setup-systemd-smoke-$$"
+podman run -d --rm --name "${smoke}" --systemd=always --stop-timeout=5 "${EAGLE_MOLECULE_SYSTEMD_IMAGE}" >/dev/null
+trap 'podman rm -f -t 0 "${smoke}" >/dev/null 2>&1 || true' EXIT
+# (until systemd's own socket is up, systemctl cannot connect: retried)
+state="$(podman exec "${smoke}" sh -c 'for i in $(seq 120); do
+    s=$(systemctl is-system-running --wait 2>/dev/null); case "$s" in running|degraded) break;; esac; sleep 0.5; done; echo "$s"')"
+[[ "${state}" == running ]] || { echo "systemd in ${smoke}: ${state}" >&2; podman exec "${smoke}" systemctl --failed --no-pager >&2; exit 1; }
+podman exec "${smoke}" systemctl is-active --quiet ssh.service
+podman rm -f -t 0 "${smoke}" >/dev/null
+trap - EXIT
+step "systemd container smoke run (systemd as PID 1, ssh.service active)"

@@ -30,8 +30,9 @@ if ((quick == 0)); then
     bash molecule/setup-host.sh
     # shellcheck source=molecule/env.sh
     . molecule/env.sh
-    # Both scenarios, always: a scenario that went missing fails here instead of being skipped.
+    # Every scenario, always: a scenario that went missing fails here instead of being skipped.
     molecule test -s default
     molecule test -s sglang-cpu
+    molecule test -s systemd
 fi
 echo "== all tests passed in $((SECONDS - t0)) s"

@@ -1,0 +1,310 @@
+#!/usr/bin/env python3
+"""The ordered cases of scenario `systemd` (TEST CODE), run on the controller by side_effect.yml.
+
+Each case acts on the test host as an operator or a fault would (ansible-playbook over SSH, podman restart, kill -9
+inside the host, an SSH connection cut), watches the host from inside (files/unit_probe.py, fed to the host's
+python3 through `podman exec`) and records what it saw in $MOLECULE_EPHEMERAL_DIRECTORY/systemd-cases/<case>.json.
+verify (tests/test_systemd.py) asserts on those records and on the host as it is afterwards. A case that cannot get
+where it must (a state that never comes) raises: side_effect fails, loudly.
+
+  reboot      `podman restart` of the host: the enabled unit sglang-sglang.service loads again (`activating`, the
+              phase in StatusText, /health_generate silent), turns `active` once the model answers; a re-run of the
+              playbook then changes nothing and keeps MainPID.
+  ssh_drop    deployment `slow` (a 90 s load): its converge is cut mid-wait (SIGKILL to the sshd session process of
+              its connection, inside the host), the server loads on in its unit; the playbook again picks up the same
+              attempt and its wait completes. Then playbooks/stop.yml stops `slow`.
+  crash       deployment `crash`: kill -9 of a scheduler each time the server is ready: the unit restarts it
+              (exit 69) until its start limit, then stays `failed`.
+  crash_load  deployment `crashload`: kill -9 of a scheduler while it loads: exit 78, `failed` at once, never
+              restarted; the playbook fails naming the class.
+
+Usage: cases.py HOST [CASE...]   (every case, in order, by default)
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import subprocess
+import sys
+import time
+
+SCENARIO = os.path.dirname(os.path.abspath(__file__))
+PROBE = os.path.join(SCENARIO, "files", "unit_probe.py")
+REPO = os.environ.get("MOLECULE_PROJECT_DIRECTORY") or os.path.dirname(os.path.dirname(SCENARIO))
+OUT = os.path.join(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY") or "/tmp/eagle-systemd", "systemd-cases")
+PLAYBOOK_BIN = os.path.join(os.path.dirname(sys.executable), "ansible-playbook")
+RUN_DIR = "/var/lib/eagle-deploy/run"  # sglang_install_run_dir's default (tests/molecule_support/hostcheck.RUN_DIR)
+EMULATOR = "{{ sglang_install_venv }}/bin/sglang-emulator"
+
+# The deployments besides the scenario's own `sglang` (port 30000): name -> port, emulator load (s), shards.
+SLOW = ("slow", 30001, 90, 18)
+CRASH = ("crash", 30002, 2, 2)
+CRASH_LOAD = ("crashload", 30003, 40, 8)
+
+
+class CaseError(Exception):
+    """A case could not get where it must; the message says where it stopped."""
+
+
+def unit_of(name):
+    return "sglang-%s.service" % name
+
+
+def log(msg):
+    print("[cases %6.1fs] %s" % (time.monotonic() - T0, msg), flush=True)
+
+
+T0 = time.monotonic()
+
+
+class Host:
+    """The test host, seen from inside through podman exec."""
+
+    def __init__(self, name):
+        self.name = name
+
+    def probe(self, *args, timeout=600):
+        with open(PROBE, "rb") as fh:
+            r = subprocess.run(["podman", "exec", "-i", self.name, "python3", "-", *map(str, args)], stdin=fh,
+                               capture_output=True, timeout=timeout, check=False)
+        if r.returncode != 0:
+            raise CaseError("unit_probe %s: rc=%s %s" % (" ".join(map(str, args)), r.returncode,
+                                                        r.stderr.decode(errors="replace")[-2000:]))
+        return [json.loads(line) for line in r.stdout.decode().splitlines() if line.strip()]
+
+    def show(self, name):
+        return self.probe("show", unit_of(name))[0]
+
+    def sample(self, name, port, timeout, *conds):
+        """Samples every 0.5 s until every condition holds or timeout s passed (the last sample says which)."""
+        return self.probe("sample", unit_of(name), port, timeout, *conds, timeout=timeout + 120)
+
+    def until(self, name, port, timeout, *conds):
+        samples = self.sample(name, port, timeout, *conds)
+        if not samples or not samples[-1].get("until"):
+            raise CaseError("%s never reached %s in %s s; last: %s" % (unit_of(name), " ".join(conds), timeout,
+                                                                   samples[-1] if samples else None))
+        return samples
+
+    def status(self, name):
+        """The watcher's <run_dir>/<name>.status.json (None when absent)."""
+        r = subprocess.run(["podman", "exec", self.name, "cat", "%s/%s.status.json" % (RUN_DIR, name)],
+                           capture_output=True, check=False)
+        return json.loads(r.stdout) if r.returncode == 0 and r.stdout.strip() else None
+
+    def tree(self, name):
+        return self.probe("tree", unit_of(name))[0]
+
+    def alive(self, procs):
+        if not procs:
+            return {}
+        return self.probe("alive", *("%d:%d" % (p["pid"], p["start_time"]) for p in procs))[0]
+
+    def listening(self, port):
+        return self.probe("listening", port)[0]
+
+
+def extra_vars(deployment):
+    name, port, load, shards = deployment
+    return {"sglang_server_name": name, "sglang_server_port": port,
+            "sglang_server_command": [EMULATOR, "--emulator-scenario", "normal", "--emulator-load-seconds", str(load),
+                                      "--emulator-shards", str(shards)]}
+
+
+def playbook(host, label, playbook_path, evars=None, background=False, record=None):
+    """ansible-playbook on the scenario's inventory (molecule's environment: its ansible.cfg, our library, roles
+    and action plugins), output in OUT/<label>.log. background: the Popen; else the finished run's summary."""
+    os.makedirs(OUT, exist_ok=True)
+    argv = [PLAYBOOK_BIN, "-i", os.environ["MOLECULE_INVENTORY_FILE"], playbook_path]
+    if evars is not None:
+        path = os.path.join(OUT, "%s.vars.json" % label)
+        with open(path, "w") as fh:
+            json.dump(evars, fh)
+        argv += ["-e", "@" + path]
+    if record is not None:
+        argv += ["-e", json.dumps({"eagle_systemd_record": record})]
+    out = open(os.path.join(OUT, "%s.log" % label), "wb")
+    log("ansible-playbook %s (%s)" % (os.path.basename(playbook_path), label))
+    # molecule's environment forces colours; the recap is read from plain text.
+    env = dict(os.environ, ANSIBLE_FORCE_COLOR="0", ANSIBLE_NOCOLOR="1")
+    proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, cwd=REPO, env=env)
+    proc.label, proc.out, proc.t0 = label, out, time.monotonic()
+    return proc if background else finish(host, proc)
+
+
+def finish(host, proc, timeout=900):
+    rc = proc.wait(timeout=timeout)
+    proc.out.close()
+    with open(proc.out.name, encoding="utf-8", errors="replace") as fh:
+        text = fh.read()
+    m = re.search(r"^%s\s*:\s*ok=(\d+)\s+changed=(\d+)\s+unreachable=(\d+)\s+failed=(\d+)" % re.escape(host.name),
+                  text, re.M)
+    recap = dict(zip(("ok", "changed", "unreachable", "failed"), map(int, m.groups()))) if m else None
+    log("  %s: rc=%s recap=%s after %.1f s" % (proc.label, rc, recap, time.monotonic() - proc.t0))
+    return {"rc": rc, "recap": recap, "seconds": round(time.monotonic() - proc.t0, 1), "tail": text[-6000:],
+            "log": proc.out.name}
+
+
+def save(case, record):
+    os.makedirs(OUT, exist_ok=True)
+    with open(os.path.join(OUT, "%s.json" % case), "w") as fh:
+        json.dump(record, fh, indent=1)
+    log("recorded %s" % os.path.join(OUT, "%s.json" % case))
+
+
+def converge_path():
+    return os.path.join(SCENARIO, "converge.yml")
+
+
+# ------------------------------------------------------------------------------------------------------ the cases
+def case_reboot(host):
+    name, port = "sglang", 30000
+    before = host.show(name)
+    t = time.monotonic()
+    subprocess.run(["podman", "restart", "--time", "30", host.name], check=True, capture_output=True, timeout=120)
+    restart_s = round(time.monotonic() - t, 1)
+    log("podman restart took %s s" % restart_s)
+    # From the boot on: the unit starts (enabled), loads, turns active.
+    samples = host.until(name, port, 300, "ActiveState=active")
+    after = host.show(name)
+    status = host.status(name)
+    rerun = playbook(host, "reboot-rerun", converge_path())
+    save("reboot", {"before": before, "restart_seconds": restart_s, "samples": samples, "after": after,
+                    "status": status, "rerun": rerun, "after_rerun": host.show(name), "status_after_rerun":
+                    host.status(name), "health_after_rerun": host.sample(name, port, 0)[-1]["health_generate"]})
+
+
+def case_ssh_drop(host):
+    name, port = SLOW[0], SLOW[1]
+    evars = extra_vars(SLOW)
+    rec1, rec2 = os.path.join(OUT, "ssh_drop-run1.result.json"), os.path.join(OUT, "ssh_drop-run2.result.json")
+    for path in (rec1, rec2):
+        if os.path.exists(path):
+            os.unlink(path)
+    run1 = playbook(host, "ssh_drop-run1", os.path.join(SCENARIO, "record_wait.yml"), evars, background=True,
+                    record=rec1)
+    # Mid-wait: the unit loads weights and a module process of the playbook's connection is running on the host.
+    deadline = time.monotonic() + 300
+    while True:
+        if run1.poll() is not None:
+            raise CaseError("run 1 ended (rc=%s) before the connection could be cut mid-load; log %s"
+                            % (run1.returncode, run1.out.name))
+        unit = host.show(name)
+        modules = host.probe("module")[0]
+        if unit.get("ActiveState") == "activating" and "loading weights" in unit.get("StatusText", "") and modules:
+            break
+        if time.monotonic() > deadline:
+            raise CaseError("%s never loaded weights with a module waiting on it; last: %s" % (unit_of(name), unit))
+        time.sleep(1)
+    mid = {"unit": unit, "status": host.status(name), "tree": host.tree(name)}
+    # (a module call may just be between two steps: looked for again, briefly)
+    for _ in range(20):
+        drop = host.probe("drop-ssh")[0]
+        if drop["killed_sshd"]:
+            break
+        time.sleep(0.25)
+    else:
+        raise CaseError("no sshd session with a module running to cut: %s" % drop)
+    log("cut the connection: SIGKILL to sshd %s (module %s) while %s said %r"
+        % (drop["killed_sshd"], [m["module"]["pid"] for m in drop["modules"]], unit_of(name), unit["StatusText"]))
+    run1 = finish(host, run1, timeout=300)
+    after_drop = {"unit": host.show(name), "status": host.status(name),
+                  "modules_alive": host.alive([m["module"] for m in drop["modules"]])}
+    run1["result"] = _read_json(rec1)
+    # The playbook again, while (or after) the server loads on: it must pick up the same attempt.
+    run2_started = time.monotonic()  # the host's CLOCK_MONOTONIC too (one kernel): ActiveEnterTimestampMonotonic
+    run2 = playbook(host, "ssh_drop-run2", os.path.join(SCENARIO, "record_wait.yml"), evars, record=rec2)
+    run2["started_monotonic_us"] = int(run2_started * 1e6)
+    run2["result"] = _read_json(rec2)
+    final = host.sample(name, port, 0)[-1]
+    save("ssh_drop", {"mid": mid, "drop": drop, "run1": run1, "after_drop": after_drop, "run2": run2,
+                      "final": final, "status_final": host.status(name)})
+
+    # playbooks/stop.yml on that deployment: the unit inactive, its processes gone, the port free.
+    tree = host.tree(name)
+    stop = playbook(host, "ssh_drop-stop", os.path.join(REPO, "playbooks", "stop.yml"), {"sglang_server_name": name})
+    save("stop", {"before": tree, "stop": stop, "after": host.show(name), "alive": host.alive(tree["procs"]),
+                  "tree_after": host.tree(name), "listening": host.listening(port),
+                  "health": host.sample(name, port, 0)[-1]["health_generate"]})
+
+
+def case_crash(host):
+    name, port = CRASH[0], CRASH[1]
+    converge = playbook(host, "crash-converge", converge_path(), extra_vars(CRASH))
+    if converge["rc"] != 0:
+        raise CaseError("the converge of %s failed: %s" % (name, converge["tail"][-1500:]))
+    kills, samples = [], []
+    for _ in range(10):
+        # Ready again (a restart), or given up (failed: the start limit).
+        s = host.until(name, port, 180, "ActiveState!=activating")
+        samples.append(s)
+        if s[-1]["ActiveState"] != "active":
+            break
+        k = host.probe("kill-scheduler", unit_of(name))[0]
+        if k["killed"] is None:
+            raise CaseError("no scheduler in %s: %s" % (unit_of(name), k))
+        kills.append(k)
+        log("kill -9 scheduler %d of %s (NRestarts %s)" % (k["killed"]["pid"], unit_of(name), k["unit"]["NRestarts"]))
+        samples.append(host.until(name, port, 60, "ActiveState!=active"))
+    else:
+        raise CaseError("%s still restarts after %d kills" % (unit_of(name), len(kills)))
+    failed = host.show(name)
+    # Longer than RestartSec: a restart loop would show here.
+    settle = host.sample(name, port, 30, "ActiveState=never")
+    save("crash", {"converge": converge, "kills": kills, "samples": samples, "failed": failed, "settle": settle,
+                   "final": host.show(name), "status": host.status(name), "tree_after": host.tree(name),
+                   "journal": host.probe("journal", unit_of(name))[0]})
+
+
+def case_crash_load(host):
+    name, port = CRASH_LOAD[0], CRASH_LOAD[1]
+    run = playbook(host, "crash_load-converge", converge_path(), extra_vars(CRASH_LOAD), background=True)
+    deadline = time.monotonic() + 300
+    while True:
+        if run.poll() is not None:
+            raise CaseError("the converge of %s ended (rc=%s) before its load could be cut; log %s"
+                            % (name, run.returncode, run.out.name))
+        unit = host.show(name)
+        if unit.get("ActiveState") == "activating" and "loading weights" in unit.get("StatusText", ""):
+            k = host.probe("kill-scheduler", unit_of(name))[0]
+            if k["killed"] is not None:
+                break
+        if time.monotonic() > deadline:
+            raise CaseError("%s never loaded weights with a scheduler up; last: %s" % (unit_of(name), unit))
+        time.sleep(1)
+    log("kill -9 scheduler %d of %s while %r" % (k["killed"]["pid"], unit_of(name), unit["StatusText"]))
+    converge = finish(host, run, timeout=300)
+    failed = host.until(name, port, 60, "ActiveState=failed")
+    settle = host.sample(name, port, 20, "ActiveState=never")
+    save("crash_load", {"kill": k, "unit_at_kill": unit, "converge": converge, "failed": failed, "settle": settle,
+                        "final": host.show(name), "status": host.status(name), "tree_after": host.tree(name),
+                        "journal": host.probe("journal", unit_of(name))[0]})
+
+
+def _read_json(path):
+    try:
+        with open(path) as fh:
+            return json.load(fh)
+    except (OSError, ValueError):
+        return None
+
+
+CASES = {"reboot": case_reboot, "ssh_drop": case_ssh_drop, "crash": case_crash, "crash_load": case_crash_load}
+
+
+def main(argv):
+    host = Host(argv[0])
+    for case in argv[1:] or list(CASES):
+        log("case %s" % case)
+        CASES[case](host)
+    log("all cases ran")
+
+
+if __name__ == "__main__":
+    try:
+        main(sys.argv[1:])
+    except CaseError as e:
+        print("CASE FAILED: %s" % e, flush=True)
+        sys.exit(1)

@@ -1,0 +1,287 @@
+"""Verify scenario `systemd`: the server under systemd (the role's systemd launcher) after converge, idempotence and
+the ordered cases of cases.py (reboot, SSH drop mid-wait, kill -9 of a scheduler when serving and while loading,
+stop.yml).
+
+The cases recorded what they saw, sample by sample, in $MOLECULE_EPHEMERAL_DIRECTORY/systemd-cases/<case>.json;
+the rest is read from the host as it is now (systemctl, /proc, sockets, HTTP from inside).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
+
+
+from tests.molecule_support import hostcheck  # noqa: E402 - importable once sys.path has the repository root
+
+V = hostcheck.scenario_vars()
+USER = V["sglang_install_user"]
+KEY = V["sglang_server_api_key"]
+PORT = V["sglang_server_port"]
+RUN_DIR = hostcheck.RUN_DIR
+CONFIG_DIR = hostcheck.role_default("sglang_install_config_dir")
+UNIT = "sglang-sglang.service"
+BASE_URL = f"http://127.0.0.1:{PORT}"
+CASES = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent")) / "systemd-cases"
+# What kill -9 of one of its schedulers makes of a server (module_utils/sglang_log.py's classes).
+KILL_CLASSES = ("child_died", "child_sigquit", "killed")
+EXIT_RESTARTABLE, EXIT_PERMANENT = 69, 78  # the host watcher's exit statuses (docs/DESIGN.md, the contract)
+
+
+def record(case):
+    path = CASES / f"{case}.json"
+    assert path.is_file(), f"{path}: the side_effect case {case} did not run (cases.py)"
+    return json.loads(path.read_text())
+
+
+def unit(host, name="sglang"):
+    out = host.check_output(f"systemctl show sglang-{name}.service")
+    return dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+
+
+def loading(sample):
+    return "loading weights" in sample.get("StatusText", "")
+
+
+# --------------------------------------------------------------------------- the main server, as the host runs it now
+def test_unit_is_ours_enabled_notify_and_active(host):
+    u = unit(host)
+    assert (u["LoadState"], u["ActiveState"], u["SubState"]) == ("loaded", "active", "running")
+    assert u["UnitFileState"] == "enabled"
+    assert u["Type"] == "notify"
+    assert u["Restart"] == "on-failure"
+    assert str(EXIT_PERMANENT) in u["RestartPreventExitStatus"].split()
+    assert u["KillMode"] == "control-group"
+    assert u["FragmentPath"] == f"/etc/systemd/system/{UNIT}"
+    f = host.file(u["FragmentPath"])
+    assert (f.user, f.group, f.mode) == ("root", "root", 0o644)
+
+
+def test_status_text_says_ready(host):
+    text = unit(host)["StatusText"]
+    assert "ready" in text and "loading" not in text and "failed" not in text, text
+
+
+def test_main_pid_is_the_watcher_as_root_and_the_server_runs_as_the_service_user(host, procs):
+    u = unit(host)
+    main = int(u["MainPID"])
+    watcher = next(p for p in procs if p["pid"] == main)
+    assert watcher["user"] == "root"
+    assert any(a.endswith("/watcher/sglang_watcher.py") for a in watcher["argv"]), watcher["argv"]
+    assert watcher["argv"][-2:] == [RUN_DIR, "sglang"]
+    status = json.loads(host.file(f"{RUN_DIR}/sglang.status.json").content_string)
+    assert status["watcher_pid"] == main
+    assert status["verdict"] == "ready"
+    tree = hostcheck.server_tree(procs, status["server_pid"])
+    assert {p["user"] for p in tree} == {USER}
+    assert len(tree) >= 3, f"leader + 2 schedulers + detokenizer expected: {tree}"
+    # The server descends from the watcher (the unit's main process), nothing else started it.
+    assert {p["pid"] for p in tree} <= {p["pid"] for p in hostcheck.server_tree(procs, main)}
+
+
+def test_no_api_key_on_any_command_line(procs):
+    assert procs
+    assert not [p for p in procs if any(KEY in a for a in p["argv"])]
+
+
+def test_api_key_is_in_no_journal_line_and_only_in_root_only_files(host):
+    """The unit's output goes to the journal too: the watcher redacts it. The key it needs (health requests) sits in
+    files only root can read."""
+    found = host.run(f"journalctl -b --no-pager | grep -cF -e {KEY}")
+    assert (found.rc, found.stdout.strip()) == (1, "0"), "the key reached the journal"  # grep: 1 = no match
+    journal = host.check_output("journalctl -b -u sglang-sglang.service --no-pager")
+    assert "server_args=" in journal  # not vacuous: the server's own lines are there
+    holders = host.check_output(f"grep -rlF -e {KEY} {RUN_DIR} /var/log/sglang /etc/systemd/system || true").split()
+    assert holders, "the watcher holds no key: health requests could not authenticate"
+    for path in holders:
+        f = host.file(path)
+        assert (f.user, f.mode & 0o077) == ("root", 0), f"{path}: {f.user} {oct(f.mode)}"
+
+
+def test_health_and_generate(host):
+    assert hostcheck.http_status(host, f"{BASE_URL}/health_generate")[0] == 200
+    request = {"text": "Hello", "sampling_params": {"max_new_tokens": 4}}
+    code, text = hostcheck.http_status(host, f"{BASE_URL}/generate", KEY, "POST", request)
+    assert code == 200 and '"text"' in text
+
+
+def test_the_cases_left_the_main_server_alone(host):
+    """The other deployments' cases (ssh_drop, crash, crash_load) came after the reboot case: same unit run."""
+    r = record("reboot")
+    u = unit(host)
+    assert u["InvocationID"] == r["after_rerun"]["InvocationID"]
+    assert int(u["MainPID"]) == r["after_rerun"]["MainPID"]
+    assert int(u["NRestarts"]) == 0
+
+
+# --------------------------------------------------------------------------- reboot: podman restart of the host
+def test_reboot_the_unit_is_activating_with_the_phase_while_loading():
+    samples = record("reboot")["samples"]
+    during = [s for s in samples if s.get("ActiveState") == "activating" and loading(s)]
+    assert during, f"no sample showed the unit activating while loading weights: {samples}"
+    # The shard count moves in StatusText (6 shards in molecule.yml's emulator arguments).
+    assert len({s["StatusText"] for s in during}) >= 2, [s["StatusText"] for s in during]
+    assert any("/6 shards" in s["StatusText"] for s in during)
+
+
+def test_reboot_health_generate_answers_only_once_the_unit_is_active():
+    samples = record("reboot")["samples"]
+    assert [s["health_generate"] for s in samples if loading(s) and s["health_generate"] == 200] == []
+    active = [s for s in samples if s.get("ActiveState") == "active"]
+    assert active, samples[-3:]
+    # health is read after the unit's state: an active unit always has a server that answers.
+    assert {s["health_generate"] for s in active} == {200}
+
+
+def test_reboot_brought_the_server_back_without_a_restart_loop():
+    r = record("reboot")
+    assert r["after"]["ActiveState"] == "active"
+    assert r["after"]["UnitFileState"] == "enabled"
+    assert r["after"]["NRestarts"] == 0
+    assert r["after"]["InvocationID"] != r["before"]["InvocationID"]
+    assert r["status"]["verdict"] == "ready"
+
+
+def test_reboot_rerun_of_the_playbook_is_a_no_op():
+    r = record("reboot")
+    assert r["rerun"]["rc"] == 0, r["rerun"]["tail"]
+    assert r["rerun"]["recap"]["changed"] == 0, r["rerun"]["tail"]
+    assert r["after_rerun"]["MainPID"] == r["after"]["MainPID"]
+    assert r["after_rerun"]["InvocationID"] == r["after"]["InvocationID"]
+    assert r["status_after_rerun"]["attempt"] == r["status"]["attempt"]
+    assert r["health_after_rerun"] == 200
+
+
+# --------------------------------------------------------------------------- SSH connection cut mid-wait
+def test_ssh_drop_cut_a_connection_that_was_waiting_on_a_loading_server():
+    r = record("ssh_drop")
+    assert r["mid"]["unit"]["ActiveState"] == "activating"
+    assert loading(r["mid"]["unit"])
+    assert r["drop"]["killed_sshd"] and r["drop"]["modules"]
+    # The first run lost its host: Ansible saw the connection go (unreachable, or the task failed with it).
+    assert r["run1"]["rc"] != 0, r["run1"]["tail"]
+    assert r["run1"]["recap"] is None or r["run1"]["recap"]["unreachable"] + r["run1"]["recap"]["failed"] >= 1
+    assert r["run1"]["result"] is None, "run 1 recorded a wait result: its wait was not cut"
+
+
+def test_ssh_drop_the_server_kept_loading_in_its_unit():
+    r = record("ssh_drop")
+    mid, after = r["mid"]["unit"], r["after_drop"]["unit"]
+    assert after["InvocationID"] == mid["InvocationID"]
+    assert after["MainPID"] == mid["MainPID"]
+    assert after["NRestarts"] == 0
+    assert after["ActiveState"] in ("activating", "active")
+    assert r["after_drop"]["status"]["attempt"] == r["mid"]["status"]["attempt"]
+
+
+def test_ssh_drop_the_rerun_picked_up_the_same_attempt_and_its_wait_completed():
+    r = record("ssh_drop")
+    run2, mid = r["run2"], r["mid"]
+    assert run2["rc"] == 0, run2["tail"]
+    result = run2["result"]
+    assert result is not None, run2["tail"]
+    assert not result.get("failed") and not result.get("pending")
+    assert result["changed"] is False, result  # no (re)start: it waited on the running attempt
+    assert result["launcher"] == "systemd"
+    assert result["attempt"] == mid["status"]["attempt"]
+    final = r["final"]
+    assert (final["ActiveState"], final["health_generate"]) == ("active", 200)
+    assert (final["MainPID"], final["InvocationID"], final["NRestarts"]) == \
+        (mid["unit"]["MainPID"], mid["unit"]["InvocationID"], 0)
+    assert r["status_final"]["attempt"] == mid["status"]["attempt"]
+    assert r["status_final"]["verdict"] == "ready"
+    # The server became ready after the re-run began: the re-run's wait is what saw it through.
+    assert final["ActiveEnterTimestampMonotonic"] > run2["started_monotonic_us"]
+
+
+# --------------------------------------------------------------------------- stop.yml
+def test_stop_left_the_unit_inactive_and_nothing_running():
+    r = record("stop")
+    assert r["stop"]["rc"] == 0, r["stop"]["tail"]
+    assert r["before"]["procs"], "nothing ran before the stop"
+    assert r["after"]["ActiveState"] == "inactive"
+    assert r["after"]["UnitFileState"] != "enabled", "a stopped server would come back at the next boot"
+    assert not any(r["alive"].values()), r["alive"]
+    assert r["tree_after"]["procs"] == []
+    assert r["listening"] is False
+    assert r["health"] == 0
+
+
+def test_stopped_unit_is_still_inactive_and_its_port_free(host):
+    u = unit(host, "slow")
+    assert u["ActiveState"] == "inactive"
+    assert not host.socket("tcp://127.0.0.1:30001").is_listening
+
+
+# --------------------------------------------------------------------------- kill -9 of a scheduler when serving
+def test_crash_each_kill_while_serving_was_restarted_until_the_start_limit():
+    r = record("crash")
+    kills, final = r["kills"], r["final"]
+    assert len(kills) >= 2, "a restartable crash was not restarted"
+    # Every kill made the unit try a restart (NRestarts counts the last one too, which the start limit refused).
+    assert [k["unit"]["NRestarts"] for k in kills] == list(range(len(kills)))
+    assert final["NRestarts"] == len(kills) <= final["StartLimitBurst"]
+    assert final["ActiveState"] == "failed"
+    # systemd 252 keeps the last run's result (exit-code) when the start limit refuses the restart.
+    assert final["Result"] in ("exit-code", "start-limit-hit")
+    assert final["ExecMainStatus"] == EXIT_RESTARTABLE
+    assert any("Start request repeated too quickly" in line for line in r["journal"]), r["journal"][-10:]
+
+
+def test_crash_no_restart_loop_after_the_limit(host):
+    r = record("crash")
+    settle = r["settle"]
+    assert settle[-1]["t"] >= 25
+    assert {(s["ActiveState"], s["NRestarts"], s["InvocationID"]) for s in settle} == \
+        {("failed", r["failed"]["NRestarts"], r["failed"]["InvocationID"])}
+    u = unit(host, "crash")
+    assert (u["ActiveState"], int(u["NRestarts"]), u["InvocationID"]) == \
+        ("failed", r["failed"]["NRestarts"], r["failed"]["InvocationID"])
+    assert r["tree_after"]["procs"] == []
+    assert not host.socket("tcp://127.0.0.1:30002").is_listening
+
+
+def test_crash_status_names_our_class():
+    r = record("crash")
+    assert r["status"]["verdict"] in KILL_CLASSES, r["status"]
+    assert r["status"]["verdict"] in r["final"]["StatusText"], r["final"]["StatusText"]
+
+
+# --------------------------------------------------------------------------- kill -9 of a scheduler while loading
+def test_crash_load_failed_at_once_with_exit_78_and_was_never_restarted(host):
+    r = record("crash_load")
+    assert r["unit_at_kill"]["ActiveState"] == "activating" and loading(r["unit_at_kill"])
+    final = r["final"]
+    assert (final["ActiveState"], final["Result"], final["ExecMainStatus"]) == ("failed", "exit-code", EXIT_PERMANENT)
+    assert final["NRestarts"] == 0
+    assert {(s["ActiveState"], s["NRestarts"]) for s in r["settle"]} == {("failed", 0)}
+    u = unit(host, "crashload")
+    assert (u["ActiveState"], u["NRestarts"], u["InvocationID"]) == ("failed", "0", final["InvocationID"])
+    assert r["tree_after"]["procs"] == []
+
+
+def test_crash_load_status_and_the_playbook_name_our_class():
+    r = record("crash_load")
+    cls = r["status"]["verdict"]
+    assert cls in KILL_CLASSES, r["status"]
+    assert cls in r["final"]["StatusText"]
+    assert r["status"]["report"]["exit_status"] == EXIT_PERMANENT
+    assert not any("Scheduled restart job" in line for line in r["journal"]), r["journal"][-10:]
+    assert r["converge"]["rc"] != 0
+    assert f"crash class: {cls}" in r["converge"]["tail"], r["converge"]["tail"][-2000:]
+
+
+@pytest.mark.parametrize("name", ["sglang", "slow", "crash", "crashload"])
+def test_no_zombies_and_no_stray_server(host, procs, name):
+    assert not [p for p in procs if p["state"] == "Z"], "zombies left"
+    running = [p for p in procs if any(f"{CONFIG_DIR}/{name}.yaml" in a for a in p["argv"])]
+    if name == "sglang":
+        assert running
+    else:
+        assert running == [], f"{name}: {running}"
