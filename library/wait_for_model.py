@@ -598,6 +598,7 @@ import os
 import pwd
 import re
 import secrets
+import select
 import shutil
 import signal
 import stat
@@ -623,6 +624,10 @@ from ansible.module_utils.sglang_watch import (
 
 class WaitError(Exception):
     """Bad input or an unsafe situation: fail before anything is stopped or launched."""
+
+
+class Orphaned(Exception):
+    """The caller is gone (the SSH connection dropped mid-wait): nobody can read a result any more."""
 
 
 # ------------------------------------------------------------------------------ helpers
@@ -1121,6 +1126,24 @@ class Systemctl(object):
         return parse_show(out) if rc == 0 else {}
 
 
+class CallerWatch(object):
+    """Whether whoever reads this module's result is gone: the read end of our stdout (a pipe to sshd, or to
+    Ansible's worker on a local connection) closed, or our parent changed (the connection's shell died)."""
+
+    def __init__(self):
+        self.parent = os.getppid()
+
+    def __call__(self):
+        if os.getppid() != self.parent:
+            return True
+        try:
+            poller = select.poll()
+            poller.register(sys.stdout.fileno(), 0)  # no events asked: only POLLERR/POLLHUP come back
+            return any(ev & (select.POLLERR | select.POLLHUP) for _fd, ev in poller.poll(0))
+        except (OSError, ValueError, AttributeError):
+            return False
+
+
 def systemd_here():
     """Whether systemd is the init system running this host (sd_booted(3)), and why not."""
     if not os.path.isdir("/run/systemd/system"):
@@ -1134,8 +1157,9 @@ class ModelWaiter(object):
 
     def __init__(self, module, clock=time.monotonic, sleep=None, popener=None, http=http_status,
                  procs=None, wall=time.time, cgroups=None, locker=fcntl.flock, prober=None, background_health=True,
-                 systemctl=None, booted=systemd_here):
+                 systemctl=None, booted=systemd_here, caller_gone=None):
         self.module = module
+        self.caller_gone = caller_gone or CallerWatch()
         self.systemctl = systemctl or Systemctl(module)
         self.booted = booted  # () -> (systemd runs this host?, why not)
         self.launcher = None  # "systemd" | "detached", set by validate()
@@ -1857,6 +1881,7 @@ class ModelWaiter(object):
                 return self.service_timeout(st if mine else None, show)
             if step_end is not None and now >= step_end:
                 return self.pending(self.progress_of(st if mine else None, "systemd"), st if mine else None)
+            self.check_caller()
             self.sleep(p["poll_interval"])
 
     def service_ready(self, st, attached):
@@ -1962,6 +1987,13 @@ class ModelWaiter(object):
         earlier = [rec for rec in loads if attempt is None or rec.get("attempt") != attempt]
         return earlier[-1] if earlier else None
 
+    def check_caller(self):
+        """A dropped connection ends the wait, never the server: the server goes on loading (a unit, or its own
+        session), the lock is let go at once (main() ends the process), and the next step or a re-run attaches to
+        the same attempt."""
+        if self.caller_gone():
+            raise Orphaned()
+
     def pending(self, progress, st=None):
         """A step (step_time) ended with the server still loading: a result that is not a failure."""
         r = self.result
@@ -1995,6 +2027,8 @@ class ModelWaiter(object):
                     break
                 if step_end is not None and self.clock() >= step_end:
                     break
+                if watch is None:
+                    self.check_caller()
                 w.pause(p["poll_interval"], self.sleep, self.real_sleep)
         finally:
             elapsed = self.clock() - t0
@@ -2192,6 +2226,9 @@ def main(**inject):
     waiter = ModelWaiter(module, **inject)
     try:
         result = waiter.run()
+    except Orphaned:
+        waiter.unlock()
+        os._exit(0)  # nobody reads the result; the server goes on (see check_caller)
     except WaitError as e:
         module.fail_json(msg=str(e), **waiter.result)
     except (IOError, OSError) as e:

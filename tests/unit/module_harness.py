@@ -215,7 +215,7 @@ def run(world, check_mode=False, inject=None, **args):
     with patch_module_args(params):
         kw = dict(clock=world.clock, sleep=world.sleep, popener=Popener(world), http=world.http, procs=Procs(world),
                   wall=lambda: 0.0, cgroups=NoCgroups(), prober=Prober(world), background_health=False,
-                  booted=lambda: (False, "no /run/systemd/system (unit test)"))
+                  booted=lambda: (False, "no /run/systemd/system (unit test)"), caller_gone=lambda: False)
         kw.update(inject or {})
         try:
             wfm.main(**kw)

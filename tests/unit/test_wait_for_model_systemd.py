@@ -181,3 +181,30 @@ def test_auto_is_detached_without_systemd(world):  # noqa: F811
     world.health = lambda t: 200 if t > 1 else None
     status, r = run(world)
     assert status == "ok" and r["launcher"] == "detached" and world.spawned
+
+
+class Gone(Exception):
+    pass
+
+
+def test_a_dropped_connection_ends_the_wait_not_the_server_and_lets_the_lock_go(world, monkeypatch):  # noqa: F811
+    import fcntl
+    looks = []
+
+    def caller_gone():
+        looks.append(1)
+        return len(looks) > 3
+
+    def exit_now(code):
+        raise Gone(code)
+    monkeypatch.setattr(wfm.os, "_exit", exit_now)
+    unit_dir = os.path.join(world.log_dir, "units")
+    os.makedirs(unit_dir)
+    fake = FakeSystemd(world, unit_dir, READY)
+    with pytest.raises(Gone) as gone:
+        run(world, inject={"systemctl": fake, "booted": lambda: (True, None), "caller_gone": caller_gone},
+            launcher="systemd", unit_dir=unit_dir)
+    assert gone.value.args == (0,)
+    assert "start" in fake.names() and "stop" not in fake.names()  # the unit loads on
+    with open(os.path.join(world.log_dir, "sglang.lock")) as fh:
+        fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: the next run takes it at once
