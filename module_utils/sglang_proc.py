@@ -342,16 +342,8 @@ def remove_file(run_dir, fname):
 
 def clear_state(run_dir, name):
     """Remove the record (relative to the checked run dir)."""
-    dir_fd = open_run_dir(run_dir)
-    try:
-        for fname in ("%s.pid" % name, "%s.json" % name):
-            try:
-                os.unlink(fname, dir_fd=dir_fd)
-            except OSError as e:
-                if e.errno != errno.ENOENT:
-                    raise
-    finally:
-        os.close(dir_fd)
+    for fname in ("%s.pid" % name, "%s.json" % name):
+        remove_file(run_dir, fname)
 
 
 def why_not_ours(state):
