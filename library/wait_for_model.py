@@ -598,8 +598,6 @@ import os
 import pwd
 import re
 import secrets
-import select
-import shutil
 import signal
 import stat
 import subprocess
@@ -610,12 +608,17 @@ from urllib.parse import urlparse
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_log import LogClassifier, LogFollower, tail_lines
-from ansible.module_utils import sglang_log
 from ansible.module_utils import sglang_proc
 from ansible.module_utils import sglang_progress
 from ansible.module_utils import sglang_redact
-from ansible.module_utils import sglang_watch
 from ansible.module_utils import sglang_watcher
+from ansible.module_utils.sglang_exec import (
+    INTERPRETER_RX, PROBE_TIMEOUT, exec_problem, may_access, resolve_exec, walk_as, which_as,
+)
+from ansible.module_utils.sglang_unit import (
+    SHOW_EVERY, UNIT_MARK, WATCHER_DIR, CallerWatch, Systemctl, module_source, systemd_here, unit_name, unit_text,
+    watcher_files,
+)
 from ansible.module_utils.sglang_paths import file_sha256
 from ansible.module_utils.sglang_watch import (
     ProcView, Watch, explain, http_status, next_attempt, point_link, prune_attempts, start_of_line,
@@ -662,12 +665,7 @@ def describe_change(old_parts, new_parts):
 
 def redactor_source():
     """Source of module_utils/sglang_redact.py, for the log writer (also from inside an AnsiballZ zip)."""
-    loader = getattr(sglang_redact, "__loader__", None)
-    source = loader.get_source(sglang_redact.__name__) if loader is not None else None
-    if source is None:
-        with open(sglang_redact.__file__, "rb") as fh:
-            source = fh.read()
-    return source
+    return module_source(sglang_redact)
 
 
 # Capacity asked for the pipe between the server and its log writer.
@@ -864,141 +862,6 @@ def health_port(url):
     return u.scheme, u.hostname, port or (443 if u.scheme == "https" else 80)
 
 
-def resolve_exec(argv0, env_path, cwd):
-    """The file exec would run for argv[0] (PATH lookup when it has no slash), or None."""
-    if "/" in argv0:
-        path = argv0 if os.path.isabs(argv0) else os.path.join(cwd or os.getcwd(), argv0)
-        return path if os.path.isfile(path) and os.access(path, os.X_OK) else None
-    return shutil.which(argv0, path=env_path)
-
-
-def may_access(st, uid, gids, bits):
-    """Whether uid (with gids) has ``bits`` (4 read, 1 execute) on a file with stat ``st``."""
-    if uid == 0:
-        return bits != 1 or bool(st.st_mode & 0o111)
-    if st.st_uid == uid:
-        return bool(st.st_mode & (bits << 6))
-    if st.st_gid in gids:
-        return bool(st.st_mode & (bits << 3))
-    return bool(st.st_mode & bits)
-
-
-def walk_as(path, ids):
-    """(real path, None) of the absolute ``path`` resolved the way the kernel resolves it for a user with
-    ``ids`` ((uid, gids)): symlinks followed, and every directory searched on the way must grant that user
-    x. (None, what stops it) otherwise."""
-    uid, gids = ids
-    todo = [c for c in reversed(path.split("/")) if c]
-    cur, links = "/", 0
-    while todo:
-        comp = todo.pop()
-        try:
-            st = os.stat(cur)
-        except OSError as e:
-            return None, "%s: %s" % (cur, e.strerror or e)
-        if not stat.S_ISDIR(st.st_mode):
-            return None, "%s is not a directory" % cur
-        if uid != 0 and not may_access(st, uid, gids, 1):
-            return None, "directory %s cannot be entered (no x permission for it)" % cur
-        if comp == ".":
-            continue
-        if comp == "..":
-            cur = os.path.dirname(cur)
-            continue
-        nxt = os.path.join(cur, comp)
-        try:
-            lst = os.lstat(nxt)
-        except OSError as e:
-            return None, "%s does not exist" % nxt if e.errno == errno.ENOENT else "%s: %s" % (nxt, e.strerror or e)
-        if stat.S_ISLNK(lst.st_mode):
-            links += 1
-            if links > 40:
-                return None, "%s: too many levels of symbolic links" % path
-            target = os.readlink(nxt)
-            if target.startswith("/"):
-                cur = "/"
-            todo.extend(reversed([c for c in target.split("/") if c]))
-            continue
-        cur = nxt
-    return cur, None
-
-
-def which_as(name, env_path, cwd, ids):
-    """The first ``<dir>/<name>`` of ``env_path`` that the user with ``ids`` can exec (a regular file with x
-    for them, reachable), the way execvp searches; None when there is none."""
-    for d in env_path.split(os.pathsep):
-        candidate = os.path.join(cwd, d or ".", name)
-        real, why = walk_as(candidate, ids)
-        if why is None:
-            st = os.stat(real)
-            if stat.S_ISREG(st.st_mode) and may_access(st, ids[0], ids[1], 1):
-                return candidate
-    return None
-
-
-def _binfmt_misc_handlers():
-    try:
-        return [e for e in os.listdir("/proc/sys/fs/binfmt_misc") if e not in ("register", "status")]
-    except OSError:
-        return []
-
-
-# Interpreters that prove_it_runs() starts once with ``-c ''`` (Python, POSIX shells); seconds it may take.
-INTERPRETER_RX = re.compile(r"\A(python[0-9.]*|sh|bash|dash|ksh|zsh)\Z")
-PROBE_TIMEOUT = 60
-MAX_INTERPRETERS = 4  # nested #! interpreters the kernel follows
-
-
-def exec_problem(path, ids, env_path, cwd, depth=0):
-    """(None, program) when a user with ``ids`` can exec the absolute ``path``: every directory on the way
-    enterable, a regular file with x for them on a file system not mounted noexec, and an ELF program or a
-    script (readable by them) whose ``#!`` interpreter passes the same checks (``/usr/bin/env NAME``: NAME
-    found on ``env_path`` as execvp finds it), 4 levels deep. ``program`` is what runs in the end, as named
-    (argv[0] or the last interpreter). (what stops it, None) otherwise."""
-    uid, gids = ids
-    real, why = walk_as(path, ids)
-    if why:
-        return why, None
-    st = os.stat(real)
-    if not stat.S_ISREG(st.st_mode):
-        return "%s is not a regular file" % real, None
-    if not may_access(st, uid, gids, 1):
-        return "%s is not executable by the user (mode %04o, owner uid %d)" % (real, stat.S_IMODE(st.st_mode), st.st_uid), None
-    if os.statvfs(real).f_flag & getattr(os, "ST_NOEXEC", 8):
-        return "%s is on a file system mounted noexec" % real, None
-    try:
-        with open(real, "rb") as fh:
-            head = fh.read(256)
-    except (IOError, OSError) as e:
-        return "%s cannot be read: %s" % (real, e), None
-    if not head.startswith(b"#!"):
-        if head[:4] != b"\x7fELF" and not _binfmt_misc_handlers():
-            return "%s is neither a program (ELF) nor a script with a #! line" % real, None
-        return None, path
-    if not may_access(st, uid, gids, 4):
-        return "script %s is not readable by the user (its interpreter has to read it)" % real, None
-    if depth >= MAX_INTERPRETERS:
-        return "%s: more than %d nested #! interpreters" % (real, MAX_INTERPRETERS), None
-    words = head[2:].split(b"\n", 1)[0].decode("utf-8", "replace").split()
-    if not words:
-        return "%s has an empty #! line" % real, None
-    interp = os.path.join(cwd, words[0])
-    why, program = exec_problem(interp, ids, env_path, cwd, depth + 1)
-    if why:
-        return "its #! interpreter %s cannot be run: %s" % (words[0], why), None
-    if os.path.basename(interp) == "env":
-        names = [w for w in words[1:] if not w.startswith("-") and "=" not in w]
-        if names:
-            found = which_as(names[0], env_path, cwd, ids) if "/" not in names[0] else os.path.join(cwd, names[0])
-            if found is None:
-                return "its #! line runs 'env %s', and no %s executable by the user is on PATH=%s" % (
-                    names[0], names[0], env_path), None
-            why, program = exec_problem(found, ids, env_path, cwd, depth + 1)
-            if why:
-                return "its #! line runs 'env %s' (%s), which cannot be run: %s" % (names[0], found, why), None
-    return None, program
-
-
 def check_dir_writable(what, path, check_mode):
     if not os.path.isdir(path):
         raise WaitError("%s %s does not exist (or is not a directory): create it first" % (what, path))
@@ -1032,123 +895,6 @@ def open_log(path, log_dir, reader):
         os.close(fd)
         raise WaitError("log %s is not a regular file that the service user can read: not read" % path)
     return fd
-
-
-# ------------------------------------------------------------------------------ the systemd launcher
-UNIT_MARK = "# Written by eagle-deploy (wait_for_model)."
-WATCHER_DIR = "watcher"
-SHOW_EVERY = 1.0  # s between two looks at the unit (systemctl show) while waiting on the watcher's status file
-UNIT_PROPS = ("ActiveState", "SubState", "Result", "MainPID", "NRestarts", "ExecMainStatus", "StatusText",
-              "InvocationID", "UnitFileState")
-
-
-def module_source(mod):
-    """Source of a module_utils module (bytes), also from inside an AnsiballZ zip."""
-    loader = getattr(mod, "__loader__", None)
-    source = loader.get_source(mod.__name__) if loader is not None else None
-    if source is None:
-        with open(mod.__file__, "rb") as fh:
-            return fh.read()
-    return source.encode("utf-8") if isinstance(source, str) else source
-
-
-def watcher_files():
-    """{file name: source} of the host watcher program and the module_utils it imports."""
-    return dict(("%s.py" % m.__name__.rsplit(".", 1)[-1], module_source(m))
-                for m in (sglang_watcher, sglang_watch, sglang_log, sglang_proc, sglang_redact, sglang_progress))
-
-
-def systemd_quote(arg):
-    """One ExecStart= word: double-quoted, with systemd's escapes (backslash, quote) and specifiers (%)."""
-    return '"%s"' % arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
-
-
-def unit_name(name):
-    return "sglang-%s.service" % name
-
-
-def unit_text(name, python, program, run_dir, stall_timeout, stop_timeout):
-    """The unit that runs the watcher program (which runs the server): ``Type=notify``, READY=1 once a generation
-    answered, the start extended while the log moves, no restart of a start that failed (exit 78)."""
-    start = "infinity" if not stall_timeout else "%ds" % (stall_timeout + 60)
-    return "\n".join([
-        UNIT_MARK + " Changes here are replaced on its next run.",
-        "[Unit]",
-        "Description=SGLang server %s (eagle-deploy watcher)" % name,
-        "After=network-online.target",
-        "Wants=network-online.target",
-        "StartLimitIntervalSec=600",
-        "StartLimitBurst=3",
-        "",
-        "[Service]",
-        "Type=notify",
-        "NotifyAccess=main",
-        "ExecStart=%s" % " ".join(systemd_quote(a) for a in (python, "-I", program, run_dir, name)),
-        "Restart=on-failure",
-        "RestartSec=10",
-        "RestartPreventExitStatus=%d" % sglang_watcher.EXIT_PERMANENT,
-        "TimeoutStartSec=%s" % start,
-        "TimeoutStopSec=%ds" % max(1, stop_timeout),
-        "KillMode=control-group",
-        "LimitMEMLOCK=infinity",
-        "LimitNOFILE=1048576",
-        "SyslogIdentifier=sglang-%s" % name,
-        "",
-        "[Install]",
-        "WantedBy=multi-user.target",
-        "",
-    ])
-
-
-def parse_show(text):
-    out = {}
-    for line in text.splitlines():
-        key, sep, value = line.partition("=")
-        if sep:
-            out[key] = value
-    return out
-
-
-class Systemctl(object):
-    """systemctl, injectable so unit tests run no process."""
-
-    def __init__(self, module):
-        self.module = module
-        self.path = None
-
-    def __call__(self, *args):
-        if self.path is None:
-            self.path = self.module.get_bin_path("systemctl", required=True)
-        return self.module.run_command([self.path] + list(args))
-
-    def show(self, unit):
-        rc, out, _err = self("show", unit, "-p", ",".join(UNIT_PROPS))
-        return parse_show(out) if rc == 0 else {}
-
-
-class CallerWatch(object):
-    """Whether whoever reads this module's result is gone: the read end of our stdout (a pipe to sshd, or to
-    Ansible's worker on a local connection) closed, or our parent changed (the connection's shell died)."""
-
-    def __init__(self):
-        self.parent = os.getppid()
-
-    def __call__(self):
-        if os.getppid() != self.parent:
-            return True
-        try:
-            poller = select.poll()
-            poller.register(sys.stdout.fileno(), 0)  # no events asked: only POLLERR/POLLHUP come back
-            return any(ev & (select.POLLERR | select.POLLHUP) for _fd, ev in poller.poll(0))
-        except (OSError, ValueError, AttributeError):
-            return False
-
-
-def systemd_here():
-    """Whether systemd is the init system running this host (sd_booted(3)), and why not."""
-    if not os.path.isdir("/run/systemd/system"):
-        return False, "no /run/systemd/system: systemd is not PID 1 here"
-    return True, None
 
 
 # ------------------------------------------------------------------------------ the work

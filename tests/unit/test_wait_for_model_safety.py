@@ -19,6 +19,7 @@ import pytest
 from ansible.module_utils import sglang_proc
 
 import wait_for_model as wfm
+from ansible.module_utils import sglang_exec
 from module_harness import SCHED_CRASH, module_exits, record_self_as_server, run, stops, world  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.usefixtures("module_exits")
@@ -571,16 +572,16 @@ def test_exec_problem_follows_env_options_and_nested_interpreters(shared_tmp):
     ids = (NOBODY, [NOBODY])
     path = "/usr/bin:/bin"
     env_s = _script(os.path.join(shared_tmp, "env-s"), "#!/usr/bin/env -S python3 -u\n")
-    assert wfm.exec_problem(env_s, ids, path, "/") == (None, "/usr/bin/python3")
+    assert sglang_exec.exec_problem(env_s, ids, path, "/") == (None, "/usr/bin/python3")
     # A script whose interpreter is itself a script (allowed by the kernel a few levels deep).
     inner = _script(os.path.join(shared_tmp, "inner"), "#!/bin/sh\nexec \"$@\"\n")
     outer = _script(os.path.join(shared_tmp, "outer"), "#!%s\n" % inner)
-    assert wfm.exec_problem(outer, ids, path, "/") == (None, "/bin/sh")
+    assert sglang_exec.exec_problem(outer, ids, path, "/") == (None, "/bin/sh")
     loop = _script(os.path.join(shared_tmp, "loop"), "#!%s\n" % os.path.join(shared_tmp, "loop"))
-    why, program = wfm.exec_problem(loop, ids, path, "/")
+    why, program = sglang_exec.exec_problem(loop, ids, path, "/")
     assert "nested #! interpreters" in why and program is None
     text = _script(os.path.join(shared_tmp, "data.txt"), "just text\n")
-    why, _ = wfm.exec_problem(text, ids, path, "/")
+    why, _ = sglang_exec.exec_problem(text, ids, path, "/")
     assert why is None or "neither a program (ELF) nor a script" in why  # binfmt_misc may run anything
 
 
@@ -590,11 +591,11 @@ def test_walk_as_resolves_symlinks_and_dot_dot_like_the_kernel(shared_tmp):
     os.symlink(real, os.path.join(shared_tmp, "link"))
     ids = (NOBODY, [NOBODY])
     # link -> real/bin, so link/.. is real (not shared_tmp, as a lexical normpath would say)
-    assert wfm.walk_as(os.path.join(shared_tmp, "link", "..", "bin"), ids) == (real, None)
+    assert sglang_exec.walk_as(os.path.join(shared_tmp, "link", "..", "bin"), ids) == (real, None)
     os.chmod(os.path.join(shared_tmp, "real"), 0o700)
-    real_path, why = wfm.walk_as(os.path.join(shared_tmp, "link", "x"), ids)
+    real_path, why = sglang_exec.walk_as(os.path.join(shared_tmp, "link", "x"), ids)
     assert real_path is None and "directory %s cannot be entered" % os.path.join(shared_tmp, "real") in why
-    assert wfm.walk_as(os.path.join(shared_tmp, "link", "x"), (0, [0]))[1] == "%s/x does not exist" % real
+    assert sglang_exec.walk_as(os.path.join(shared_tmp, "link", "x"), (0, [0]))[1] == "%s/x does not exist" % real
 
 
 def test_a_check_mode_plan_with_prove_launch_fails_when_the_new_server_could_not_start(world, stops, shared_tmp):
