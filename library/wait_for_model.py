@@ -1777,7 +1777,7 @@ class ModelWaiter(object):
                     self.check_caller()
                 w.pause(p["poll_interval"], self.sleep, self.real_sleep)
         finally:
-            elapsed = self.clock() - t0
+            elapsed = self.clock() - t0 + since_launch  # a later step reports the time since the launch
         if verdict is None:  # this step is over, the load goes on: report progress, keep the phases for the next
             follower.close()
             os.close(log_fd)

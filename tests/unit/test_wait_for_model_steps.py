@@ -1,0 +1,49 @@
+"""wait_for_model in steps (step_time, resume_attempt), the detached launcher, on the harness's fake clock: a step
+that ends while the server loads is a result, not a failure; a later step of the same attempt goes on with that
+launch's wait (never a second restart, the log read from its start, the time counted from the launch)."""
+from __future__ import annotations
+
+import sys
+
+import wait_for_model as wfm
+from module_harness import module_exits, record_self_as_server, run, stops, world  # noqa: F401 - fixtures
+
+ARGV = [sys.executable, "-m", "sglang.launch_server", "--config", "/etc/sglang.yaml"]
+LOADING = ("[2026-12-03 10:00:01] Load weight begin. avail mem=78.00 GB\n"
+           "Loading safetensors checkpoint shards:  50% Completed | 2/4 [00:02<00:02,  1.00s/it]\n")
+READY = "[2026-12-03 10:00:09] The server is fired up and ready to roll!\n"
+
+
+def same_fingerprint():
+    return wfm.fingerprint_of(wfm.fingerprint_parts(ARGV, {}, [], {}, None))
+
+
+def test_a_step_that_ends_while_loading_is_pending_not_failed(world, module_exits):  # noqa: F811
+    world.health = lambda t: None  # still loading
+    status, r = run(world, step_time=1.0, run_as=None)
+    assert status == "ok" and r["pending"] is True and r["changed"] is True
+    assert r["progress"]["attempt"] == 1 and r["progress"]["launcher"] == "detached"
+    assert len(world.spawned) == 1 and not world.killed  # nothing is stopped at the end of a step
+
+
+def test_a_later_step_goes_on_with_the_launch_and_reports_the_time_since_it(world, stops, module_exits):  # noqa: F811
+    state = record_self_as_server(world, fingerprint=same_fingerprint(), log_text=LOADING + READY,
+                                  started_at=-30.0)
+    world.t0 = world.now
+    world.health = lambda t: 200 if t is not None and t > 0.3 else None  # the first look: not yet
+    status, r = run(world, resume_attempt=1, force_restart=True, run_as=None)
+    assert status == "ok", r
+    assert r["changed"] is False and not world.spawned and not stops  # no second restart, even with force_restart
+    assert r["pid"] == state["pid"] and r["attempt"] == 1
+    assert "log_watched_from" not in r  # the log read from its start, as the launch's wait reads it
+    assert [p["phase"] for p in r["phases"]][:2] == ["launching", "loading_weights"]
+    assert 30.0 <= r["elapsed"] < 32.0  # since the launch, not since this step
+
+
+def test_without_resume_attempt_the_same_server_is_an_attach(world, stops, module_exits):  # noqa: F811
+    record_self_as_server(world, fingerprint=same_fingerprint(), log_text=LOADING, started_at=-30.0)
+    world.t0 = world.now
+    world.health = lambda t: 200 if t is not None and t > 0.3 else None
+    status, r = run(world, run_as=None)
+    assert status == "ok" and r["changed"] is False and not world.spawned
+    assert "log_watched_from" in r and r["msg"].startswith("attached")
