@@ -20,15 +20,13 @@ plugin to print its lines.
 
 from __future__ import annotations
 
-import errno
 import json
-import os
 import time
 
 try:
-    from ansible.module_utils.sglang_proc import UntrustedState, _read_trusted, open_run_dir, safe_name
+    from ansible.module_utils.sglang_proc import UntrustedState, read_json, safe_name, write_files
 except ImportError:  # a plain module next to sglang_proc.py (the host watcher program)
-    from sglang_proc import UntrustedState, _read_trusted, open_run_dir, safe_name
+    from sglang_proc import UntrustedState, read_json, safe_name, write_files
 
 HISTORY_VERSION = 1
 HISTORY_KEEP = 10
@@ -200,18 +198,8 @@ def read_loads(run_dir, name):
     less privileged, OSError when the run dir is missing."""
     if not safe_name(name):
         raise ValueError("unsafe deployment name %r" % (name,))
-    dir_fd = open_run_dir(run_dir)
-    try:
-        text = _read_trusted(dir_fd, run_dir, history_name(name))
-    finally:
-        os.close(dir_fd)
-    if not text:
-        return []
-    try:
-        data = json.loads(text)
-    except ValueError:
-        return []
-    if not isinstance(data, dict) or not isinstance(data.get("loads"), list):
+    data = read_json(run_dir, history_name(name))
+    if data is None or not isinstance(data.get("loads"), list):
         return []
     return [r for r in data["loads"] if _valid_record(r)]
 
@@ -257,23 +245,6 @@ def record_load(run_dir, name, record):
     except UntrustedState:
         loads = []
     loads = (loads + [record])[-HISTORY_KEEP:]
-    text = json.dumps({"version": HISTORY_VERSION, "loads": loads}, indent=1, sort_keys=True)
-    fname = history_name(name)
-    tmp = fname + ".tmp"
-    dir_fd = open_run_dir(run_dir)
-    try:
-        try:
-            os.unlink(tmp, dir_fd=dir_fd)
-        except OSError as e:
-            if e.errno != errno.ENOENT:
-                raise
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=dir_fd)
-        with os.fdopen(fd, "w") as fh:
-            fh.write(text)
-            fh.flush()
-            os.fchmod(fh.fileno(), 0o644)
-            os.fsync(fh.fileno())
-        os.rename(tmp, fname, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    finally:
-        os.close(dir_fd)
+    write_files(run_dir, ((history_name(name), json.dumps({"version": HISTORY_VERSION, "loads": loads}, indent=1,
+                                                          sort_keys=True)),))
     return record
