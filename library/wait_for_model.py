@@ -1277,12 +1277,24 @@ class ModelWaiter(object):
             if code == 200:
                 tail, offset = self._tail_of(state)
                 self.result.update(elapsed=0.0, phases=[], phase="ready", log_tail=tail, log_offset=offset)
+                st = {"verdict": "ready", "phase": "ready", "attempt": state.get("attempt"),
+                      "started_at": state.get("started_at")}
+                if resuming and state.get("launcher") != "systemd":
+                    # the launch a previous step waited for answered between two steps: its load is done
+                    try:
+                        prior = self.read_status() or {}
+                    except WaitError:
+                        prior = {}
+                    if prior.get("attempt") == state.get("attempt"):
+                        st.update(phases=prior.get("phases") or [], shards=prior.get("shards"))
+                        self.record_load(state, st)
+                self.result["progress"] = self.progress_of(st, state.get("launcher") or "detached")
                 return self.result
             if self.module.check_mode:
                 self.result["msg"] = "server with the same fingerprint is running but not healthy yet; would wait for it"
                 return self.result
             if self.launcher == "systemd" and state.get("launcher") == "systemd":
-                return self.wait_service(None, attached=True)
+                return self.wait_service(None, attached=True, attempt=state.get("attempt"))
             return self.wait(state, handle=None, attached=not resuming, resumed=resuming)
         if not ours:
             reason = "not running"
@@ -1595,7 +1607,7 @@ class ModelWaiter(object):
         except sglang_proc.UntrustedState as e:
             raise WaitError(str(e))
 
-    def wait_service(self, token, attached):
+    def wait_service(self, token, attached, attempt=None):
         """Wait on the watcher's status file (its verdict) and the unit's state, until ready, a failure, the
         timeout, or the end of this step (step_time)."""
         p = self.p
@@ -1606,7 +1618,8 @@ class ModelWaiter(object):
         shown_at, show, st = None, {}, None
         while True:
             st = self.read_status()
-            mine = st is not None and (token is None or st.get("launch") == token)
+            # this launch's status (its token), or, attached, the recorded attempt's: never an earlier attempt's verdict
+            mine = st is not None and (st.get("launch") == token if token is not None else st.get("attempt") == attempt)
             verdict = st.get("verdict") if mine else None
             if verdict == "ready":
                 return self.service_ready(st, attached)
@@ -1619,7 +1632,7 @@ class ModelWaiter(object):
                 # inactive right after the start may be the start job still queued: final once the watcher ran
                 if active == "failed" or (active == "inactive" and (mine or now - t0 >= 10)):
                     st = self.read_status()
-                    if st is not None and (token is None or st.get("launch") == token) and \
+                    if st is not None and (st.get("launch") == token if token is not None else st.get("attempt") == attempt) and \
                             st.get("verdict") not in (None, "stopped", "ready"):
                         return self.service_failed(st, show)
                     return self.unit_ended(show, st)

@@ -273,16 +273,17 @@ class Watcher(object):
                        "status": sglang_progress.status_text("launching", None), "shards": None, "phases": [],
                        "verdict": None, "report": None, "fingerprint": cfg.get("fingerprint"),
                        "invocation": os.environ.get("INVOCATION_ID")}
+        self.write_status()  # before the run state names the new leader: no attach may read the old verdict
         state = self.record(self.proc, attempt, log_path, token)
         sglang_watch.prune_attempts(cfg["log_dir"], self.name, cfg.get("keep_attempts", 20))
-        self.write_status()
         self.notifier.send(STATUS=self.status["status"], MAINPID=os.getpid())
         self.say("started %s (PID %d), attempt %d, log %s" % (cfg["argv"][0], self.proc.pid, attempt, log_path))
 
         headers = cfg.get("headers") or {}
         ask = lambda timeout: sglang_watch.http_status(cfg["health_url"], headers, timeout)  # noqa: E731 - one line
         deadline = t0 + (cfg.get("timeout") or 10 ** 9)
-        log_read_fd = os.open(log_path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+        # The file we created, through our own descriptor: never a path the service user could swap meanwhile.
+        log_read_fd = os.open("/proc/self/fd/%d" % log_fd, os.O_RDONLY | os.O_CLOEXEC)
         follower = LogFollower("/proc/self/fd/%d" % log_read_fd)
         w = sglang_watch.Watch(follower, LogClassifier(clock=lambda: self.clock() - t0), t0, deadline, self.clock,
                                self.proc, self.proc.pid, sglang_watch.ProcView(), state.get("start_time"), ask, True,

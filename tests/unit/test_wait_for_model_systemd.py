@@ -11,7 +11,7 @@ import pytest
 
 import wait_for_model as wfm
 from ansible.module_utils import sglang_proc, sglang_watcher
-from module_harness import module_exits, run, world  # noqa: F401 - fixtures
+from module_harness import module_exits, run, stops, world  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.usefixtures("module_exits")
 
@@ -208,3 +208,25 @@ def test_a_dropped_connection_ends_the_wait_not_the_server_and_lets_the_lock_go(
     assert "start" in fake.names() and "stop" not in fake.names()  # the unit loads on
     with open(os.path.join(world.log_dir, "sglang.lock")) as fh:
         fcntl.flock(fh.fileno(), fcntl.LOCK_EX | fcntl.LOCK_NB)  # free: the next run takes it at once
+
+
+def test_an_attach_never_takes_an_earlier_attempts_verdict(world, stops, module_exits):  # noqa: F811
+    """Same fingerprint, not answering yet: the module attaches. The status file may still hold the verdict of an
+    earlier attempt (the watcher rewrites it when the new one starts); only the recorded attempt's counts."""
+    from module_harness import record_self_as_server
+    unit_dir = os.path.join(world.log_dir, "units")
+    os.makedirs(unit_dir)
+    fake = FakeSystemd(world, unit_dir, [])
+    fake.active = "activating"
+    parts = wfm.fingerprint_parts([wfm.sys.executable, "-m", "sglang.launch_server", "--config", "/etc/sglang.yaml"],
+                                  {}, [], {}, None)
+    parts["launcher"] = wfm._h("systemd")
+    record_self_as_server(world, fingerprint=wfm.fingerprint_of(parts), attempt=2, launcher="systemd")
+    old = {"launch": "x", "attempt": 1, "verdict": "cuda_oom", "report": {"failed": True, "crash_class": "cuda_oom"}}
+    sglang_proc.write_files(world.log_dir, ((sglang_watcher.STATUS % "sglang", json.dumps(old)),))
+    world.t0 = world.now
+    world.at(2.0, fake._writer("x", {"attempt": 2, "verdict": "ready", "phase": "ready", "report": {}}))
+    status, r = run(world, inject={"systemctl": fake, "booted": lambda: (True, None)}, launcher="systemd",
+                    unit_dir=unit_dir, run_as=None)
+    assert status == "ok", r
+    assert r["attempt"] == 2 and "stop" not in fake.names()
