@@ -582,11 +582,14 @@ progress:
     - Where the load is. C(phase) (launching, loading_weights, kv_cache, cuda_graph, warmup, ready), C(status) in
       words (C(loading weights 41/64 shards)), C(shards) [done, total], C(elapsed) seconds since the launch,
       C(eta) seconds still to go from the last successful load's phase durations (C(<run_dir>/<name>.loads.json);
-      null before the first), C(last_load) seconds that load took, C(attempt), C(launcher).
+      null before the first), C(last_load) seconds that load took, C(attempt), C(launcher), C(verdict) (null while
+      the start is undecided, C(ready) once a generation answered, C(stopped), or the failure's class). The log's
+      ready line alone is phase C(ready) with C(status) C(up, waiting for a generation to answer); only the verdict
+      C(ready) is C(serving).
   returned: with O(state=started) after a launch or while waiting for one
   type: dict
   sample: {"phase": "loading_weights", "status": "loading weights 41/64 shards", "shards": [41, 64], "elapsed": 252.0,
-           "eta": 170.0, "last_load": 598.0, "attempt": 7, "launcher": "systemd"}
+           "eta": 170.0, "last_load": 598.0, "attempt": 7, "launcher": "systemd", "verdict": null}
 """
 
 import errno
@@ -616,7 +619,7 @@ from ansible.module_utils.sglang_exec import (
     INTERPRETER_RX, PROBE_TIMEOUT, exec_problem, may_access, resolve_exec, walk_as, which_as,
 )
 from ansible.module_utils.sglang_unit import (
-    SHOW_EVERY, UNIT_MARK, WATCHER_DIR, CallerWatch, Systemctl, module_source, systemd_here, unit_name, unit_text,
+    SERVICE_TIMEOUT_MARGIN, SHOW_EVERY, UNIT_MARK, WATCHER_DIR, CallerWatch, Systemctl, module_source, systemd_here, unit_name, unit_text,
     watcher_files,
 )
 from ansible.module_utils.sglang_paths import file_sha256
@@ -1586,7 +1589,7 @@ class ModelWaiter(object):
             "launch": token, "argv": list(p["argv"]), "env": self.child_env(), "chdir": p["chdir"],
             "user": p["run_as"], "log_dir": p["log_dir"], "health_url": p["health_url"], "headers": self.headers(),
             "secrets": self.secrets(), "fingerprint": fp, "fingerprint_parts": parts, "port": self.port,
-            "keep_attempts": p["keep_attempts"], "unit": unit_name(name), "timeout": 0,
+            "keep_attempts": p["keep_attempts"], "unit": unit_name(name), "timeout": p["timeout"],
             "stop_timeout": p["stop_timeout"], "tail_lines": p["log_tail_lines"], "settings": settings,
         }
         try:
@@ -1613,7 +1616,9 @@ class ModelWaiter(object):
         p = self.p
         unit = unit_name(p["name"])
         t0 = self.clock()
-        deadline = t0 + p["timeout"]
+        # The watcher ends the start at `timeout` after the launch (its own clock, with the phase it reached); this
+        # is the backstop when it cannot, counted from the launch too (its status's started_at), never per step.
+        deadline = t0 + p["timeout"] + SERVICE_TIMEOUT_MARGIN
         step_end = t0 + p["step_time"] if p["step_time"] else None
         shown_at, show, st = None, {}, None
         while True:
@@ -1621,9 +1626,13 @@ class ModelWaiter(object):
             # this launch's status (its token), or, attached, the recorded attempt's: never an earlier attempt's verdict
             mine = st is not None and (st.get("launch") == token if token is not None else st.get("attempt") == attempt)
             verdict = st.get("verdict") if mine else None
+            if mine and isinstance(st.get("started_at"), (int, float)):
+                deadline = t0 + max(0.0, p["timeout"] + SERVICE_TIMEOUT_MARGIN - max(0.0, self.wall() - st["started_at"]))
             if verdict == "ready":
                 return self.service_ready(st, attached)
-            if verdict not in (None, "stopped"):
+            if verdict == "stopped":
+                return self.service_stopped(st, self.systemctl.show(unit))
+            if verdict is not None:
                 return self.service_failed(st, self.systemctl.show(unit))
             now = self.clock()
             if shown_at is None or now - shown_at >= SHOW_EVERY:
@@ -1632,9 +1641,11 @@ class ModelWaiter(object):
                 # inactive right after the start may be the start job still queued: final once the watcher ran
                 if active == "failed" or (active == "inactive" and (mine or now - t0 >= 10)):
                     st = self.read_status()
-                    if st is not None and (st.get("launch") == token if token is not None else st.get("attempt") == attempt) and \
-                            st.get("verdict") not in (None, "stopped", "ready"):
-                        return self.service_failed(st, show)
+                    if st is not None and (st.get("launch") == token if token is not None else st.get("attempt") == attempt):
+                        if st.get("verdict") == "stopped":
+                            return self.service_stopped(st, show)
+                        if st.get("verdict") not in (None, "ready"):
+                            return self.service_failed(st, show)
                     return self.unit_ended(show, st)
             if now >= deadline:
                 return self.service_timeout(st if mine else None, show)
@@ -1671,6 +1682,21 @@ class ModelWaiter(object):
             else "", unit_name(self.p["name"]))
         r["failed"] = True
         self.stop_service_after_failure(show)
+        return r
+
+    def service_stopped(self, st, show):
+        """The unit was stopped (``systemctl stop``, a shutdown) before its start was decided: the watcher ended the
+        server and wrote ``stopped``. Not a crash: say so, with the phase the load had reached."""
+        r = self.result
+        unit = unit_name(self.p["name"])
+        phase = st.get("phase") or "launching"
+        r.update(crash_class="stopped", phase=phase, attempt=st.get("attempt"), log_path=st.get("log_path"),
+                 progress=self.progress_of(st, "systemd"), unit_state=self.unit_state(show),
+                 evidence="the unit %s was stopped (its watcher wrote 'stopped')" % unit,
+                 hint="something stopped the unit during the load (systemctl stop %s, a shutdown): run the playbook "
+                      "again to start it" % unit)
+        r["msg"] = "the server was stopped while loading (phase '%s'), not crashed — %s" % (phase, r["hint"])
+        r["failed"] = True
         return r
 
     def unit_state(self, show):
@@ -1732,7 +1758,9 @@ class ModelWaiter(object):
             eta = 0.0
         elif elapsed is not None:
             eta = sglang_progress.eta(last, st.get("phases") or [], elapsed, shards)
-        return {"phase": phase, "status": st.get("status") or sglang_progress.status_text(phase, shards),
+        verdict = st.get("verdict")
+        return {"phase": phase, "verdict": verdict,
+                "status": st.get("status") or sglang_progress.status_text(phase, shards, verdict, st.get("ready_after")),
                 "shards": shards, "elapsed": None if elapsed is None else round(elapsed, 1),
                 "eta": None if eta is None else round(eta, 1), "last_load": last.get("total") if last else None,
                 "attempt": st.get("attempt"), "launcher": launcher}
@@ -1834,7 +1862,7 @@ class ModelWaiter(object):
                     phase = phases[-1].get("phase") or phase
         shards = list(clf.shards) if clf.shards else None
         st = {"attempt": state.get("attempt"), "started_at": state.get("started_at"), "phase": phase,
-              "shards": shards, "phases": phases, "status": sglang_progress.status_text(phase, shards),
+              "shards": shards, "phases": phases, "status": sglang_progress.status_text(phase, shards, verdict),
               "verdict": verdict, "server_pid": state.get("pid"), "log_path": state.get("log_path"),
               "launcher": "detached"}
         if not self.module.check_mode:

@@ -54,8 +54,19 @@ def _shard_pair(shards):
     return max(0, min(done, total)), total
 
 
-def status_text(phase, shards=None):
-    """What the server is doing in operator words: ``loading weights 41/64 shards``, ``warming up``."""
+def status_text(phase, shards=None, verdict=None, ready_after=None):
+    """What the server is doing in operator words: ``loading weights 41/64 shards``, ``warming up``. The log
+    reaching its ready line is not the server being ready: until the verdict is ``ready`` (a generation answered)
+    the words are ``up, waiting for a generation to answer``; with the verdict, ``serving (ready 2m03s after the
+    launch)``; with a failure's class, ``failed: <class>``."""
+    if verdict == "ready":
+        return "serving" if ready_after is None else "serving (ready %s after the launch)" % duration_text(ready_after)
+    if verdict == "stopped":
+        return "stopped"
+    if verdict:
+        return "failed: %s" % verdict
+    if phase == "ready":
+        return "up, waiting for a generation to answer"
     words = _WORDS.get(phase)
     if words is None:
         words = str(phase or "starting").replace("_", " ")
@@ -78,14 +89,18 @@ def duration_text(seconds):
 def progress_line(host, progress):
     """One line for the operator, e.g.
     ``blackwell-01 | loading weights 41/64 shards | 4m12s elapsed | ETA ~2m50s (last load 9m58s)``;
-    with no history ``... | no ETA yet (first load)``; once ready ``... | ready | 9m41s elapsed | done (last load 9m58s)``.
-    ``progress`` is a module result's ``progress`` (phase, status, shards, elapsed, eta, last_load)."""
+    with no history ``... | no ETA yet (first load)``; once the verdict is ``ready`` (a generation answered, not merely
+    the log's ready line) ``... | serving | 9m41s elapsed | done (last load 9m58s)``.
+    ``progress`` is a module result's ``progress`` (phase, status, shards, elapsed, eta, last_load, verdict)."""
     progress = progress or {}
     phase = progress.get("phase")
-    status = progress.get("status") or status_text(phase, progress.get("shards"))
+    verdict = progress.get("verdict")
+    status = progress.get("status") or status_text(phase, progress.get("shards"), verdict)
     last = progress.get("last_load")
     parts = [str(host), status, "%s elapsed" % duration_text(progress.get("elapsed"))]
-    if phase == "ready":
+    if verdict not in (None, "ready"):
+        return " | ".join(parts)  # a failure or a stop: no ETA, never "done"
+    if verdict == "ready":
         parts.append("done" if last is None else "done (last load %s)" % duration_text(last))
     elif progress.get("eta") is not None and last is not None:
         parts.append("ETA ~%s (last load %s)" % (duration_text(progress["eta"]), duration_text(last)))

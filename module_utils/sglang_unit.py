@@ -18,6 +18,8 @@ from ansible.module_utils import sglang_log, sglang_proc, sglang_progress, sglan
 UNIT_MARK = "# Written by eagle-deploy (wait_for_model)."
 WATCHER_DIR = "watcher"
 SHOW_EVERY = 1.0  # s between two looks at the unit (systemctl show) while waiting on the watcher's status file
+# The watcher ends a start at `timeout` after its launch; the module stops waiting this much later (its backstop).
+SERVICE_TIMEOUT_MARGIN = 30.0
 UNIT_PROPS = ("ActiveState", "SubState", "Result", "MainPID", "NRestarts", "ExecMainStatus", "StatusText",
               "InvocationID", "UnitFileState")
 

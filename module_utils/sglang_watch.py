@@ -268,6 +268,14 @@ class ChildrenWatch(object):
             self.leader_cmdline = self.procs.cmdline(self.pid) or []
         return "helper" if is_helper(cmdline, self.leader_cmdline) else "child"
 
+    def serving(self):
+        """The server answered: every child alive now outlived the load and is part of the serving server, so its
+        death is evidence from now on, however briefly it was seen (the grace only tells a short-lived child of a
+        load from a long-lived one). Helpers (a program of their own) stay helpers."""
+        for c, (st, first, kind) in list(self.seen.items()):
+            if kind == "child":
+                self.seen[c] = (st, first, "worker")
+
     def poll(self, now):
         kids = self.procs.children(self.pid)
         for c, st in kids.items():
@@ -569,6 +577,21 @@ class Watch(object):
         self.watchers = (("log", self.log), ("leader", self.leader), ("children", self.children),
                          ("health", self.health), ("clock", self.clockwatch))
         self.candidates = {}
+
+    def serve(self, interval):
+        """The start is over (verdict ``ready``): from now on this is a watch of a serving server with no end. Deaths
+        still decide at once; health failing ``unhealthy_after`` requests in a row (each given its full timeout, one
+        every ``interval`` s: each ``/health_generate`` costs the server a generation) decides too; the clock no
+        longer does (no stall, no deadline); a crash line the server outlives is set aside."""
+        self.watching = True
+        self.children.serving()
+        self.health.patient = True
+        self.health.interval = interval
+        self.health.deadline = float("inf")
+        self.health.fails = 0
+        self.health.next_at = self.clock() + interval
+        self.clockwatch.stall_timeout = 0
+        self.clockwatch.deadline = float("inf")
 
     def look(self, now):
         """Poll every watcher once; the verdict, or None to keep waiting."""

@@ -67,17 +67,8 @@ PROGRAM_FILES = ("sglang_watcher.py", "sglang_watch.py", "sglang_log.py", "sglan
 CONFIG = "%s.watcher.json"
 STATUS = "%s.status.json"
 SERVE_POLL = 0.5  # s between looks at a serving server's processes
+SERVE_HEALTH_INTERVAL = 10.0  # s between health requests to a serving server (each /health_generate is a generation)
 EXTEND_EVERY = 5.0  # s at least between two EXTEND_TIMEOUT_USEC (each one counts from when it is received)
-
-
-def duration(seconds):
-    """``4m12s``, ``1h02m``, ``37s``."""
-    seconds = int(round(seconds))
-    if seconds >= 3600:
-        return "%dh%02dm" % (seconds // 3600, seconds % 3600 // 60)
-    if seconds >= 60:
-        return "%dm%02ds" % (seconds // 60, seconds % 60)
-    return "%ds" % seconds
 
 
 def exit_status(verdict, ready):
@@ -146,10 +137,12 @@ class LogCopy(threading.Thread):
 
 # ------------------------------------------------------------------------------ the program
 class Watcher(object):
-    def __init__(self, run_dir, name, notifier=None, clock=time.monotonic, wall=time.time):
+    def __init__(self, run_dir, name, notifier=None, clock=time.monotonic, wall=time.time, sleep=None):
         self.run_dir, self.name = run_dir, name
         self.notifier = notifier or Notifier()
         self.clock, self.wall = clock, wall
+        self.real = sleep is None  # the real clock: health answers may end a pause early
+        self.sleep = time.sleep if sleep is None else sleep
         self.cfg = None
         self.stopping = False
         self.status = {}
@@ -208,7 +201,7 @@ class Watcher(object):
         cmdline = sglang_proc.proc_cmdline(proc.pid)
         end = self.clock() + 2.0
         while cmdline is not None and (not cmdline or cmdline == mine) and self.clock() < end:
-            time.sleep(0.005)  # until exec: the child still shows our command line
+            self.sleep(0.005)  # until exec: the child still shows our command line
             cmdline = sglang_proc.proc_cmdline(proc.pid)
         if not cmdline or cmdline == mine:
             cmdline = list(cfg["argv"]) if cmdline is not None else None
@@ -299,9 +292,8 @@ class Watcher(object):
             view = (clf.phase, tuple(clf.shards) if clf.shards else None)
             if view != shown:
                 shown = view
+                # the log's ready line is "up, waiting for a generation to answer": READY=1 waits for the verdict
                 text = sglang_progress.status_text(clf.phase, list(clf.shards) if clf.shards else None)
-                if clf.phase == "ready":  # the log says so; READY=1 waits for a generation to answer
-                    text = "up, waiting for a generation to answer"
                 self.write_status(phase=clf.phase, shards=list(clf.shards) if clf.shards else None, status=text,
                                   phases=[{"phase": ph["phase"], "at": round(ph["at"], 3)} for ph in clf.phases])
                 self.notifier.send(STATUS=text)
@@ -311,7 +303,7 @@ class Watcher(object):
                 self.notifier.send(EXTEND_TIMEOUT_USEC=extend_usec)
             if verdict is not None:
                 break
-            w.pause(settings["poll_interval"], time.sleep, True)
+            w.pause(settings["poll_interval"], self.sleep, self.real)
         if self.stopping:
             return self.stopped(follower, w)
         elapsed = self.clock() - t0
@@ -323,12 +315,15 @@ class Watcher(object):
         self.stopping = True
 
     def serve(self, w, follower, state, elapsed):
-        """Ready: tell systemd, keep the load's phase durations, then watch the processes until they end."""
+        """Ready: tell systemd, keep the load's phase durations, then watch the serving server with the same
+        watchers and ``decide()`` as the start (``Watch.serve``): a leader that exits, any child that was part of
+        the server when it became ready dying, or health failing ``unhealthy_after`` requests in a row is a
+        failure (exit 69: a restart may help); a crash line the server outlives is set aside."""
         clf = w.log.clf
         fields, note = sglang_watch.explain("ready", clf, state, elapsed, None, None, False)
         phases = [{"phase": ph["phase"], "at": round(ph["at"], 3)} for ph in clf.phases]
         total = round(elapsed, 3)
-        text = "serving (ready %s after the launch)" % duration(total)
+        text = sglang_progress.status_text("ready", None, "ready", total)
         self.write_status(verdict="ready", phase="ready", status=text, phases=phases, ready_after=total, report=fields)
         try:
             sglang_progress.record_load(self.run_dir, self.name, {
@@ -338,17 +333,13 @@ class Watcher(object):
             self.say("cannot record the load's durations: %s" % e)
         self.notifier.send(READY=1, STATUS=text)
         self.say("ready after %.1f s%s" % (elapsed, "; " + note if note else ""))
+        settings = self.cfg["settings"]
+        w.serve(settings.get("serve_health_interval", SERVE_HEALTH_INTERVAL))
         while not self.stopping:
-            now = self.clock()
-            leader = w.leader.poll(now)
-            children = None if leader is not None else w.children.poll(now)
-            if leader is not None or children is not None:
-                # Evidence: the serving server's leader exited or a worker died. The log names the cause.
-                w.candidates = {"leader": leader, "children": children}
-                return self.failed(w, follower, state, (leader or children).verdict, self.clock() - w.log.t0,
-                                   ready=True)
-            clf.feed(follower.read())
-            time.sleep(SERVE_POLL)
+            verdict = w.look(self.clock())
+            if verdict is not None and verdict != "ready":
+                return self.failed(w, follower, state, verdict, self.clock() - w.log.t0, ready=True)
+            w.pause(SERVE_POLL, self.sleep, self.real)
         return self.stopped(follower, w)
 
     def failed(self, w, follower, state, verdict, elapsed, ready):
@@ -362,7 +353,7 @@ class Watcher(object):
                                              tail_lines=self.cfg.get("tail_lines", 40))
         code = exit_status(verdict, ready)
         cls = fields.get("crash_class", verdict)
-        text = "failed: %s: %s" % (cls, fields.get("evidence", ""))
+        text = "%s: %s" % (sglang_progress.status_text(None, None, cls), fields.get("evidence", ""))
         fields["exit_status"] = code
         fields["after_ready"] = ready
         self.write_status(verdict=cls, status=text, report=fields)
@@ -377,7 +368,7 @@ class Watcher(object):
         self.notifier.send(STOPPING=1, STATUS="stopping")
         # systemd SIGKILLs what is left after TimeoutStopSec (stop_timeout): end before it, with the last lines
         self.end_tree(grace=max(1.0, float(self.cfg.get("stop_timeout", 30)) - 2.0))
-        self.write_status(verdict="stopped", status="stopped")
+        self.write_status(verdict="stopped", status=sglang_progress.status_text(None, None, "stopped"))
         follower.close()
         return EXIT_STOPPED
 

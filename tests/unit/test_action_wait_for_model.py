@@ -19,9 +19,9 @@ _spec.loader.exec_module(plugin_mod)
 BASE_ARGS = {"name": "emu", "argv": ["serve"], "log_dir": "/var/log/x"}
 
 
-def progress(phase, elapsed, shards=None, eta=None, last_load=None, attempt=7):
+def progress(phase, elapsed, shards=None, eta=None, last_load=None, attempt=7, verdict=None):
     return {"phase": phase, "status": None, "shards": shards, "elapsed": elapsed, "eta": eta,
-            "last_load": last_load, "attempt": attempt, "launcher": "detached"}
+            "last_load": last_load, "attempt": attempt, "launcher": "detached", "verdict": verdict}
 
 
 def pending(phase, elapsed, took=10.0, **kw):
@@ -30,7 +30,7 @@ def pending(phase, elapsed, took=10.0, **kw):
 
 def ready(elapsed, took=3.0, **kw):
     res = {"changed": kw.pop("changed", False), "pending": False, "pid": 4242, "attempt": 7, "elapsed": elapsed,
-           "progress": progress("ready", elapsed, eta=0.0, last_load=kw.pop("last_load", None))}
+           "progress": progress("ready", elapsed, eta=0.0, last_load=kw.pop("last_load", None), verdict="ready")}
     res.update(kw)
     return res, took
 
@@ -211,7 +211,7 @@ def test_lines_at_every_phase_change_and_never_more_than_30_s_apart():
     assert "blackwell-01 | loading weights 2/20 shards | 20s elapsed | ETA ~3m00s (last load 3m30s)" in lines
     for words in ("allocating the KV cache", "capturing CUDA graphs", "warming up"):
         assert sum(words in line for line in lines) == 1, lines
-    assert lines[-1] == "blackwell-01 | ready | 2m52s elapsed | done (last load 3m30s)"
+    assert lines[-1] == "blackwell-01 | serving | 2m52s elapsed | done (last load 3m30s)"
     gaps = [b - a for a, b in zip(times, times[1:])]
     assert max(gaps) <= 30.0, (times, lines)
     # and not a line per step: shard progress alone prints every 20 s here (a 10-s step, a 30-s rule)

@@ -34,12 +34,18 @@ UPTO_GRAPHS = UPTO_WEIGHTS + _phases(("kv_cache", 420), ("cuda_graph", 450))
     ("kv_cache", [64, 64], "allocating the KV cache"),
     ("cuda_graph", None, "capturing CUDA graphs"),
     ("warmup", None, "warming up"),
-    ("ready", [64, 64], "ready"),
+    ("ready", [64, 64], "up, waiting for a generation to answer"),  # the log's ready line is no verdict
     ("compiling_kernels", None, "compiling kernels"),
     (None, None, "starting"),
 ])
 def test_status_text(phase, shards, words):
     assert sp.status_text(phase, shards) == words
+
+
+def test_status_text_follows_the_verdict_not_the_log():
+    assert sp.status_text("ready", None, "ready", 123) == "serving (ready 2m03s after the launch)"
+    assert sp.status_text("ready", None, "python_exception") == "failed: python_exception"
+    assert sp.status_text("loading_weights", [3, 8], "stopped") == "stopped"
 
 
 @pytest.mark.parametrize("seconds, text", [
@@ -57,10 +63,18 @@ def test_duration_text(seconds, text):
      "blackwell-01 | loading weights 41/64 shards | 4m12s elapsed | no ETA yet (first load)"),
     ({"phase": "warmup", "status": "warming up", "elapsed": 590, "eta": 10, "last_load": 598},
      "blackwell-01 | warming up | 9m50s elapsed | ETA ~10s (last load 9m58s)"),
-    ({"phase": "ready", "elapsed": 581, "eta": 0, "last_load": 598},
-     "blackwell-01 | ready | 9m41s elapsed | done (last load 9m58s)"),
-    ({"phase": "ready", "elapsed": 581, "eta": 0, "last_load": None},
-     "blackwell-01 | ready | 9m41s elapsed | done"),
+    ({"phase": "ready", "verdict": "ready", "elapsed": 581, "eta": 0, "last_load": 598},
+     "blackwell-01 | serving | 9m41s elapsed | done (last load 9m58s)"),
+    ({"phase": "ready", "verdict": "ready", "elapsed": 581, "eta": 0, "last_load": None},
+     "blackwell-01 | serving | 9m41s elapsed | done"),
+    # the H200 incident: the log printed its ready line, then the first decode crashed. Never "done" before the
+    # verdict, and a failure is a failure.
+    ({"phase": "ready", "elapsed": 53, "eta": 0, "last_load": None},
+     "blackwell-01 | up, waiting for a generation to answer | 53s elapsed | no ETA yet (first load)"),
+    ({"phase": "ready", "verdict": "python_exception", "elapsed": 64, "eta": 0, "last_load": 120},
+     "blackwell-01 | failed: python_exception | 1m04s elapsed"),
+    ({"phase": "loading_weights", "verdict": "stopped", "elapsed": 64, "eta": 30, "last_load": 120},
+     "blackwell-01 | stopped | 1m04s elapsed"),
     ({"phase": "launching", "elapsed": 3, "eta": None, "last_load": 598},
      "blackwell-01 | starting | 3s elapsed | no ETA (last load 9m58s)"),
     ({}, "blackwell-01 | starting | 0s elapsed | no ETA yet (first load)"),

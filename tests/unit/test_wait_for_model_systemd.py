@@ -75,9 +75,11 @@ def systemd_run(world, script, check_mode=False, **args):  # noqa: F811 - world 
     os.makedirs(unit_dir, exist_ok=True)
     fake = FakeSystemd(world, unit_dir, script)
     params = dict(launcher="systemd", unit_dir=unit_dir, api_key="sk-unit-0123456789", run_as=None)
+    inject = {"systemctl": fake, "booted": lambda: (True, None)}
+    if args.pop("inject_wall", False):
+        inject["wall"] = world.clock  # the wall clock moves with the fake clock (started_at is checked against it)
     params.update(args)
-    status, result = run(world, check_mode=check_mode, inject={"systemctl": fake, "booted": lambda: (True, None)},
-                         **params)
+    status, result = run(world, check_mode=check_mode, inject=inject, **params)
     return status, result, fake
 
 
@@ -137,6 +139,26 @@ def test_the_module_timeout_stops_a_unit_still_loading(world):  # noqa: F811
     status, r, fake = systemd_run(world, READY[:1], timeout=5)
     assert status == "failed" and r["crash_class"] == "timeout"
     assert ("stop", "sglang-sglang.service") in fake.calls
+
+
+def test_the_watcher_gets_the_timeout_and_the_backstop_counts_from_the_launch_not_the_step(world):  # noqa: F811
+    # A later step of the same launch (step_time): the status file says the launch was 500 s ago. The module's
+    # backstop ends at timeout + margin after the launch, not after this step began.
+    script = [(0.5, {"phase": "loading_weights", "shards": [1, 4], "started_at": 1000.0 - 500.0})]
+    status, r, fake = systemd_run(world, script, timeout=520, inject_wall=True)
+    cfg = json.load(open(os.path.join(world.log_dir, "sglang.watcher.json")))
+    assert cfg["timeout"] == 520  # the watcher itself ends the start at the timeout, with the phase it reached
+    assert status == "failed" and r["crash_class"] == "timeout"
+    assert world.now - world.t0 <= 520 + wfm.SERVICE_TIMEOUT_MARGIN - 500 + 1.5
+    assert ("stop", "sglang-sglang.service") in fake.calls
+
+
+def test_a_stop_during_the_load_is_reported_as_stopped_not_as_a_crash(world):  # noqa: F811
+    script = [READY[0], (1.0, {"verdict": "stopped", "status": "stopped", "phase": "loading_weights"})]
+    status, r, fake = systemd_run(world, script)
+    assert status == "failed" and r["crash_class"] == "stopped"
+    assert "stopped while loading (phase 'loading_weights')" in r["msg"] and "unit_failed" not in r["msg"]
+    assert r["progress"]["verdict"] == "stopped" and "done" not in r["progress"]["status"]
 
 
 def test_a_step_ends_pending_with_progress(world):  # noqa: F811
