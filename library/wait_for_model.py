@@ -219,8 +219,11 @@ options:
   stop_timeout:
     description:
       - Seconds between SIGTERM and SIGKILL when stopping our server before a restart or with O(state=stopped).
-      - After a failed wait (O(stop_on_failure)) the grace is at most 10 s (C(FAILED_STOP_GRACE)) - a server that
-        crashed or hangs serves nothing and only holds its GPU memory.
+      - After a failed wait (O(stop_on_failure)) the grace is at most 1 s (C(FAILED_STOP_GRACE)) - a server that
+        crashed or hangs serves nothing and only holds its GPU memory, and the task reports the failure once it is
+        stopped. With O(launcher=systemd) the watcher program ends a failed start's tree itself after it wrote the
+        verdict; the module does not wait for it (a restartable failure is kept from restarting with
+        C(systemctl stop --no-block)).
     type: int
     default: 30
   stop_on_failure:
@@ -835,8 +838,9 @@ RANGES = {
     "step_time": (0, 86400, False),
 }
 
-# Seconds between SIGTERM and SIGKILL at most when stopping a server whose wait failed (it serves nothing).
-FAILED_STOP_GRACE = 10
+# Seconds between SIGTERM and SIGKILL at most when stopping a server whose wait failed (it serves nothing, and the
+# task waits for the stop: SGLang 0.5.17 keeps a crashed scheduler around for 10 s and more).
+FAILED_STOP_GRACE = 1
 
 
 def check_ranges(p):
@@ -1681,7 +1685,7 @@ class ModelWaiter(object):
             ", not restarted: a restart would repeat it" if rep.get("exit_status") == sglang_watcher.EXIT_PERMANENT
             else "", unit_name(self.p["name"]))
         r["failed"] = True
-        self.stop_service_after_failure(show)
+        self.stop_service_after_failure(show, rep.get("exit_status", sglang_watcher.EXIT_RESTARTABLE))
         return r
 
     def service_stopped(self, st, show):
@@ -1733,13 +1737,24 @@ class ModelWaiter(object):
         self.stop_service_after_failure(self.systemctl.show(unit_name(self.p["name"])))
         return r
 
-    def stop_service_after_failure(self, show):
+    def stop_service_after_failure(self, show, decided=None):
         """A failed wait's server holds GPU memory and serves nothing: stop the unit (``stop_on_failure``), never
-        in check mode. A unit whose watcher already ended is left failed, for systemctl status."""
+        in check mode. A unit whose watcher already ended is left failed, for systemctl status. When the watcher
+        wrote the verdict (``decided``: its exit status) it ends the server's tree itself, after the verdict: the
+        task does not wait for that. A start that failed for good (78) is never restarted by systemd; a
+        restartable one (69) gets a stop job queued (``--no-block``) so that systemd does not start it again."""
         if not self.p["stop_on_failure"] or show.get("ActiveState") in ("inactive", "failed", None):
             return
         if self.module.check_mode:
             self.result["would_stop"] = True
+            return
+        unit = unit_name(self.p["name"])
+        if decided == sglang_watcher.EXIT_PERMANENT:
+            self.result["stopped_after_failure"] = {"unit": unit, "how": "the watcher ends the failed tree"}
+            return
+        if decided is not None:
+            self.must("stop", "--no-block", unit)
+            self.result["stopped_after_failure"] = {"unit": unit, "how": "systemctl stop --no-block"}
             return
         self.stop_unit()
         self.result["stopped_after_failure"] = self.result.pop("stopped", None)

@@ -128,6 +128,10 @@ class Candidate(object):
         return "Candidate(%r)" % self.verdict
 
 
+# During a start, with a crash line standing, our own health request unanswered this long after the line was read is
+# evidence (``hung``): the dying server holds it. Asked at once when the line is read, so a crash is decided about
+# this long after its line, instead of when SGLang ends its tree (0.5.17: 10 s and more).
+HANG_BOUND = 3.0
 CONFIRMED_BY_THE_LOG = ("ready", "unhealthy")  # verdicts given one more look at the log before they stand
 DEATHS = ("leader", "children")  # the process side: evidence no client can forge
 
@@ -136,7 +140,9 @@ def decide(candidates, now, watch, settle_time):
     """The verdict of one look, or None to keep waiting. Pure: the watchers' candidates and the time only.
 
     Text never acts alone. Evidence is what no client can write: our leader exited or a worker died (a crash,
-    named by the log's class when the log has one, else ``exited``/``child_died``); watching a serving server,
+    named by the log's class when the log has one, else ``exited``/``child_died``); waiting for a start with a
+    crash line standing, our own health request unanswered ``HANG_BOUND`` s after the line (``hung``: the dying
+    server holds it; ``crashed``); watching a serving server,
     health failing ``unhealthy_after`` requests in a row (``crashed`` when the log shows a crash, else
     ``unhealthy``); waiting for a start, the clock (``stalled``, ``timeout``). A crash the log shows
     (``candidates["log"]``) only explains and hurries: while it stands uncorroborated, ``ready`` needs a health
@@ -148,6 +154,8 @@ def decide(candidates, now, watch, settle_time):
     for name in DEATHS:
         if candidates.get(name) is not None:
             return "crashed" if crash is not None else candidates[name].verdict
+    if not watch and crash is not None and health is not None and health.verdict == "hung":
+        return "crashed"  # a start whose own health request the crashed server holds (HealthWatch._hung)
     if watch and health is not None and health.verdict == "unhealthy":
         return "crashed" if crash is not None else "unhealthy"
     if crash is not None:
@@ -370,13 +378,23 @@ class HealthWatch(object):
         self.last = None
         self.ok_sent = None  # when the request that last answered 200 was sent
         self.sent = None  # when the request under way was sent
+        self.unanswered = None  # (sent, ended) of the last request that got no answer at all
+        self.hang_bound = HANG_BOUND
+
+    def _crash_since(self):
+        crash = self.log.clf.crash
+        return None if crash is None else self.log.t0 + crash["at"]
 
     def poll(self, now):
         if self.log.woke:
             self.next_at = now
+        crash_since = None if self.patient else self._crash_since()
         if self.sent is None and now >= self.next_at:
             self.sent = self.clock()
-            self.runner.start(self.timeout if self.patient else max(0.5, min(2.0, self.deadline - now)))
+            timeout = self.timeout if self.patient else max(0.5, min(2.0, self.deadline - now))
+            if crash_since is not None:  # a crash line stands: give the request the time to prove a hang
+                timeout = max(timeout, self.hang_bound + 0.5)
+            self.runner.start(timeout)
         if self.sent is not None and self.runner.done():
             code = self.runner.take()
             self.polls += 1
@@ -384,16 +402,32 @@ class HealthWatch(object):
             self.fails = 0 if code == 200 else self.fails + 1
             if code == 200:
                 self.ok_sent = self.sent
+            if code is None:
+                self.unanswered = (self.sent, self.clock())  # refused (at once) or timed out (after its timeout)
             self.sent = None
             gap = self.interval if code == 200 or not self.patient else max(self.interval, 1.0)
             self.next_at = self.clock() + gap
             if code is not None:
                 self.last_answer = self.clock()
+        if crash_since is not None and self.hang_bound and self._hung(crash_since, now):
+            return Candidate("hung", since=crash_since)
         if self.polls and self.fails == 0:
             return Candidate("ready", since=self.ok_sent)
         if self.fails >= self.unhealthy_after:
             return Candidate("unhealthy")
         return None
+
+    def _hung(self, crash_since, now):
+        """Our own request went unanswered for ``hang_bound`` s after the crash line was read: the request in flight
+        (sent before or after the line), or the last one, which timed out without an answer. No client writes our
+        request's fate, and a server whose scheduler died holds it (SGLang keeps a crashed scheduler around for
+        seconds before its tree ends)."""
+        if self.sent is not None:
+            return now - max(self.sent, crash_since) >= self.hang_bound
+        if self.unanswered is not None:
+            sent, ended = self.unanswered
+            return ended - max(sent, crash_since) >= self.hang_bound
+        return False
 
     def summary(self):
         return {"polls": self.polls, "failed_in_a_row": self.fails, "last": self.last}
@@ -468,6 +502,10 @@ def evidence_text(verdict, rc, died, health, candidates, timeout, stall_timeout)
         return "worker PID %d of the server died" % died[0]
     if candidates.get("leader") is not None:
         return "the server's leader process exited%s" % (" (rc=%s)" % rc if rc is not None else "")
+    hung = candidates.get("health")
+    if verdict == "crashed" and hung is not None and hung.verdict == "hung" and health is not None:
+        return ("our health request got no answer for %.0f s after the crash line was read (the server holds it: "
+                "it cannot serve)" % health.hang_bound)
     if verdict in ("unhealthy", "crashed") and health is not None:
         return "the health URL failed %d requests in a row (last: %s)" % (
             health.fails, "no answer" if health.last is None else "HTTP %s" % health.last)

@@ -67,6 +67,46 @@ def test_a_crash_is_reported_as_soon_as_a_worker_dies_with_the_logs_class_and_tr
     assert r["phase"] == "loading_weights"
 
 
+def _held_after(world, t_crash):
+    """A health URL that answers 503 at once while loading and, once the crash line is written, holds every
+    request until its timeout without an answer (a server whose scheduler died holds its /health_generate)."""
+    def http(url, headers, timeout):
+        world.http_calls += 1
+        if world.t0 is not None and world.now - world.t0 >= t_crash:
+            world.sleep(timeout)
+            return None
+        return 503
+    return http
+
+
+def test_a_start_whose_health_request_the_crashed_server_holds_fails_within_the_hang_bound(world):
+    # SGLang 0.5.17 keeps a crashed scheduler alive 10 s and more (sleep, py-spy, waiting for CUDA coredumps): the
+    # crash line explains, our own request that the server holds is the evidence, long before the processes end.
+    world.children = {4100: 111}
+    world.cmdlines = {4100: SPAWN_WORKER}
+    world.write(30, SCHED_CRASH)
+    world.at(45, lambda: world.children.pop(4100))  # SGLang's own teardown, much later
+    status, r = run(world, inject={"http": _held_after(world, 30)})
+    assert status == "failed", r
+    assert r["crash_class"] == "nccl" and r["crash_exception"].startswith("RuntimeError: NCCL error")
+    assert 30 + 3.0 <= r["elapsed"] <= 30 + 3.0 + 0.6, r["elapsed"]  # HANG_BOUND after the line, within a poll
+    assert r["evidence"].startswith("our health request got no answer for 3 s after the crash line")
+
+
+def test_a_crash_line_with_health_answering_503_is_no_hang(world):
+    # The server answers (503 while loading): it is alive and not holding requests; the line alone never acts.
+    world.write(30, SCHED_CRASH)
+    world.health = lambda t: 503
+    status, r = run(world, timeout=60, stall_timeout=0)
+    assert status == "failed" and r["crash_class"] == "timeout", r
+
+
+def test_a_held_request_without_a_crash_line_is_no_evidence(world):
+    world.write(1, "[2026-12-02 10:00:00 TP0] Load weight begin. avail mem=78.00 GB\n")
+    status, r = run(world, timeout=60, stall_timeout=0, inject={"http": _held_after(world, 5)})
+    assert status == "failed" and r["crash_class"] == "timeout", r
+
+
 def test_a_crash_line_alone_decides_nothing_while_the_processes_live(world):
     # The same lines, but every process lives on and the server comes up: the line explains, it never acts.
     world.children = {4100: 111}

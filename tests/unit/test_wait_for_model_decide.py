@@ -57,6 +57,12 @@ def c(verdict):
     ({"log": crash(3.0), "health": c("unhealthy")}, False, None),
     ({"log": crash(3.0), "clock": c("stalled")}, False, "stalled"),
     ({"log": crash(3.0), "clock": c("deadline")}, False, "timeout"),
+    # a start whose own health request the crashed server holds (HealthWatch: unanswered HANG_BOUND s after the
+    # line): evidence no client writes, named by the log's class
+    ({"log": crash(3.0), "health": Candidate("hung", since=NOW - 3.0)}, False, "crashed"),
+    ({"log": crash(3.0), "health": Candidate("hung", since=NOW - 3.0), "clock": c("deadline")}, False, "crashed"),
+    # ... a start's only: a serving server is judged by unhealthy_after in a row
+    ({"log": crash(3.0), "health": Candidate("hung", since=NOW - 3.0)}, True, None),
     # the process side without a crash in the log: the leader before its children
     ({"leader": c("exited"), "children": c("child_died"), "health": ok(0.0)}, False, "exited"),
     ({"children": c("child_died"), "health": ok(0.0), "clock": c("stalled")}, False, "child_died"),

@@ -54,7 +54,10 @@ class FakeSystemd(object):
             st = {"launch": launch, "attempt": 3, "log_path": os.path.join(self.world.log_dir, "sglang_r3.log"),
                   "server_pid": 4100000, "started_at": 0.0, "phase": "launching", "phases": [], "verdict": None}
             st.update(fields)
-            if st["verdict"] == "ready":
+            active = st.pop("_active", None)  # the unit's state as systemd shows it then (default: as the verdict)
+            if active is not None:
+                self.active = active
+            elif st["verdict"] == "ready":
                 self.active = "active"
             elif st["verdict"]:
                 self.active = "failed"
@@ -133,6 +136,20 @@ def test_a_failed_start_reports_the_watchers_class_and_leaves_the_failed_unit(wo
     assert "not restarted" in r["msg"] and "journalctl -u sglang-sglang.service" in r["msg"]
     assert r["unit_state"]["ActiveState"] == "failed"
     assert "stop" not in fake.names()  # the failed unit stays for systemctl status; nothing runs in it
+
+
+@pytest.mark.parametrize("exit_status, calls", [
+    (78, []),  # a start that failed for good: the watcher ends its tree after the verdict, systemd never restarts it
+    (69, [("stop", "--no-block", "sglang-sglang.service")]),  # restartable: a queued stop keeps systemd from it
+])
+def test_a_verdict_returns_at_once_while_the_watcher_ends_the_failed_tree(world, exit_status, calls):  # noqa: F811
+    report = {"failed": True, "crash_class": "python_exception", "exit_status": exit_status,
+              "evidence": "worker PID 7 of the server died", "msg": "server crashed: python_exception"}
+    status, r, fake = systemd_run(world, [(2.0, {"verdict": "python_exception", "report": report,
+                                                 "_active": "activating"})])
+    assert status == "failed" and r["crash_class"] == "python_exception"
+    assert [c for c in fake.calls if c[0] == "stop"] == calls  # never a blocking `systemctl stop`
+    assert world.now - world.t0 <= 2.0 + 0.2  # the task ends a poll after the verdict
 
 
 def test_the_module_timeout_stops_a_unit_still_loading(world):  # noqa: F811
