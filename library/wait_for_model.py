@@ -669,119 +669,36 @@ def describe_change(old_parts, new_parts):
     return "fingerprint changed: " + ", ".join(changed)
 
 
-def redactor_source():
-    """Source of module_utils/sglang_redact.py, for the log writer (also from inside an AnsiballZ zip)."""
-    return module_source(sglang_redact)
-
-
-# Capacity asked for the pipe between the server and its log writer.
-PIPE_SIZE = 1 << 20
-
-
 class Popener(object):
-    """Starts the server (and its log writer) detached. Injectable so unit tests need no real processes."""
+    """Starts the supervisor program detached (``launcher: detached``). Injectable so unit tests need no processes."""
 
-    def _popen(self, argv, env, cwd, stdin, log_fd, user, cgroup_procs, pass_fds=(), ignore=()):
+    def spawn_supervisor(self, argv, err_fd, cgroup_procs=None):
+        """``argv`` (the supervisor program) in a session of its own, stdin and stdout /dev/null, stderr (its own
+        lines) into ``err_fd``; joined to the deployment's cgroup (``cgroup_procs``) before exec, so that every
+        process it starts, the server included, is born in it."""
         kwargs = {}
         cg_fd = None
-
-        def ignore_signals():
-            # Ignored before exec (a disposition exec keeps), so even a signal during interpreter start-up is.
-            for sig in ignore:
-                signal.signal(sig, signal.SIG_IGN)
         if cgroup_procs is not None:
-            # Join our own cgroup in the child before exec, so that every process the server ever
-            # starts is born in it. The privileges are dropped afterwards, in the same function
-            # (Popen's user= would drop them before preexec_fn, and only root may move a process).
             cg_fd = os.open(cgroup_procs, os.O_WRONLY | os.O_CLOEXEC)
 
-            def join_then_drop():
+            def join():
                 try:
                     os.write(cg_fd, b"0\n")
                 except OSError:
-                    pass  # the parent sees where the child is and falls back to session tracking
-                ignore_signals()
-                if user is not None:
-                    os.setgroups(user[2])
-                    os.setgid(user[1])
-                    os.setuid(user[0])
-            kwargs["preexec_fn"] = join_then_drop
-        elif user is not None:
-            kwargs.update(user=user[0], group=user[1], extra_groups=user[2])
-        if ignore and "preexec_fn" not in kwargs:
-            kwargs["preexec_fn"] = ignore_signals
+                    pass  # the supervisor records what it finds: tree tracking by session then
+            kwargs["preexec_fn"] = join
         try:
-            return subprocess.Popen(
-                argv, stdin=stdin, stdout=log_fd, stderr=subprocess.STDOUT, cwd=cwd, env=env,
-                close_fds=True, pass_fds=pass_fds, start_new_session=True, **kwargs
-            )
+            return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err_fd, cwd="/",
+                                    env=supervisor_env(), close_fds=True, start_new_session=True, **kwargs)
         finally:
             if cg_fd is not None:
                 os.close(cg_fd)
 
-    def spawn(self, argv, env, cwd, log_fd, user, cgroup_procs=None):
-        """The server: stdin /dev/null, stdout and stderr into ``log_fd`` (the log file, or the log writer's pipe)."""
-        return self._popen(argv, env, cwd, subprocess.DEVNULL, log_fd, user, cgroup_procs)
 
-    def spawn_log_writer(self, log_fd, secrets, user, cgroup_procs=None, label="log-writer"):
-        """The log writer (module_utils/sglang_redact.py): reads a new pipe, writes ``log_fd`` with every secret
-        replaced. Its code and the secrets reach it through a second pipe, never argv or environment. It runs
-        this module's interpreter as this module's user and switches to ``user`` itself once its code is loaded,
-        before it reads the server's output (the service user may not reach the interpreter: a venv under /root).
-        Returns (handle, the pipe's write end for the server's stdout and stderr)."""
-        out_r, out_w = os.pipe2(os.O_CLOEXEC)
-        cfg_r, cfg_w = os.pipe2(os.O_CLOEXEC)
-        try:
-            try:
-                fcntl.fcntl(out_w, getattr(fcntl, "F_SETPIPE_SZ", 1031), PIPE_SIZE)  # a burst never blocks the server
-            except OSError:
-                pass
-            argv = sglang_redact.writer_argv(sys.executable, cfg_r, label)
-            handle = self._popen(argv, {}, "/", out_r, log_fd, None, cgroup_procs, pass_fds=(cfg_r,),
-                                 ignore=(signal.SIGHUP, signal.SIGINT, signal.SIGTERM))
-        except BaseException:
-            os.close(out_w)
-            os.close(cfg_w)
-            raise
-        finally:
-            os.close(out_r)
-            os.close(cfg_r)
-        try:
-            payload = memoryview(sglang_redact.writer_payload(redactor_source(), secrets, user))
-            while payload:
-                payload = payload[os.write(cfg_w, payload):]
-        except OSError:
-            os.close(out_w)
-            self.reap(handle, 0)
-            raise
-        finally:
-            os.close(cfg_w)
-        return handle, out_w
-
-    def reap(self, handle, timeout):
-        """Wait up to ``timeout`` s for a log writer we have just spawned to end (its pipe closed), then SIGKILL it."""
-        try:
-            handle.wait(timeout=timeout)
-            return
-        except subprocess.TimeoutExpired:
-            pass
-        try:
-            handle.kill()
-            handle.wait(timeout=10)
-        except Exception:  # noqa: BLE001 - best effort: the report says what happened
-            pass
-
-    def kill_group(self, handle):
-        """SIGKILL a server we have just spawned (its process group; its PID is our unreaped child,
-        so it cannot have been reused) and reap it."""
-        try:
-            os.killpg(handle.pid, signal.SIGKILL)
-        except OSError:
-            pass
-        try:
-            handle.wait(timeout=10)
-        except Exception:  # noqa: BLE001 - best effort: the report says what happened
-            pass
+def supervisor_env():
+    """The supervisor's own environment: nothing of the module's (the server's comes from its config file)."""
+    return {"PATH": os.environ.get("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+            "LANG": os.environ.get("LANG", "C.UTF-8"), "PYTHONUNBUFFERED": "1"}
 
 
 class Cgroups(object):
@@ -837,6 +754,9 @@ RANGES = {
     "log_offset": (-1, None, False),
     "step_time": (0, 86400, False),
 }
+
+# The detached supervisor's own lines (its stderr; what the journal holds for a unit), in the run dir.
+SUPERVISOR_LOG = "%s.supervisor.log"
 
 # Seconds between SIGTERM and SIGKILL at most when stopping a server whose wait failed (it serves nothing, and the
 # task waits for the stop: SGLang 0.5.17 keeps a crashed scheduler around for 10 s and more).
@@ -1276,6 +1196,14 @@ class ModelWaiter(object):
         if ours and state.get("fingerprint") == fp and (not p["force_restart"] or resuming):
             if self.launcher == "systemd" and self.sync_service():
                 self.result["changed"] = True  # the unit or the watcher program was brought up to date (no restart)
+            elif self.launcher != "systemd" and state.get("watcher") and self.install_watcher()[1]:
+                self.result["changed"] = True  # the supervisor program brought up to date (its next start uses it)
+            detached_alone = state.get("launcher") != "systemd" and not self.supervisor_alive(state)
+            if detached_alone:
+                self.result["supervisor"] = "gone"
+                self.module.warn("the server of %s (PID %s) runs without its supervisor program: nothing follows its "
+                                 "processes or writes its log now. It is kept as it is; force_restart (or a changed "
+                                 "setting) starts it again under a supervisor." % (p["name"], state.get("pid")))
             code = self.http(p["health_url"], self.headers(), p["health_timeout"])
             self.result.update(pid=state["pid"], log_path=state.get("log_path"), attempt=state.get("attempt"),
                                restart_reason=None, tree_tracking=state.get("tree_tracking", "session"))
@@ -1302,6 +1230,9 @@ class ModelWaiter(object):
                 return self.result
             if self.launcher == "systemd" and state.get("launcher") == "systemd":
                 return self.wait_service(None, attached=True, attempt=state.get("attempt"))
+            if not detached_alone:  # its supervisor decides; wait on its status file, as for a unit
+                return self.wait_service(None, attached=not resuming, attempt=state.get("attempt"),
+                                         supervisor=lambda: None if self.supervisor_alive(state) else -1)
             return self.wait(state, handle=None, attached=not resuming, resumed=resuming)
         if not ours:
             reason = "not running"
@@ -1353,6 +1284,13 @@ class ModelWaiter(object):
             sglang_proc.clear_state(self.run_dir, self.p["name"])
             return
         if not state.get("unverified"):
+            if self.supervisor_alive(state):
+                # the detached supervisor ends the server's session itself and writes `stopped` (without a cgroup it
+                # is no member of the tree stop_tree signals)
+                try:
+                    os.kill(state["watcher"]["pid"], signal.SIGTERM)
+                except OSError:
+                    pass
             stopped = sglang_proc.stop_tree(state, grace=self.p["stop_timeout"], clock=self.clock, sleep=self.sleep)
             if stopped["signalled"] or stopped["killed"]:
                 self.result["stopped"] = stopped
@@ -1384,102 +1322,76 @@ class ModelWaiter(object):
             self.result["tree_tracking_note"] = "no cgroup of its own (%s): process tree by session" % (e.strerror or e)
             return None
 
-    def launch(self, parts, fp):
+    def supervisor_config(self, parts, fp, cgroup=None):
+        """The supervisor program's config (``<name>.watcher.json``, 0600: the server's environment may hold secrets):
+        what it starts, as whom, where it logs, how it asks health, and the wait's numbers. Written at each (re)start;
+        returns its launch token."""
         p = self.p
-        log_dir = p["log_dir"]
-        attempt = next_attempt(log_dir, p["name"])
-        for _ in range(100):  # the service user may create the next name first: take the next free one
-            log_path = os.path.join(log_dir, "%s_r%d.log" % (p["name"], attempt))
-            try:
-                fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_EXCL | os.O_NOFOLLOW, 0o640)
-                break
-            except FileExistsError:
-                attempt += 1
-        else:
-            raise WaitError("no free attempt log name in %s after %s_r%d.log" % (log_dir, p["name"], attempt))
-        cgroup = self._own_cgroup()
-        token = "%s:%s" % (p["name"], secrets.token_hex(16))  # marks every process of this launch (see orphans_of)
-        link = os.path.join(log_dir, "%s.log" % p["name"])
-        cgroup_procs = os.path.join(cgroup[0], cgroup[1].lstrip("/"), "cgroup.procs") if cgroup else None
-        hidden = self.secrets()  # what the log writer keeps out of the log
-        writer, out_fd = None, fd
+        name = p["name"]
+        token = secrets.token_hex(8)
+        settings = dict((k, p[k]) for k in ("health_interval", "health_timeout", "unhealthy_after", "child_grace",
+                                            "settle_time", "stall_timeout", "poll_interval"))
+        settings["extend_timeout"] = p["stall_timeout"] + 60 if p["stall_timeout"] else 0
+        systemd = self.launcher == "systemd"
+        config = {
+            "launch": token, "argv": list(p["argv"]), "env": self.child_env(), "chdir": p["chdir"],
+            "user": p["run_as"], "log_dir": p["log_dir"], "health_url": p["health_url"], "headers": self.headers(),
+            "secrets": self.secrets(), "fingerprint": fp, "fingerprint_parts": parts, "port": self.port,
+            "keep_attempts": p["keep_attempts"], "unit": unit_name(name) if systemd else None, "timeout": p["timeout"],
+            "stop_timeout": p["stop_timeout"], "tail_lines": p["log_tail_lines"], "settings": settings,
+            "journal": systemd, "cgroup": cgroup[1] if cgroup else None,
+        }
         try:
-            if self.user is not None:
-                os.fchown(fd, self.user[0], self.user[1])
-            previous = os.readlink(link) if os.path.islink(link) else None
-            if not point_link(link, os.path.basename(log_path)):
-                self.result["log_link_note"] = "%s could not be pointed at %s (something else is there)" % (link, log_path)
-            try:
-                if hidden:
-                    # The server writes into a pipe; the log writer puts it into the file without the secrets.
-                    writer, out_fd = self.popener.spawn_log_writer(fd, hidden, self.user, cgroup_procs=cgroup_procs,
-                                                                   label="eagle-deploy-log-writer:%s" % p["name"])
-                handle = self.popener.spawn(p["argv"], dict(self.child_env(), **{sglang_proc.RUN_TOKEN_VAR: token}),
-                                            p["chdir"], out_fd, self.user,
-                                            cgroup_procs=cgroup_procs)
-            except OSError as e:
-                if writer is not None:
-                    os.close(out_fd)  # end of file for the log writer: it ends
-                    out_fd = fd
-                    self.popener.reap(writer, 5)
-                os.unlink(log_path)  # empty: nothing ran
-                if previous:
-                    point_link(link, previous)
-                if cgroup:
-                    self.cgroups.remove(*cgroup)
-                raise WaitError("could not start %s: %s" % (p["argv"][0] if writer is not None or not hidden
-                                                            else "the log writer (%s)" % sys.executable, e))
+            sglang_proc.write_files(self.run_dir, ((sglang_watcher.CONFIG % name, json.dumps(config)),), mode=0o600)
+            sglang_proc.remove_file(self.run_dir, sglang_watcher.STATUS % name)
+        except sglang_proc.UntrustedState as e:
+            raise WaitError(str(e))
+        return token
+
+    def launch(self, parts, fp):
+        """``launcher: detached``: the supervisor program (the one the systemd unit runs) in a session and, as root,
+        the deployment's cgroup of its own; it starts the server, logs, records and decides. Then wait on its status
+        file as for a unit."""
+        p = self.p
+        program, _changed = self.install_watcher()
+        cgroup = self._own_cgroup()
+        token = self.supervisor_config(parts, fp, cgroup)
+        cgroup_procs = os.path.join(cgroup[0], cgroup[1].lstrip("/"), "cgroup.procs") if cgroup else None
+        try:
+            dir_fd = sglang_proc.open_run_dir(self.run_dir)
+        except sglang_proc.UntrustedState as e:
+            raise WaitError(str(e))
+        try:
+            err_fd = os.open(SUPERVISOR_LOG % p["name"], os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW |
+                             os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
         finally:
-            os.close(fd)
-            if out_fd != fd:
-                os.close(out_fd)  # only the server holds the pipe now: its end is the log writer's end of file
+            os.close(dir_fd)
+        try:
+            handle = self.popener.spawn_supervisor([sys.executable, "-I", program, self.run_dir, p["name"]], err_fd,
+                                                   cgroup_procs=cgroup_procs)
+        except OSError as e:
+            if cgroup:
+                self.cgroups.remove(*cgroup)
+            raise WaitError("could not start the supervisor program %s: %s" % (program, e))
+        finally:
+            os.close(err_fd)
         tracking = "session"
         if cgroup is not None:
             if self.cgroups.of(handle.pid) == cgroup[1]:
                 tracking = "cgroup"
             else:
-                self.result["tree_tracking_note"] = "the server did not join %s: process tree by session" % cgroup[1]
-                self.cgroups.remove(*cgroup)
-                cgroup = None
-        self.result["tree_tracking"] = tracking
-        # Record the command line after exec (a script with a shebang shows its interpreter there):
-        # until exec, the child still shows our own command line.
-        mine = sglang_proc.proc_cmdline(os.getpid())
-        exec_deadline = self.clock() + 2.0
-        cmdline = sglang_proc.proc_cmdline(handle.pid)
-        # (While exec is under way /proc/PID/cmdline can also read empty.)
-        while cmdline is not None and (not cmdline or cmdline == mine) and self.clock() < exec_deadline:
-            self.sleep(0.005)
-            cmdline = sglang_proc.proc_cmdline(handle.pid)
-        if not cmdline or cmdline == mine:
-            cmdline = list(p["argv"]) if cmdline is not None else None
-        ident = {"pid": handle.pid, "start_time": sglang_proc.proc_start_time(handle.pid),
-                 "boot_id": sglang_proc.boot_id(), "cmdline": cmdline}
-        state = dict(ident, fingerprint=fp, fingerprint_parts=parts, attempt=attempt, log_path=log_path,
-                     started_at=self.wall(), user=self.user_pw.pw_name, port=self.port, tree_tracking=tracking,
-                     run_token=token,
-                     cgroup={"mount": cgroup[0], "path": cgroup[1], "dedicated": True} if cgroup else None)
-        if writer is not None:
-            # Not the leader: stop_tree lets it write the server's last lines, then makes sure it is gone.
-            state["log_writer"] = {"pid": writer.pid, "start_time": sglang_proc.proc_start_time(writer.pid),
-                                   "cmdline": list(writer.args)}
-            self.result["log_writer_pid"] = writer.pid
-            self.log_writer = writer
-        try:
-            sglang_proc.write_state(self.run_dir, p["name"], state)
-        except (OSError, IOError, sglang_proc.UntrustedState) as e:
-            # A server nobody recorded could never be stopped by us: take it down at once.
-            self.popener.kill_group(handle)
-            if writer is not None:
-                self.popener.reap(writer, 5)
-            if cgroup:
-                self.cgroups.remove(*cgroup)
-            raise WaitError("could not record the run state in %s (%s): the server just started (PID %d) was killed "
-                            "so that nothing runs unrecorded. Fix %s and run again." % (
-                                self.run_dir, getattr(e, "strerror", None) or e, handle.pid, self.run_dir))
-        self.result["pruned_logs"] = prune_attempts(log_dir, p["name"], p["keep_attempts"])
-        self.result.update(pid=handle.pid, attempt=attempt, log_path=log_path)
-        return self.wait(state, handle=handle, attached=False)
+                self.result["tree_tracking_note"] = "the supervisor did not join %s: process tree by session" % cgroup[1]
+        self.result.update(changed=True, tree_tracking=tracking, supervisor_pid=handle.pid)
+        return self.wait_service(token, attached=False, supervisor=handle)
+
+    def supervisor_alive(self, state):
+        """Whether the supervisor program recorded in ``state`` (detached) still runs: same PID, start time and
+        command line."""
+        sup = (state or {}).get("watcher")
+        if not isinstance(sup, dict) or not isinstance(sup.get("pid"), int):
+            return False
+        return (sglang_proc.pid_alive(sup["pid"]) and sglang_proc.proc_start_time(sup["pid"]) == sup.get("start_time")
+                and sglang_proc.proc_cmdline(sup["pid"]) == sup.get("cmdline"))
 
     # ---------------------------------------------------------------- the systemd launcher
     def stop_unit(self, disable=False):
@@ -1583,26 +1495,9 @@ class ModelWaiter(object):
     def launch_service(self, parts, fp):
         """Write the watcher's config (0600: it holds the secrets), bring the unit up to date and start it without
         blocking (a Type=notify start blocks until READY=1); then wait on the watcher's status file."""
-        p = self.p
-        name = p["name"]
-        token = secrets.token_hex(8)
-        settings = dict((k, p[k]) for k in ("health_interval", "health_timeout", "unhealthy_after", "child_grace",
-                                            "settle_time", "stall_timeout", "poll_interval"))
-        settings["extend_timeout"] = p["stall_timeout"] + 60 if p["stall_timeout"] else 0
-        config = {
-            "launch": token, "argv": list(p["argv"]), "env": self.child_env(), "chdir": p["chdir"],
-            "user": p["run_as"], "log_dir": p["log_dir"], "health_url": p["health_url"], "headers": self.headers(),
-            "secrets": self.secrets(), "fingerprint": fp, "fingerprint_parts": parts, "port": self.port,
-            "keep_attempts": p["keep_attempts"], "unit": unit_name(name), "timeout": p["timeout"],
-            "stop_timeout": p["stop_timeout"], "tail_lines": p["log_tail_lines"], "settings": settings,
-        }
-        try:
-            sglang_proc.write_files(self.run_dir, ((sglang_watcher.CONFIG % name, json.dumps(config)),), mode=0o600)
-            sglang_proc.remove_file(self.run_dir, sglang_watcher.STATUS % name)
-        except sglang_proc.UntrustedState as e:
-            raise WaitError(str(e))
+        token = self.supervisor_config(parts, fp)
         self.sync_service()
-        unit = unit_name(name)
+        unit = unit_name(self.p["name"])
         self.systemctl("reset-failed", unit)  # a unit that hit its start limit refuses a start until reset
         self.must("start", "--no-block", unit)
         self.result.update(changed=True, unit=unit)
@@ -1614,11 +1509,22 @@ class ModelWaiter(object):
         except sglang_proc.UntrustedState as e:
             raise WaitError(str(e))
 
-    def wait_service(self, token, attached, attempt=None):
-        """Wait on the watcher's status file (its verdict) and the unit's state, until ready, a failure, the
-        timeout, or the end of this step (step_time)."""
+    def show(self, supervisor=None):
+        """The supervisor's state as ``systemctl show`` words it: the unit's (systemd), or, detached, its process's
+        (``supervisor``: () -> its exit status, None while it runs)."""
+        if supervisor is None:
+            return self.systemctl.show(unit_name(self.p["name"]))
+        rc = supervisor()
+        if rc is None:
+            return {"ActiveState": "activating"}
+        return {"ActiveState": "inactive" if rc == 0 else "failed", "Result": "exit-code", "ExecMainStatus": str(rc)}
+
+    def wait_service(self, token, attached, attempt=None, supervisor=None):
+        """Wait on the supervisor's status file (its verdict) and its state (the unit's, or ``supervisor``'s
+        process, detached), until ready, a failure, the timeout, or the end of this step (step_time)."""
         p = self.p
-        unit = unit_name(p["name"])
+        if supervisor is not None and hasattr(supervisor, "poll"):
+            supervisor = supervisor.poll
         t0 = self.clock()
         # The watcher ends the start at `timeout` after the launch (its own clock, with the phase it reached); this
         # is the backstop when it cannot, counted from the launch too (its status's started_at), never per step.
@@ -1635,12 +1541,12 @@ class ModelWaiter(object):
             if verdict == "ready":
                 return self.service_ready(st, attached)
             if verdict == "stopped":
-                return self.service_stopped(st, self.systemctl.show(unit))
+                return self.service_stopped(st, self.show(supervisor))
             if verdict is not None:
-                return self.service_failed(st, self.systemctl.show(unit))
+                return self.service_failed(st, self.show(supervisor))
             now = self.clock()
-            if shown_at is None or now - shown_at >= SHOW_EVERY:
-                show, shown_at = self.systemctl.show(unit), now
+            if supervisor is not None or shown_at is None or now - shown_at >= SHOW_EVERY:
+                show, shown_at = self.show(supervisor), now
                 active = show.get("ActiveState", "inactive")
                 # inactive right after the start may be the start job still queued: final once the watcher ran
                 if active == "failed" or (active == "inactive" and (mine or now - t0 >= 10)):
@@ -1654,7 +1560,7 @@ class ModelWaiter(object):
             if now >= deadline:
                 return self.service_timeout(st if mine else None, show)
             if step_end is not None and now >= step_end:
-                return self.pending(self.progress_of(st if mine else None, "systemd"), st if mine else None)
+                return self.pending(self.progress_of(st if mine else None, self.launcher), st if mine else None)
             self.check_caller()
             self.sleep(p["poll_interval"])
 
@@ -1663,9 +1569,9 @@ class ModelWaiter(object):
         rep = st.get("report") or {}
         r.update(pid=st.get("server_pid"), log_path=st.get("log_path"), attempt=st.get("attempt"),
                  elapsed=st.get("ready_after", 0.0), phase="ready", phases=rep.get("phases", []),
-                 shards=rep.get("shards"), log_tail=rep.get("log_tail", []), progress=self.progress_of(st, "systemd"))
+                 shards=rep.get("shards"), log_tail=rep.get("log_tail", []), progress=self.progress_of(st, self.launcher))
         if attached:
-            r["msg"] = "attached to our server (same fingerprint, unit %s) and it became healthy" % unit_name(self.p["name"])
+            r["msg"] = "attached to our server (same fingerprint, %s) and it became healthy" % self.supervisor_words()
         if rep.get("log_crash"):
             r["log_crash"] = rep["log_crash"]
             crash = rep["log_crash"]
@@ -1678,12 +1584,16 @@ class ModelWaiter(object):
         rep = dict(st.get("report") or {})
         rep.pop("failed", None)
         r.update(rep)
-        r.update(progress=self.progress_of(st, "systemd"), unit_state=self.unit_state(show))
-        r["msg"] = "%s (unit %s: %s, exit status %s%s; journalctl -u %s)" % (
-            rep.get("msg") or "the server failed", unit_name(self.p["name"]), show.get("ActiveState", "?"),
-            rep.get("exit_status", show.get("ExecMainStatus", "?")),
-            ", not restarted: a restart would repeat it" if rep.get("exit_status") == sglang_watcher.EXIT_PERMANENT
-            else "", unit_name(self.p["name"]))
+        r.update(progress=self.progress_of(st, self.launcher))
+        if self.launcher == "systemd":
+            r["unit_state"] = self.unit_state(show)
+            r["msg"] = "%s (unit %s: %s, exit status %s%s; journalctl -u %s)" % (
+                rep.get("msg") or "the server failed", unit_name(self.p["name"]), show.get("ActiveState", "?"),
+                rep.get("exit_status", show.get("ExecMainStatus", "?")),
+                ", not restarted: a restart would repeat it" if rep.get("exit_status") == sglang_watcher.EXIT_PERMANENT
+                else "", unit_name(self.p["name"]))
+        else:
+            r["msg"] = rep.get("msg") or "the server failed"
         r["failed"] = True
         self.stop_service_after_failure(show, rep.get("exit_status", sglang_watcher.EXIT_RESTARTABLE))
         return r
@@ -1695,10 +1605,10 @@ class ModelWaiter(object):
         unit = unit_name(self.p["name"])
         phase = st.get("phase") or "launching"
         r.update(crash_class="stopped", phase=phase, attempt=st.get("attempt"), log_path=st.get("log_path"),
-                 progress=self.progress_of(st, "systemd"), unit_state=self.unit_state(show),
-                 evidence="the unit %s was stopped (its watcher wrote 'stopped')" % unit,
-                 hint="something stopped the unit during the load (systemctl stop %s, a shutdown): run the playbook "
-                      "again to start it" % unit)
+                 progress=self.progress_of(st, self.launcher), unit_state=self.unit_state(show),
+                 evidence="%s was stopped (it wrote 'stopped')" % self.supervisor_words(),
+                 hint="something stopped it during the load (%s, a shutdown): run the playbook again to start it" % (
+                     "systemctl stop %s" % unit if self.launcher == "systemd" else "a signal to the supervisor"))
         r["msg"] = "the server was stopped while loading (phase '%s'), not crashed — %s" % (phase, r["hint"])
         r["failed"] = True
         return r
@@ -1707,20 +1617,47 @@ class ModelWaiter(object):
         return dict((k, show.get(k)) for k in ("ActiveState", "SubState", "Result", "NRestarts", "ExecMainStatus",
                                                "StatusText") if k in show)
 
+    def supervisor_words(self):
+        return "unit %s" % unit_name(self.p["name"]) if self.launcher == "systemd" else "its supervisor program"
+
+    def supervisor_tail(self):
+        """The supervisor's own last lines: the journal of the unit, or the detached supervisor's log file."""
+        if self.launcher == "systemd":
+            rc, out, _err = self.module.run_command(["journalctl", "-u", unit_name(self.p["name"]), "-n", "20",
+                                                     "--no-pager", "-o", "cat"])
+            return out.splitlines()[-20:] if rc == 0 else []
+        try:
+            dir_fd = sglang_proc.open_run_dir(self.run_dir)
+        except sglang_proc.UntrustedState:
+            return []
+        try:
+            fd = os.open(SUPERVISOR_LOG % self.p["name"], os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+        except OSError:
+            return []
+        finally:
+            os.close(dir_fd)
+        try:
+            size = os.fstat(fd).st_size
+            return tail_lines(os.pread(fd, 65536, max(0, size - 65536)), 20)
+        finally:
+            os.close(fd)
+
     def unit_ended(self, show, st):
-        """The unit ended before its watcher named a verdict (the watcher could not start, or systemd's own
+        """The supervisor ended before it named a verdict (it could not start or set up, or systemd's own
         TimeoutStartSec hit a load that stopped moving)."""
         r = self.result
         unit = unit_name(self.p["name"])
-        rc, out, _err = self.module.run_command(["journalctl", "-u", unit, "-n", "20", "--no-pager", "-o", "cat"])
-        r.update(unit_state=self.unit_state(show), journal_tail=out.splitlines()[-20:] if rc == 0 else [],
-                 progress=self.progress_of(st, "systemd"))
+        r.update(journal_tail=self.supervisor_tail(), progress=self.progress_of(st, self.launcher))
+        if self.launcher == "systemd":
+            r["unit_state"] = self.unit_state(show)
         result = show.get("Result", "?")
         cls = "stalled" if result == "timeout" else "unit_failed"
-        r.update(crash_class=cls, evidence="the unit %s is %s (Result=%s, exit status %s)" % (
-            unit, show.get("ActiveState"), result, show.get("ExecMainStatus", "?")),
+        where = ("journalctl -u %s" % unit if self.launcher == "systemd"
+                 else os.path.join(self.run_dir, SUPERVISOR_LOG % self.p["name"]))
+        r.update(crash_class=cls, evidence="%s is %s (Result=%s, exit status %s)" % (
+            self.supervisor_words(), show.get("ActiveState"), result, show.get("ExecMainStatus", "?")),
             hint=("the load stopped moving and systemd's TimeoutStartSec ended it" if cls == "stalled" else
-                  "the watcher program ended without a verdict: read journal_tail (journalctl -u %s)" % unit))
+                  "the supervisor program ended without a verdict: read journal_tail (%s)" % where))
         r["msg"] = "server failed: %s — %s (evidence: %s)" % (cls, r["hint"], r["evidence"])
         r["failed"] = True
         return r
@@ -1730,11 +1667,17 @@ class ModelWaiter(object):
         phase = (st or {}).get("phase", "?")
         r.update(crash_class="timeout", evidence="not healthy after %d s" % self.p["timeout"],
                  hint="not healthy after %d s (phase '%s'); raise timeout if the load is just slow" % (self.p["timeout"], phase),
-                 progress=self.progress_of(st, "systemd"), unit_state=self.unit_state(show))
-        r["msg"] = "timed out after %d s in phase '%s' — %s (unit %s)" % (self.p["timeout"], phase, r["hint"],
-                                                                       unit_name(self.p["name"]))
+                 progress=self.progress_of(st, self.launcher), unit_state=self.unit_state(show))
+        r["msg"] = "timed out after %d s in phase '%s' — %s (%s)" % (self.p["timeout"], phase, r["hint"],
+                                                                  self.supervisor_words())
         r["failed"] = True
-        self.stop_service_after_failure(self.systemctl.show(unit_name(self.p["name"])))
+        if self.launcher == "systemd":
+            self.stop_service_after_failure(self.systemctl.show(unit_name(self.p["name"])))
+        elif self.p["stop_on_failure"] and not self.module.check_mode:
+            state = sglang_proc.read_state(self.run_dir, self.p["name"])
+            if state and not state.get("untrusted"):
+                self._stop(state)
+                r["stopped_after_failure"] = r.pop("stopped", None)
         return r
 
     def stop_service_after_failure(self, show, decided=None):
@@ -1747,6 +1690,10 @@ class ModelWaiter(object):
             return
         if self.module.check_mode:
             self.result["would_stop"] = True
+            return
+        if self.launcher != "systemd":
+            # detached: the supervisor ends the failed tree after writing the verdict, and exits; nothing restarts it
+            self.result["stopped_after_failure"] = {"how": "the supervisor ends the failed tree"}
             return
         unit = unit_name(self.p["name"])
         if decided == sglang_watcher.EXIT_PERMANENT:

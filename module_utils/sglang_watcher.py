@@ -137,12 +137,21 @@ class LogCopy(threading.Thread):
 
 # ------------------------------------------------------------------------------ the program
 class Watcher(object):
-    def __init__(self, run_dir, name, notifier=None, clock=time.monotonic, wall=time.time, sleep=None):
+    def __init__(self, run_dir, name, notifier=None, clock=time.monotonic, wall=time.time, sleep=None, spawner=None,
+                 procs=None, http=None, serving=True):
+        """Everything but ``run_dir`` and ``name`` is injectable for unit tests (a fake clock, a fake server, a fake
+        /proc and HTTP): ``serving=False`` ends ``steps()`` at the verdict ``ready``."""
         self.run_dir, self.name = run_dir, name
         self.notifier = notifier or Notifier()
         self.clock, self.wall = clock, wall
         self.real = sleep is None  # the real clock: health answers may end a pause early
         self.sleep = time.sleep if sleep is None else sleep
+        self.spawner = spawner or self.spawn
+        self.procs = procs or sglang_watch.ProcView()
+        self.http = http or sglang_watch.http_status
+        self.serving = serving
+        self.w = None
+        self.code = None
         self.cfg = None
         self.stopping = False
         self.status = {}
@@ -185,8 +194,9 @@ class Watcher(object):
         sglang_watch.point_link(os.path.join(log_dir, "%s.log" % name), os.path.basename(path))
         return fd, path, attempt
 
-    def spawn(self, user, out_w, token):
-        cfg = self.cfg
+    @staticmethod
+    def spawn(cfg, user, out_w, token):
+        """The server: as the service user, in a session of its own, stdin /dev/null, stdout+stderr into our pipe."""
         env = dict(cfg["env"], **{sglang_proc.RUN_TOKEN_VAR: token})
         kwargs = dict(user=user[0], group=user[1], extra_groups=user[2]) if user is not None else {}
         return subprocess.Popen(cfg["argv"], stdin=subprocess.DEVNULL, stdout=out_w, stderr=subprocess.STDOUT,
@@ -211,6 +221,9 @@ class Watcher(object):
         mount = sglang_proc.cgroup2_mount()
         if unit and rel and mount and os.path.basename(rel.rstrip("/")) == unit:
             cgroup = {"mount": mount, "path": rel, "dedicated": True, "unit": unit}
+        elif not unit and rel and mount and rel == cfg.get("cgroup"):
+            # detached: the deployment's own cgroup, which wait_for_model created and started this program in
+            cgroup = {"mount": mount, "path": rel, "dedicated": True}
         state = {
             "pid": proc.pid, "start_time": sglang_proc.proc_start_time(proc.pid), "boot_id": sglang_proc.boot_id(),
             "cmdline": cmdline, "fingerprint": cfg.get("fingerprint"), "fingerprint_parts": cfg.get("fingerprint_parts"),
@@ -238,49 +251,69 @@ class Watcher(object):
 
     # ---------------------------------------------------------------- run
     def run(self):
+        """The program: start the server, wait for its verdict, serve until it ends or is stopped. The exit status."""
+        for pause in self.steps():
+            self.w.pause(pause, self.sleep, self.real)
+        return self.code
+
+    def steps(self):
+        """The work as a generator: it yields the seconds to wait before its next look (``run`` waits them; a unit
+        test's fake clock steps it) and leaves the exit status in ``self.code``."""
         cfg = self.load_config()
         settings = cfg["settings"]
         user = self.user()
-        signal.signal(signal.SIGTERM, self._on_term)
-        signal.signal(signal.SIGINT, self._on_term)
-        signal.signal(signal.SIGHUP, signal.SIG_IGN)
+        self.signals()
         log_fd, log_path, attempt = self.open_attempt_log(user)
         token = "%s:%s" % (self.name, secrets.token_hex(16))
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         try:
-            self.proc = self.spawn(user, out_w, token)
+            self.proc = self.spawner(cfg, user, out_w, token)
         except OSError as e:
             os.close(out_r)
+            os.close(log_fd)
             self.write_status(launch=cfg.get("launch"), attempt=attempt, log_path=log_path, verdict="exited",
-                              report={"crash_class": "exited", "msg": "could not start %s: %s" % (cfg["argv"][0], e)})
+                              report={"crash_class": "exited", "exit_status": EXIT_PERMANENT, "after_ready": False,
+                                      "msg": "could not start %s: %s" % (cfg["argv"][0], e)})
             self.say("failed: could not start %s: %s" % (cfg["argv"][0], e))
-            return EXIT_PERMANENT
+            self.code = EXIT_PERMANENT
+            return
         finally:
             os.close(out_w)
         self.copy = LogCopy(out_r, log_fd, cfg.get("secrets") or [], echo_fd=1 if cfg.get("journal", True) else None)
         self.copy.start()
         t0 = self.clock()
-        started_wall = self.wall()
         self.status = {"launch": cfg.get("launch"), "attempt": attempt, "log_path": log_path, "server_pid": self.proc.pid,
-                       "watcher_pid": os.getpid(), "started_at": started_wall, "phase": "launching",
+                       "watcher_pid": os.getpid(), "started_at": self.wall(), "phase": "launching",
                        "status": sglang_progress.status_text("launching", None), "shards": None, "phases": [],
                        "verdict": None, "report": None, "fingerprint": cfg.get("fingerprint"),
-                       "invocation": os.environ.get("INVOCATION_ID")}
+                       "invocation": os.environ.get("INVOCATION_ID"), "launcher": "systemd" if cfg.get("unit") else
+                       "detached"}
         self.write_status()  # before the run state names the new leader: no attach may read the old verdict
-        state = self.record(self.proc, attempt, log_path, token)
+        try:
+            state = self.record(self.proc, attempt, log_path, token)
+        except (OSError, sglang_proc.UntrustedState) as e:
+            # A server nobody recorded could never be stopped by a later run: take it down at once.
+            self.say("failed: cannot record the run state (%s): the server just started was stopped" % e)
+            self.end_tree(grace=0.0)
+            self.write_status(verdict="exited", report={"crash_class": "exited", "exit_status": EXIT_SETUP,
+                                                        "after_ready": False, "msg": "could not record the run state "
+                                                        "in %s (%s): the server just started was killed" % (
+                                                            self.run_dir, e)})
+            self.code = EXIT_SETUP
+            return
         sglang_watch.prune_attempts(cfg["log_dir"], self.name, cfg.get("keep_attempts", 20))
         self.notifier.send(STATUS=self.status["status"], MAINPID=os.getpid())
         self.say("started %s (PID %d), attempt %d, log %s" % (cfg["argv"][0], self.proc.pid, attempt, log_path))
 
         headers = cfg.get("headers") or {}
-        ask = lambda timeout: sglang_watch.http_status(cfg["health_url"], headers, timeout)  # noqa: E731 - one line
+        ask = lambda timeout: self.http(cfg["health_url"], headers, timeout)  # noqa: E731 - one line
         deadline = t0 + (cfg.get("timeout") or 10 ** 9)
         # The file we created, through our own descriptor: never a path the service user could swap meanwhile.
         log_read_fd = os.open("/proc/self/fd/%d" % log_fd, os.O_RDONLY | os.O_CLOEXEC)
         follower = LogFollower("/proc/self/fd/%d" % log_read_fd)
-        w = sglang_watch.Watch(follower, LogClassifier(clock=lambda: self.clock() - t0), t0, deadline, self.clock,
-                               self.proc, self.proc.pid, sglang_watch.ProcView(), state.get("start_time"), ask, True,
-                               settings)
+        self.w = w = sglang_watch.Watch(follower, LogClassifier(clock=lambda: self.clock() - t0), t0, deadline,
+                                        self.clock, self.proc, self.proc.pid, self.procs, state.get("start_time"), ask,
+                                        self.real, settings)
         extend_usec = int(settings.get("extend_timeout", 0) * 1e6)
         last_extend = moved = None
         shown = None
@@ -303,22 +336,41 @@ class Watcher(object):
                 self.notifier.send(EXTEND_TIMEOUT_USEC=extend_usec)
             if verdict is not None:
                 break
-            w.pause(settings["poll_interval"], self.sleep, self.real)
+            yield settings["poll_interval"]
         if self.stopping:
-            return self.stopped(follower, w)
+            self.code = self.stopped(follower, w)
+            return
         elapsed = self.clock() - t0
-        if verdict == "ready":
-            return self.serve(w, follower, state, elapsed)
-        return self.failed(w, follower, state, verdict, elapsed, ready=False)
+        if verdict != "ready":
+            self.code = self.failed(w, follower, state, verdict, elapsed, ready=False)
+            return
+        self.ready(w, state, elapsed)
+        if not self.serving:
+            self.code = None  # a unit test's fake stops at the verdict
+            return
+        w.serve(settings.get("serve_health_interval", SERVE_HEALTH_INTERVAL))
+        while not self.stopping:
+            verdict = w.look(self.clock())
+            if verdict is not None and verdict != "ready":
+                self.code = self.failed(w, follower, state, verdict, self.clock() - w.log.t0, ready=True)
+                return
+            yield SERVE_POLL
+        self.code = self.stopped(follower, w)
+
+    def signals(self):
+        signal.signal(signal.SIGTERM, self._on_term)
+        signal.signal(signal.SIGINT, self._on_term)
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)
 
     def _on_term(self, signum, frame):
-        self.stopping = True
+        self.stopping = True  # the next look sees it (a pause is at most poll_interval, SERVE_POLL while serving)
 
-    def serve(self, w, follower, state, elapsed):
-        """Ready: tell systemd, keep the load's phase durations, then watch the serving server with the same
-        watchers and ``decide()`` as the start (``Watch.serve``): a leader that exits, any child that was part of
-        the server when it became ready dying, or health failing ``unhealthy_after`` requests in a row is a
-        failure (exit 69: a restart may help); a crash line the server outlives is set aside."""
+    def ready(self, w, state, elapsed):
+        """The verdict ``ready``: the status file, the load's phase durations (the next load's ETA), READY=1. Then
+        the serving server is watched with the same watchers and ``decide()`` (``Watch.serve``): a leader that
+        exits, any child that was part of the server when it became ready dying, or health failing
+        ``unhealthy_after`` requests in a row is a failure (exit 69: a restart may help); a crash line the server
+        outlives is set aside."""
         clf = w.log.clf
         fields, note = sglang_watch.explain("ready", clf, state, elapsed, None, None, False)
         phases = [{"phase": ph["phase"], "at": round(ph["at"], 3)} for ph in clf.phases]
@@ -333,20 +385,12 @@ class Watcher(object):
             self.say("cannot record the load's durations: %s" % e)
         self.notifier.send(READY=1, STATUS=text)
         self.say("ready after %.1f s%s" % (elapsed, "; " + note if note else ""))
-        settings = self.cfg["settings"]
-        w.serve(settings.get("serve_health_interval", SERVE_HEALTH_INTERVAL))
-        while not self.stopping:
-            verdict = w.look(self.clock())
-            if verdict is not None and verdict != "ready":
-                return self.failed(w, follower, state, verdict, self.clock() - w.log.t0, ready=True)
-            w.pause(SERVE_POLL, self.sleep, self.real)
-        return self.stopped(follower, w)
 
     def failed(self, w, follower, state, verdict, elapsed, ready):
         if self.stopping:  # systemd signals the whole cgroup at once: the server may end before we hear of it
             return self.stopped(follower, w)
         settings = self.cfg["settings"]
-        w.drain(verdict, settings["settle_time"], settings["poll_interval"], time.sleep)
+        w.drain(verdict, settings["settle_time"], settings["poll_interval"], self.sleep)
         fields, _note = sglang_watch.explain(verdict, w.log.clf, state, elapsed, w.leader.rc, w.children.died, False,
                                              False, w.health, w.candidates, timeout=self.cfg.get("timeout") or 0,
                                              stall_timeout=settings["stall_timeout"],
@@ -360,7 +404,7 @@ class Watcher(object):
         self.notifier.send(STATUS=text)
         self.say("%s (%s)%s" % (text, fields.get("hint", ""), "; not restarted: a restart would repeat it"
                                 if code == EXIT_PERMANENT else ""))
-        self.end_tree()
+        self.end_tree(grace=min(10.0, float(self.cfg.get("stop_timeout", 30))))  # after the verdict: nobody waits
         follower.close()
         return code
 
