@@ -695,6 +695,26 @@ class Popener(object):
                 os.close(cg_fd)
 
 
+class Supervisors(object):
+    """The detached supervisor recorded in a run state (``state["watcher"]``): alive (same PID, start time and
+    command line) and, for a stop, SIGTERM (it ends its server's session and writes ``stopped``). Injectable."""
+
+    def alive(self, state):
+        sup = (state or {}).get("watcher")
+        if not isinstance(sup, dict) or not isinstance(sup.get("pid"), int):
+            return False
+        pid = sup["pid"]
+        return (sglang_proc.pid_alive(pid) and sglang_proc.proc_start_time(pid) == sup.get("start_time")
+                and sglang_proc.proc_cmdline(pid) == sup.get("cmdline"))
+
+    def terminate(self, state):
+        if self.alive(state):
+            try:
+                os.kill(state["watcher"]["pid"], signal.SIGTERM)
+            except OSError:
+                pass
+
+
 def supervisor_env():
     """The supervisor's own environment: nothing of the module's (the server's comes from its config file)."""
     return {"PATH": os.environ.get("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
@@ -830,8 +850,9 @@ class ModelWaiter(object):
 
     def __init__(self, module, clock=time.monotonic, sleep=None, popener=None, http=http_status,
                  procs=None, wall=time.time, cgroups=None, locker=fcntl.flock, prober=None, background_health=True,
-                 systemctl=None, booted=systemd_here, caller_gone=None):
+                 systemctl=None, booted=systemd_here, caller_gone=None, supervisors=None):
         self.module = module
+        self.supervisors = supervisors or Supervisors()
         self.caller_gone = caller_gone or CallerWatch()
         self.systemctl = systemctl or Systemctl(module)
         self.booted = booted  # () -> (systemd runs this host?, why not)
@@ -1284,13 +1305,9 @@ class ModelWaiter(object):
             sglang_proc.clear_state(self.run_dir, self.p["name"])
             return
         if not state.get("unverified"):
-            if self.supervisor_alive(state):
-                # the detached supervisor ends the server's session itself and writes `stopped` (without a cgroup it
-                # is no member of the tree stop_tree signals)
-                try:
-                    os.kill(state["watcher"]["pid"], signal.SIGTERM)
-                except OSError:
-                    pass
+            # the detached supervisor ends the server's session itself and writes `stopped` (without a cgroup it is
+            # no member of the tree stop_tree signals)
+            self.supervisors.terminate(state)
             stopped = sglang_proc.stop_tree(state, grace=self.p["stop_timeout"], clock=self.clock, sleep=self.sleep)
             if stopped["signalled"] or stopped["killed"]:
                 self.result["stopped"] = stopped
@@ -1385,13 +1402,8 @@ class ModelWaiter(object):
         return self.wait_service(token, attached=False, supervisor=handle)
 
     def supervisor_alive(self, state):
-        """Whether the supervisor program recorded in ``state`` (detached) still runs: same PID, start time and
-        command line."""
-        sup = (state or {}).get("watcher")
-        if not isinstance(sup, dict) or not isinstance(sup.get("pid"), int):
-            return False
-        return (sglang_proc.pid_alive(sup["pid"]) and sglang_proc.proc_start_time(sup["pid"]) == sup.get("start_time")
-                and sglang_proc.proc_cmdline(sup["pid"]) == sup.get("cmdline"))
+        """Whether the supervisor program recorded in ``state`` (detached) still runs."""
+        return self.supervisors.alive(state)
 
     # ---------------------------------------------------------------- the systemd launcher
     def stop_unit(self, disable=False):
@@ -1570,6 +1582,8 @@ class ModelWaiter(object):
         r.update(pid=st.get("server_pid"), log_path=st.get("log_path"), attempt=st.get("attempt"),
                  elapsed=st.get("ready_after", 0.0), phase="ready", phases=rep.get("phases", []),
                  shards=rep.get("shards"), log_tail=rep.get("log_tail", []), progress=self.progress_of(st, self.launcher))
+        if rep.get("msg"):
+            r["msg"] = rep["msg"]
         if attached:
             r["msg"] = "attached to our server (same fingerprint, %s) and it became healthy" % self.supervisor_words()
         if rep.get("log_crash"):

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from ansible.module_utils import basic
-from ansible.module_utils import sglang_proc
+from ansible.module_utils import sglang_proc, sglang_watcher
 from ansible.module_utils.testing import patch_module_args
 
 import wait_for_model as wfm
@@ -71,6 +71,8 @@ class World(object):
         self.start_times = {}  # pid -> start time the fake /proc reports (default: the real one)
         self.probed = []  # interpreter checks run before a launch (Prober)
         self.probe_rc, self.probe_output = 0, ""
+        self.tickers = []  # called after every move of the clock (the fake supervisors' steps)
+        self.supervisors = []  # FakeSupervisor per launch
 
     # clock & sleep
     def clock(self):
@@ -79,6 +81,8 @@ class World(object):
     def sleep(self, dt):
         self.now += dt
         self._fire()
+        for tick in list(self.tickers):
+            tick()
 
     def _fire(self):
         if self.t0 is None:
@@ -107,6 +111,11 @@ class World(object):
             pid = 4000000 + len(world.spawned)  # above pid_max: never a real process
 
             def poll(self):
+                return world.rc
+
+            def wait(self, timeout=None):
+                if world.rc is None:
+                    world.rc = -15  # the supervisor's stop (killpg of a PID above pid_max reaches nothing)
                 return world.rc
         self._fire()
         return Handle()
@@ -172,22 +181,83 @@ class NoCgroups(object):
         return True
 
 
+class FakeSupervisor(object):
+    """The real supervisor program (``sglang_watcher.Watcher``) run in this process on the world's fake clock: its
+    server is the world's fake one, its /proc and HTTP the world's. It takes a step (a look) whenever the clock
+    passed the pause it asked for, so the module's wait and the supervisor go on side by side, as two processes
+    would. It stops at the verdict (no serving loop)."""
+
+    def __init__(self, world, run_dir, name, number):
+        self.world = world
+        self.pid = 4200000 + number  # above pid_max: never a real process
+        self.done = False
+        self.busy = False
+        self.terminated = False
+        sup = self
+
+        class Watcher(sglang_watcher.Watcher):
+            def signals(self):
+                pass  # the test process's signals are not the fake's
+
+            def record(self, proc, attempt, log_path, token):
+                state = super(Watcher, self).record(proc, attempt, log_path, token)
+                state["watcher"] = {"pid": sup.pid, "start_time": 1, "cmdline": ["fake-supervisor"]}
+                sglang_proc.write_state(self.run_dir, self.name, state)
+                return state
+
+        self.watcher = Watcher(run_dir, name, clock=world.clock, wall=lambda: 0.0, sleep=world.sleep,
+                               spawner=self.spawn, procs=Procs(world), http=world.http, serving=False)
+        self.steps = self.watcher.steps()
+        self.wake = world.now
+        world.tickers.append(self.tick)
+        self.tick()
+
+    def spawn(self, cfg, user, out_w, token):
+        env = dict(cfg["env"], **{sglang_proc.RUN_TOKEN_VAR: token})
+        return self.world.spawn(cfg["argv"], env, cfg.get("chdir"), out_w, user)
+
+    def tick(self):
+        if self.done or self.busy:
+            return
+        self.busy = True
+        try:
+            while not self.done and self.world.now >= self.wake:
+                try:
+                    self.wake = self.world.now + next(self.steps)
+                except StopIteration:
+                    self.done = True
+        finally:
+            self.busy = False
+
+    def poll(self):
+        """The supervisor's exit status, None while it runs (a ready one serves on)."""
+        return self.watcher.code if self.done else None
+
+
 class Popener(object):
+    """The module's detached launcher: its supervisor is a FakeSupervisor; also the run state's supervisor view."""
+
     def __init__(self, world):
         self.w = world
 
-    def spawn(self, *a, **kw):
-        return self.w.spawn(*a, **kw)
+    def spawn_supervisor(self, argv, err_fd, cgroup_procs=None):
+        run_dir, name = argv[-2], argv[-1]
+        sup = FakeSupervisor(self.w, run_dir, name, len(self.w.supervisors) + 1)
+        self.w.supervisors.append(sup)
+        return sup
 
-    def spawn_log_writer(self, *a, **kw):
-        return self.w.spawn_log_writer(*a, **kw)
+    def _of(self, state):
+        pid = ((state or {}).get("watcher") or {}).get("pid")
+        return [sup for sup in self.w.supervisors if sup.pid == pid]
 
-    def reap(self, handle, timeout):
-        self.w.reaped.append(handle.pid)
+    def alive(self, state):
+        return any(sup.poll() is None and not sup.terminated for sup in self._of(state))
 
-    def kill_group(self, handle):
-        self.w.killed.append(handle.pid)
-        self.w.rc = -9
+    def terminate(self, state):
+        for sup in self._of(state):
+            sup.terminated = True
+            sup.watcher.stopping = True
+            sup.tick()
 
 
 class Prober(object):
@@ -213,7 +283,9 @@ def run(world, check_mode=False, inject=None, **args):
     if check_mode:
         params["_ansible_check_mode"] = True
     with patch_module_args(params):
-        kw = dict(clock=world.clock, sleep=world.sleep, popener=Popener(world), http=world.http, procs=Procs(world),
+        popener = Popener(world)
+        kw = dict(clock=world.clock, sleep=world.sleep, popener=popener, supervisors=popener, http=world.http,
+                  procs=Procs(world),
                   wall=lambda: 0.0, cgroups=NoCgroups(), prober=Prober(world), background_health=False,
                   booted=lambda: (False, "no /run/systemd/system (unit test)"), caller_gone=lambda: False)
         kw.update(inject or {})

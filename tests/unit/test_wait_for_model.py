@@ -86,7 +86,8 @@ def test_a_start_whose_health_request_the_crashed_server_holds_fails_within_the_
     world.cmdlines = {4100: SPAWN_WORKER}
     world.write(30, SCHED_CRASH)
     world.at(45, lambda: world.children.pop(4100))  # SGLang's own teardown, much later
-    status, r = run(world, inject={"http": _held_after(world, 30)})
+    world.http = _held_after(world, 30)  # the supervisor's and the module's health requests
+    status, r = run(world)
     assert status == "failed", r
     assert r["crash_class"] == "nccl" and r["crash_exception"].startswith("RuntimeError: NCCL error")
     assert 30 + 3.0 <= r["elapsed"] <= 30 + 3.0 + 0.6, r["elapsed"]  # HANG_BOUND after the line, within a poll
@@ -103,7 +104,8 @@ def test_a_crash_line_with_health_answering_503_is_no_hang(world):
 
 def test_a_held_request_without_a_crash_line_is_no_evidence(world):
     world.write(1, "[2026-12-02 10:00:00 TP0] Load weight begin. avail mem=78.00 GB\n")
-    status, r = run(world, timeout=60, stall_timeout=0, inject={"http": _held_after(world, 5)})
+    world.http = _held_after(world, 5)
+    status, r = run(world, timeout=60, stall_timeout=0)
     assert status == "failed" and r["crash_class"] == "timeout", r
 
 
