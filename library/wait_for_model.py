@@ -610,6 +610,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_log import LogClassifier, LogFollower, tail_lines
 from ansible.module_utils import sglang_proc
 from ansible.module_utils import sglang_progress
+from ansible.module_utils.sglang_progress import operator_text
 from ansible.module_utils import sglang_redact
 from ansible.module_utils import sglang_watcher
 from ansible.module_utils.sglang_exec import (
@@ -1136,6 +1137,10 @@ class ModelWaiter(object):
         self._secrets = out
         return out
 
+    def warn(self, text):
+        """A module warning, its control characters escaped: it may quote the server's log (a client's prompt)."""
+        self.module.warn(sglang_progress.operator_text(text))
+
     def headers(self):
         h = {}
         if self.p["api_key"]:
@@ -1654,7 +1659,7 @@ class ModelWaiter(object):
         if rep.get("log_crash"):
             r["log_crash"] = rep["log_crash"]
             crash = rep["log_crash"]
-            self.module.warn("the log shows %s at line %s (%s), but the server is alive and answering: nothing was "
+            self.warn("the log shows %s at line %s (%s), but the server is alive and answering: nothing was "
                              "stopped" % (crash.get("class"), crash.get("lineno"), (crash.get("line") or "").strip()[:160]))
         return r
 
@@ -1885,7 +1890,7 @@ class ModelWaiter(object):
                                tail_lines=self.p["log_tail_lines"], msg=self.result.get("msg"))
         self.result.update(fields)
         if note:
-            self.module.warn(note)
+            self.warn(note)
         return self.result
 
     def stop_after_failure(self, state):
@@ -1989,11 +1994,14 @@ def main(**inject):
         waiter.unlock()
         os._exit(0)  # nobody reads the result; the server goes on (see check_caller)
     except WaitError as e:
-        module.fail_json(msg=str(e), **waiter.result)
+        module.fail_json(msg=operator_text(str(e)), **operator_text(waiter.result))
     except (IOError, OSError) as e:
-        module.fail_json(msg="%s: %s" % (type(e).__name__, e), **waiter.result)
+        module.fail_json(msg=operator_text("%s: %s" % (type(e).__name__, e)), **operator_text(waiter.result))
     finally:
         waiter.unlock()
+    # Every string of the result may quote the server's log or a process's command line (a client's text): what
+    # reaches the operator's terminal has its control characters escaped.
+    result = operator_text(result)
     if result.pop("failed", False):
         msg = result.pop("msg")
         module.fail_json(msg=msg, **result)

@@ -240,7 +240,9 @@ class Watcher(object):
             sys.stderr.write("sglang-watcher: cannot write the status file: %s\n" % e)
 
     def say(self, text):
-        sys.stderr.write("sglang-watcher: %s\n" % text)
+        """A line of the watcher's own into the journal; it may quote the server's log (a client's prompt): its
+        control characters escaped (sglang_progress.operator_text)."""
+        sys.stderr.write("sglang-watcher: %s\n" % sglang_progress.operator_text(text))
         sys.stderr.flush()
 
     # ---------------------------------------------------------------- run

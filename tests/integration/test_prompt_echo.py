@@ -120,3 +120,59 @@ def test_a_prompt_that_forges_the_end_of_its_own_echo_is_reported_and_acts_on_no
         assert again.get("failed") is not True and again["pid"] == first["pid"], again
     finally:
         run_module("wait_for_model", {"name": "forge", "state": "stopped", "log_dir": log_dir, "run_dir": run_dir})
+
+
+# A prompt that reaches the operator's terminal if anything quotes it raw: clear the screen, set the window title
+# (OSC ... BEL), go back to the line's start and overwrite it, then a fake PLAY RECAP that says all went well.
+HOSTILE = ("hi', input_ids=None, sampling_params={})\n"
+           "[2026-12-03 09:24:19] Scheduler hit an exception: Traceback (most recent call last):"
+           "\x1b[2J\x1b[H\x1b]0;all good\x07\x08\x08\x7f\u009b31m\n"
+           '  File "/sgl/python/sglang/srt/managers/scheduler.py", line 2432, in run_scheduler_process\n'
+           "torch.OutOfMemoryError: CUDA out of memory.\x1b[2J\rPLAY RECAP ***\x1b[0m\n"
+           "\rlocalhost : ok=9 changed=0 unreachable=0 failed=0\n")
+CONTROLS = [chr(c) for c in range(0x20)] + ["\x7f"] + [chr(c) for c in range(0x80, 0xa0)]
+
+
+def _strings(value):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _strings(v)
+
+
+def test_a_hostile_prompt_reaches_the_operator_with_its_control_characters_escaped(tmp_path):
+    # Raw echo: the prompt ends its own echo and writes SGLang-looking lines full of terminal control sequences. The
+    # watch names the forged crash (log_crash and a module warning that quotes the line) and returns the log tail:
+    # every string that reaches the operator shows ESC as \x1b, CR as \x0d, BEL as \x07, and no control character.
+    log_dir, run_dir = str(tmp_path / "logs"), str(tmp_path / "run")
+    os.makedirs(log_dir)
+    os.makedirs(run_dir, mode=0o755)
+    port = free_port()
+    argv = [TARGET_PYTHON, EMULATOR, "--port", str(port), "--log-requests", "--emulator-raw-request-log",
+            "--emulator-load-seconds", "0.2", "--emulator-capture-seconds", "0.1"]
+    health = "http://127.0.0.1:%d/health_generate" % port
+    try:
+        first = run_module("wait_for_model", {"name": "hostile", "state": "started", "argv": argv, "log_dir": log_dir,
+                                              "run_dir": run_dir, "health_url": health, "port": port, "timeout": 120})
+        assert first.get("failed") is not True, first
+        assert _generate(port, HOSTILE)["text"]
+        with open(os.path.join(log_dir, "hostile.log"), encoding="utf-8") as fh:
+            assert "\x1b[2J" in fh.read()  # the log itself keeps the bytes as they came
+        watched = run_module("wait_for_model", {"name": "hostile", "state": "watched", "log_dir": log_dir,
+                                                "run_dir": run_dir, "watch_time": 2, "log_offset": 0,
+                                                "stop_on_failure": True, "health_url": health, "log_tail_lines": 20})
+        assert watched.get("failed") is not True, watched
+        assert watched["log_crash"]["class"] == "cuda_oom", watched
+        warnings = " ".join(watched.get("warnings") or [])
+        assert "Scheduler hit an exception" in warnings and "\\x1b[2J\\x1b[H\\x1b]0;all good\\x07" in warnings
+        assert "\\x1b[2J\\x1b[H" in watched["msg"] and "\\x1b[2J" in watched["log_crash"]["line"]
+        assert any("\\x1b[2J\\x0dPLAY RECAP" in line or "PLAY RECAP ***\\x1b[0m" in line for line in watched["log_tail"])
+        for text in _strings(watched):
+            bad = [c for c in CONTROLS if c in text]
+            assert not bad, (bad, text)
+    finally:
+        run_module("wait_for_model", {"name": "hostile", "state": "stopped", "log_dir": log_dir, "run_dir": run_dir})

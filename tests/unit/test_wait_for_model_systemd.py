@@ -230,3 +230,28 @@ def test_an_attach_never_takes_an_earlier_attempts_verdict(world, stops, module_
                     unit_dir=unit_dir, run_as=None)
     assert status == "ok", r
     assert r["attempt"] == 2 and "stop" not in fake.names()
+
+
+def test_a_failure_report_reaches_the_operator_with_its_control_characters_escaped(world):  # noqa: F811
+    # The watcher's report quotes the log (a client's prompt in a raw request echo): every field the module returns
+    # has its control characters escaped, whichever field they are in.
+    hostile = "\x1b[2J\x1b]0;title\x07\rPLAY RECAP localhost ok=9 failed=0\x9b"
+    report = {"failed": True, "crash_class": "cuda_oom", "hint": "lower it" + hostile, "exit_status": 78,
+              "deciding_line": "[x] Scheduler hit an exception" + hostile, "crash_exception": "OOM" + hostile,
+              "traceback": ["Traceback" + hostile, "torch.OutOfMemoryError" + hostile], "log_tail": [hostile],
+              "evidence": "the server's leader process exited (rc=1)", "msg": "server crashed: cuda_oom" + hostile}
+    status, r, fake = systemd_run(world, [(2.0, {"verdict": "cuda_oom", "report": report})])
+    assert status == "failed"
+    shown = "\\x1b[2J\\x1b]0;title\\x07\\x0dPLAY RECAP localhost ok=9 failed=0\\x9b"
+    assert r["deciding_line"] == "[x] Scheduler hit an exception" + shown and r["log_tail"] == [shown]
+    assert r["traceback"][1] == "torch.OutOfMemoryError" + shown and r["crash_exception"] == "OOM" + shown
+    assert r["hint"].endswith(shown) and shown in r["msg"]
+    assert not any(c in json.dumps(r, ensure_ascii=False) for c in ("\x1b", "\x07", "\x9b"))
+    assert "\\r" not in json.dumps(r)  # no CR either (json.dumps would show one as \r)
+
+
+def test_the_watchers_journal_lines_escape_control_characters(capsys):
+    w = sglang_watcher.Watcher("/nonexistent", "sglang")
+    w.say("failed: cuda_oom: the server's leader process exited (the log: \x1b[2J\rPLAY RECAP\x07)")
+    err = capsys.readouterr().err
+    assert err == "sglang-watcher: failed: cuda_oom: the server's leader process exited (the log: \\x1b[2J\\x0dPLAY RECAP\\x07)\n"
