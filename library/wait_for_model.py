@@ -77,14 +77,19 @@ options:
     description:
       - Variables for the server that are secrets (C(HF_TOKEN), say). Like O(environment), but masked in
         Ansible's output, only their hash enters the fingerprint, and their values are redacted from the log.
+      - A value of 1 to 3 characters is refused (it could not be masked in the log without masking every such
+        string; a value that short is no secret - put it in O(environment)).
+      - With O(launcher=systemd) the values are in the watcher program's 0600 config C(<run_dir>/<name>.watcher.json)
+        (they go into the server's environment); O(state=stopped) removes that file.
     type: dict
     default: {}
   redact:
     description:
       - More strings to redact from the server's log (with O(api_key) and the O(secret_environment) values,
         which always are). Each is replaced by C(***) in every form a log line can show it.
-      - A secret shorter than 4 characters is not redacted (it would mask every such string of the log); the
-        module warns, naming the option, never the value.
+      - A string shorter than 4 characters is not redacted (it would mask every such string of the log); the
+        module warns, naming the option, never the value. (A short O(api_key) or O(secret_environment) value is
+        refused instead.)
       - Part of the fingerprint (by hash), so a change restarts the server, whose log writer then knows the new list.
     type: list
     elements: str
@@ -132,6 +137,10 @@ options:
     description:
       - API key sent as C(Authorization Bearer) to the health URL. Never in Ansible's output, and redacted from
         the server's log (see O(redact)).
+      - At least 16 characters (make one with C(openssl rand -hex 24)); a shorter key is refused before anything is
+        stopped or launched (O(state=stopped) does not use it and never refuses). Empty is no key.
+      - With O(launcher=systemd) the key must also be the C(api_key) (or C(api-key)) line of the server's C(--config)
+        file in O(argv) (C(key<colon> <JSON value>)), its only copy on disk - the watcher program reads it from there.
     type: str
   port:
     description:
@@ -849,6 +858,37 @@ def check_ranges(p):
                 key, ">" if open_lo else ">=", lo, " and <= %s" % hi if hi is not None else "", value))
 
 
+MIN_API_KEY_LENGTH = 16  # a key this long cannot be guessed, and SGLang masks it (it masks 4 characters and more)
+MAKE_A_KEY = "openssl rand -hex 24"
+
+
+def check_secret_lengths(p):
+    """A secret too short to be one is refused before anything is stopped or launched: an ``api_key`` under
+    MIN_API_KEY_LENGTH characters (a short key is guessed; one under 4 SGLang itself logs unmasked), a
+    ``secret_environment`` value of 1 to 3 characters (sglang_redact.MIN_SECRET_LENGTH: the log writer cannot mask
+    it without masking every such string of the log; a value that short is no secret and belongs in
+    ``environment``). The messages name the option, never the value. ``state: stopped`` uses neither and never
+    refuses: a deployment with an old short key can always be stopped. ``redact`` strings are not secrets of the
+    server's own: a short one is only warned about (see ModelWaiter.secrets)."""
+    if p["state"] == "stopped":
+        return
+    key = p["api_key"]
+    if key and len(key) < MIN_API_KEY_LENGTH:
+        raise WaitError("api_key is %d characters long, shorter than %d: refused (SGLang logs a key under %d characters "
+                        "unmasked, and a short key can be guessed). Make one with `%s` (48 hex characters) and put "
+                        "it in the vault. Nothing was stopped or launched."
+                        % (len(key), MIN_API_KEY_LENGTH, sglang_redact.MIN_SECRET_LENGTH, MAKE_A_KEY))
+    if p["state"] != "started":
+        return
+    for name, value in sorted(p["secret_environment"].items()):
+        value = "" if value is None else str(value)
+        if 0 < len(value) < sglang_redact.MIN_SECRET_LENGTH:
+            raise WaitError("secret_environment %s is %d characters long, shorter than %d: refused, since the log "
+                            "writer cannot mask it (it would mask every such string of the log). A value this short "
+                            "is no secret: put it in environment; a real token is longer (e.g. `%s`). Nothing was "
+                            "stopped or launched." % (name, len(value), sglang_redact.MIN_SECRET_LENGTH, MAKE_A_KEY))
+
+
 def health_port(url):
     """(scheme, host, port) of the health URL; WaitError naming the problem (never ValueError)."""
     try:
@@ -943,6 +983,7 @@ class ModelWaiter(object):
         if not sglang_proc.safe_name(p["name"]):
             raise WaitError("name %r is not allowed: letters, digits, '.', '_', '-' (no '/', no '..'), at most 64" % p["name"])
         check_ranges(p)
+        check_secret_lengths(p)
         self.launcher = self.pick_launcher()
         self.result["launcher"] = self.launcher
         if p["port"] is not None and not 1 <= p["port"] <= 65535:
@@ -1117,8 +1158,9 @@ class ModelWaiter(object):
 
     def secrets(self):
         """Values the log must never show: the API key, every secret_environment value, every ``redact`` string.
-        A value shorter than sglang_redact.MIN_SECRET_LENGTH is not redacted (masking every "1" of a log would
-        destroy it): warned about by name, once."""
+        A short api_key or secret_environment value was refused by check_secret_lengths; a ``redact`` string
+        shorter than sglang_redact.MIN_SECRET_LENGTH is not redacted (masking every "1" of a log would destroy it):
+        warned about by name, once."""
         if self._secrets is not None:
             return self._secrets
         p = self.p
