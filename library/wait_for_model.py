@@ -969,6 +969,7 @@ class ModelWaiter(object):
         self.prober = prober or Prober()
         self.exec_program = None  # what runs in the end (argv[0] or its last #! interpreter), set by validate()
         self._secrets = None
+        self.key_source = None  # systemd launcher with api_key: {"path", "key"} of the --config file that holds it
         self.log_writer = None  # the log writer this run started (its handle lives as long as the module)
         self.port = None  # the rest is set by validate()
         self.run_dir = None
@@ -1035,6 +1036,8 @@ class ModelWaiter(object):
                     self.missing_files.append(path)  # a template that check mode did not write
                     continue
                 raise WaitError("fingerprint_files: %s does not exist or is not readable" % path)
+        if self.launcher == "systemd" and p["api_key"]:
+            self.key_source = self.api_key_source(check)
         for source in ("environment", "secret_environment"):
             for key in p[source]:
                 if not isinstance(key, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
@@ -1178,6 +1181,35 @@ class ModelWaiter(object):
                                  % (what, sglang_redact.MIN_SECRET_LENGTH))
         self._secrets = out
         return out
+
+    def api_key_source(self, check):
+        """With the systemd launcher the API key lives on disk in one file only, the server's 0600 ``--config``
+        file: ``{"path", "key"}`` for the watcher program, which reads the key from there itself. Refused (before
+        anything is stopped) when argv has no ``--config`` file whose ``api_key``/``api-key`` line is this key; in
+        check mode a config file not written yet is taken on trust."""
+        path = sglang_watcher.config_file_of(self.p["argv"])
+        if path is None:
+            raise WaitError("api_key with launcher systemd needs the key in the server's --config file (argv has no "
+                            "--config <file>): the key's one copy on disk is that 0600 file, which the watcher program "
+                            "reads. Put an api-key line there (the sglang_server role does). Nothing was stopped or "
+                            "launched.")
+        path = os.path.join(self.p["chdir"] or os.getcwd(), path)
+        try:
+            found = sglang_watcher.read_config_secret(path)
+        except FileNotFoundError:
+            if check:
+                return {"path": path, "key": "api-key"}
+            raise WaitError("the --config file %s does not exist: api_key with launcher systemd is read from it. "
+                            "Nothing was stopped or launched." % path)
+        except (OSError, ValueError) as e:
+            raise WaitError("cannot read the --config file %s (%s): api_key with launcher systemd is read from it. "
+                            "Nothing was stopped or launched." % (path, getattr(e, "strerror", None) or e))
+        if found is None or found[1] != self.p["api_key"]:
+            raise WaitError("the --config file %s %s: with launcher systemd the watcher program reads the key from "
+                            "there (its one copy on disk), so it must hold exactly api_key. Nothing was stopped or "
+                            "launched." % (path, "has no api_key/api-key line" if found is None
+                                           else "holds another key in its %s line than api_key" % found[0]))
+        return {"path": path, "key": found[0]}
 
     def warn(self, text):
         """A module warning, its control characters escaped: it may quote the server's log (a client's prompt)."""
@@ -1621,7 +1653,8 @@ class ModelWaiter(object):
             raise WaitError("systemctl %s failed (rc=%s): %s" % (" ".join(args), rc, (err or "").strip()[-300:]))
 
     def launch_service(self, parts, fp):
-        """Write the watcher's config (0600: it holds the secrets), bring the unit up to date and start it without
+        """Write the watcher's config (0600: it holds the secret_environment values, never the API key, which the
+        watcher reads from the server's own --config file), bring the unit up to date and start it without
         blocking (a Type=notify start blocks until READY=1); then wait on the watcher's status file."""
         p = self.p
         name = p["name"]
@@ -1631,8 +1664,10 @@ class ModelWaiter(object):
         settings["extend_timeout"] = p["stall_timeout"] + 60 if p["stall_timeout"] else 0
         config = {
             "launch": token, "argv": list(p["argv"]), "env": self.child_env(), "chdir": p["chdir"],
-            "user": p["run_as"], "log_dir": p["log_dir"], "health_url": p["health_url"], "headers": self.headers(),
-            "secrets": self.secrets(), "fingerprint": fp, "fingerprint_parts": parts, "port": self.port,
+            "user": p["run_as"], "log_dir": p["log_dir"], "health_url": p["health_url"], "headers": {},
+            # never the API key: the watcher reads it from the server's --config file (api_key_file)
+            "secrets": [v for v in self.secrets() if v != p["api_key"]], "api_key_file": self.key_source,
+            "fingerprint": fp, "fingerprint_parts": parts, "port": self.port,
             "keep_attempts": p["keep_attempts"], "unit": unit_name(name), "timeout": 0,
             "stop_timeout": p["stop_timeout"], "tail_lines": p["log_tail_lines"], "settings": settings,
         }
@@ -1960,23 +1995,42 @@ class ModelWaiter(object):
             show = self.systemctl.show(unit_name(self.p["name"]))
             enabled = show.get("UnitFileState") == "enabled"
             if show.get("ActiveState", "inactive") in ("inactive", "failed") and not enabled and state is None:
+                if not self.module.check_mode and self.forget_watcher_config():
+                    self.result["changed"] = True
                 return self.result
             if self.module.check_mode:
                 self.result.update(changed=True, msg="would stop and disable %s" % unit_name(self.p["name"]))
                 return self.result
             self._stop(state or {"pid": None, "unverified": True}, disable=True)
+            self.forget_watcher_config()
             self.result.update(changed=True, pid=(state or {}).get("pid"), unit=unit_name(self.p["name"]))
             return self.result
         if state is None:
+            if not self.module.check_mode and self.forget_watcher_config():
+                self.result["changed"] = True
             return self.result
         if self.module.check_mode:
             self.result["changed"] = True
             self.result["msg"] = "would stop PID %s" % state.get("pid") if ours else "would remove stale run state"
             return self.result
         self._stop(state)
+        self.forget_watcher_config()
         self.result["changed"] = True
         self.result["pid"] = state.get("pid")
         return self.result
+
+    def forget_watcher_config(self):
+        """``state: stopped``: the watcher program's config (``<name>.watcher.json``, the secret_environment values)
+        goes with the server, so that no file of the run dir holds a secret once it is stopped. A later start
+        writes it again. Returns whether there was one."""
+        fname = sglang_watcher.CONFIG % self.p["name"]
+        try:
+            there = os.path.lexists(os.path.join(self.run_dir, fname))
+            sglang_proc.remove_file(self.run_dir, fname)
+            return there
+        except (OSError, sglang_proc.UntrustedState) as e:
+            raise WaitError("the server is stopped, but %s/%s (it holds the server's secret environment) could not be "
+                            "removed: %s" % (self.run_dir, sglang_watcher.CONFIG % self.p["name"], e))
 
 
 def argument_spec():
