@@ -878,8 +878,10 @@ def check_secret_lengths(p):
                         "unmasked, and a short key can be guessed). Make one with `%s` (48 hex characters) and put "
                         "it in the vault. Nothing was stopped or launched."
                         % (len(key), MIN_API_KEY_LENGTH, sglang_redact.MIN_SECRET_LENGTH, MAKE_A_KEY))
-    if p["state"] != "started":
-        return
+
+
+def check_secret_environment_lengths(p):
+    """See check_secret_lengths: a secret_environment value of 1 to 3 characters (its name already checked)."""
     for name, value in sorted(p["secret_environment"].items()):
         value = "" if value is None else str(value)
         if 0 < len(value) < sglang_redact.MIN_SECRET_LENGTH:
@@ -1044,6 +1046,7 @@ class ModelWaiter(object):
                     raise WaitError("%s: %r is not a valid variable name" % (source, key))
                 if key == sglang_proc.RUN_TOKEN_VAR:
                     raise WaitError("%s: %s is set by wait_for_model itself (the run token): remove it" % (source, key))
+        check_secret_environment_lengths(p)
         if p["run_as"]:
             try:
                 pw = pwd.getpwnam(p["run_as"])
