@@ -10,8 +10,9 @@ Standard library only, plus the module_utils it is installed with (``wait_for_mo
 ``<run_dir>/watcher/``, root-owned). It:
 
 * reads its configuration from ``<run_dir>/<name>.watcher.json`` (written by ``wait_for_model``, 0600, trusted only
-  through the root-owned run dir): the server's argv, environment (secrets included), user, working directory, log
-  dir, health URL and the wait's numbers;
+  through the root-owned run dir): the server's argv, environment (the secret environment included), user, working
+  directory, log dir, health URL and the wait's numbers; never the API key, which it reads from the server's own 0600
+  ``--config`` file (``api_key_file``: its path and the key line's name) for its health header and redaction list;
 * starts SGLang as its child, as the service user, in a session of its own, its output through a pipe;
 * writes that output into the attempt's log ``<log_dir>/<name>_r<N>.log`` with every secret replaced by ``***``
   (``sglang_redact.Redactor``), and the same redacted lines to its own stdout (the journal);
