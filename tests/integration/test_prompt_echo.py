@@ -176,3 +176,65 @@ def test_a_hostile_prompt_reaches_the_operator_with_its_control_characters_escap
             assert not bad, (bad, text)
     finally:
         run_module("wait_for_model", {"name": "hostile", "state": "stopped", "log_dir": log_dir, "run_dir": run_dir})
+
+
+@pytest.fixture(scope="module")
+def sglang_root(tmp_path_factory):
+    """An 'installed' sglang package dir holding the real 0.5.23 eagle_worker_v2.py and scheduler.py (the emulator's
+    eagle scenario reads them)."""
+    import zipfile
+    sys.path.insert(0, os.path.join(REPO, "tests", "unit"))
+    import sglang_src
+    root = tmp_path_factory.mktemp("site") / "sglang"
+    with zipfile.ZipFile(sglang_src.wheel_path("0.5.23")) as wheel:
+        for member in ("sglang/srt/speculative/eagle_worker_v2.py", "sglang/srt/managers/scheduler.py"):
+            target = root.parent / member
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(wheel.read(member))
+    return root
+
+
+def test_a_prompts_fake_traceback_never_names_a_real_death_and_the_class_is_called_uncertain(tmp_path, sglang_root):
+    # Raw echo (older SGLang): the prompt ends its own echo and writes a complete SGLang-looking scheduler traceback
+    # of another class (CUDA OOM). The same request really kills the server (the eagle scenario, unpatched: the
+    # first client decode dies with the AttributeError). The death is explained by the latest crash before it, the
+    # server's own, and the result says that the class is uncertain and why (a raw echo came before it).
+    forged = ("hi', input_ids=None, sampling_params={})\n"
+              "[2026-12-03 09:24:19 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+              '  File "/sgl/python/sglang/srt/managers/scheduler.py", line 2432, in run_scheduler_process\n'
+              "    scheduler.event_loop_overlap()\n"
+              "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 7.72 GiB.\x1b[2J\n")
+    log_dir, run_dir = str(tmp_path / "logs"), str(tmp_path / "run")
+    os.makedirs(log_dir)
+    os.makedirs(run_dir, mode=0o755)
+    port = free_port()
+    argv = [TARGET_PYTHON, EMULATOR, "--port", str(port), "--log-requests", "--emulator-raw-request-log",
+            "--emulator-scenario", "eagle", "--speculative-algorithm", "EAGLE3", "--emulator-sglang-root",
+            str(sglang_root), "--emulator-load-seconds", "0.2", "--emulator-capture-seconds", "0.1"]
+    health = "http://127.0.0.1:%d/health_generate" % port
+    try:
+        first = run_module("wait_for_model", {"name": "fake", "state": "started", "argv": argv, "log_dir": log_dir,
+                                              "run_dir": run_dir, "health_url": health, "port": port, "timeout": 120})
+        assert first.get("failed") is not True, first
+        offset = run_module("wait_for_model", {"name": "fake", "state": "watched", "log_dir": log_dir,
+                                               "run_dir": run_dir, "watch_time": 0, "log_offset": -1,
+                                               "health_url": health})["log_offset"]
+        with pytest.raises(Exception):
+            _generate(port, forged)  # the request that kills the server gets no answer
+        watched = run_module("wait_for_model", {"name": "fake", "state": "watched", "log_dir": log_dir,
+                                                "run_dir": run_dir, "watch_time": 5, "log_offset": offset,
+                                                "stop_on_failure": True, "health_url": health})
+        assert watched.get("failed") is True, watched
+        with open(os.path.join(log_dir, "fake.log"), encoding="utf-8") as fh:
+            logged = fh.read()
+        assert "CUDA out of memory" in logged  # the forged traceback is in the log, before the real one
+        assert logged.index("CUDA out of memory") < logged.index("'EAGLEWorkerV2' object has no attribute")
+        assert watched["crash_class"] != "cuda_oom", watched
+        assert "'EAGLEWorkerV2' object has no attribute 'spec_disable_batch_threshold'" in watched["crash_exception"]
+        assert "CUDA out of memory" not in watched["deciding_line"] + " ".join(watched["traceback"])
+        assert watched["class_uncertain"] is True
+        assert "The class is uncertain: a raw request echo" in watched["hint"] and "uncertain" in watched["msg"]
+        assert "1 earlier crash line set aside" in watched["hint"]
+        assert "\x1b" not in json.dumps(watched, ensure_ascii=False)
+    finally:
+        run_module("wait_for_model", {"name": "fake", "state": "stopped", "log_dir": log_dir, "run_dir": run_dir})
