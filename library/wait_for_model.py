@@ -437,6 +437,15 @@ crash_class:
   returned: on failure
   type: str
   sample: cuda_oom
+class_uncertain:
+  description:
+    - True when the log's crash that names the class lies after a raw request echo (an older SGLang's
+      C(--log-requests) wrote prompts as they came, so a client can write any line there, a fake traceback included).
+      The class is then that of the latest crash before the death, never an earlier one, and RV(hint) says why it is
+      uncertain. Every string of the result, warnings included, has its control characters escaped (C(\x1b)).
+  returned: on failure, when true
+  type: bool
+  sample: true
 hint:
   description: One line for the operator, saying what to do.
   returned: on failure
