@@ -77,14 +77,19 @@ options:
     description:
       - Variables for the server that are secrets (C(HF_TOKEN), say). Like O(environment), but masked in
         Ansible's output, only their hash enters the fingerprint, and their values are redacted from the log.
+      - A value of 1 to 3 characters is refused (it could not be masked in the log without masking every such
+        string; a value that short is no secret - put it in O(environment)).
+      - With O(launcher=systemd) the values are in the watcher program's 0600 config C(<run_dir>/<name>.watcher.json)
+        (they go into the server's environment); O(state=stopped) removes that file.
     type: dict
     default: {}
   redact:
     description:
       - More strings to redact from the server's log (with O(api_key) and the O(secret_environment) values,
         which always are). Each is replaced by C(***) in every form a log line can show it.
-      - A secret shorter than 4 characters is not redacted (it would mask every such string of the log); the
-        module warns, naming the option, never the value.
+      - A string shorter than 4 characters is not redacted (it would mask every such string of the log); the
+        module warns, naming the option, never the value. (A short O(api_key) or O(secret_environment) value is
+        refused instead.)
       - Part of the fingerprint (by hash), so a change restarts the server, whose log writer then knows the new list.
     type: list
     elements: str
@@ -132,6 +137,10 @@ options:
     description:
       - API key sent as C(Authorization Bearer) to the health URL. Never in Ansible's output, and redacted from
         the server's log (see O(redact)).
+      - At least 16 characters (make one with C(openssl rand -hex 24)); a shorter key is refused before anything is
+        stopped or launched (O(state=stopped) does not use it and never refuses). Empty is no key.
+      - With O(launcher=systemd) the key must also be the C(api_key) (or C(api-key)) line of the server's C(--config)
+        file in O(argv) (C(key<colon> <JSON value>)), its only copy on disk - the watcher program reads it from there.
     type: str
   port:
     description:
@@ -431,6 +440,15 @@ crash_class:
   returned: on failure
   type: str
   sample: cuda_oom
+class_uncertain:
+  description:
+    - True when the log's crash that names the class lies after a raw request echo (an older SGLang's
+      C(--log-requests) wrote prompts as they came, so a client can write any line there, a fake traceback included).
+      The class is then that of the latest crash before the death, never an earlier one, and RV(hint) says why it is
+      uncertain. Every string of the result, warnings included, has its control characters escaped (C(\x1b)).
+  returned: on failure, when true
+  type: bool
+  sample: true
 hint:
   description: One line for the operator, saying what to do.
   returned: on failure
@@ -616,6 +634,7 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_log import LogClassifier, LogFollower, tail_lines
 from ansible.module_utils import sglang_proc
 from ansible.module_utils import sglang_progress
+from ansible.module_utils.sglang_progress import operator_text
 from ansible.module_utils import sglang_redact
 from ansible.module_utils import sglang_watcher
 from ansible.module_utils.sglang_exec import (
@@ -855,6 +874,39 @@ def check_ranges(p):
                 key, ">" if open_lo else ">=", lo, " and <= %s" % hi if hi is not None else "", value))
 
 
+MIN_API_KEY_LENGTH = 16  # a key this long cannot be guessed, and SGLang masks it (it masks 4 characters and more)
+MAKE_A_KEY = "openssl rand -hex 24"
+
+
+def check_secret_lengths(p):
+    """A secret too short to be one is refused before anything is stopped or launched: an ``api_key`` under
+    MIN_API_KEY_LENGTH characters (a short key is guessed; one under 4 SGLang itself logs unmasked), a
+    ``secret_environment`` value of 1 to 3 characters (sglang_redact.MIN_SECRET_LENGTH: the log writer cannot mask
+    it without masking every such string of the log; a value that short is no secret and belongs in
+    ``environment``). The messages name the option, never the value. ``state: stopped`` uses neither and never
+    refuses: a deployment with an old short key can always be stopped. ``redact`` strings are not secrets of the
+    server's own: a short one is only warned about (see ModelWaiter.secrets)."""
+    if p["state"] == "stopped":
+        return
+    key = p["api_key"]
+    if key and len(key) < MIN_API_KEY_LENGTH:
+        raise WaitError("api_key is %d characters long, shorter than %d: refused (SGLang logs a key under %d characters "
+                        "unmasked, and a short key can be guessed). Make one with `%s` (48 hex characters) and put "
+                        "it in the vault. Nothing was stopped or launched."
+                        % (len(key), MIN_API_KEY_LENGTH, sglang_redact.MIN_SECRET_LENGTH, MAKE_A_KEY))
+
+
+def check_secret_environment_lengths(p):
+    """See check_secret_lengths: a secret_environment value of 1 to 3 characters (its name already checked)."""
+    for name, value in sorted(p["secret_environment"].items()):
+        value = "" if value is None else str(value)
+        if 0 < len(value) < sglang_redact.MIN_SECRET_LENGTH:
+            raise WaitError("secret_environment %s is %d characters long, shorter than %d: refused, since the log "
+                            "writer cannot mask it (it would mask every such string of the log). A value this short "
+                            "is no secret: put it in environment; a real token is longer (e.g. `%s`). Nothing was "
+                            "stopped or launched." % (name, len(value), sglang_redact.MIN_SECRET_LENGTH, MAKE_A_KEY))
+
+
 def health_port(url):
     """(scheme, host, port) of the health URL; WaitError naming the problem (never ValueError)."""
     try:
@@ -935,6 +987,7 @@ class ModelWaiter(object):
         self.prober = prober or Prober()
         self.exec_program = None  # what runs in the end (argv[0] or its last #! interpreter), set by validate()
         self._secrets = None
+        self.key_source = None  # systemd launcher with api_key: {"path", "key"} of the --config file that holds it
         self.log_writer = None  # the log writer this run started (its handle lives as long as the module)
         self.port = None  # the rest is set by validate()
         self.run_dir = None
@@ -949,6 +1002,7 @@ class ModelWaiter(object):
         if not sglang_proc.safe_name(p["name"]):
             raise WaitError("name %r is not allowed: letters, digits, '.', '_', '-' (no '/', no '..'), at most 64" % p["name"])
         check_ranges(p)
+        check_secret_lengths(p)
         self.launcher = self.pick_launcher()
         self.result["launcher"] = self.launcher
         if p["port"] is not None and not 1 <= p["port"] <= 65535:
@@ -1000,12 +1054,15 @@ class ModelWaiter(object):
                     self.missing_files.append(path)  # a template that check mode did not write
                     continue
                 raise WaitError("fingerprint_files: %s does not exist or is not readable" % path)
+        if self.launcher == "systemd" and p["api_key"]:
+            self.key_source = self.api_key_source(check)
         for source in ("environment", "secret_environment"):
             for key in p[source]:
                 if not isinstance(key, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
                     raise WaitError("%s: %r is not a valid variable name" % (source, key))
                 if key == sglang_proc.RUN_TOKEN_VAR:
                     raise WaitError("%s: %s is set by wait_for_model itself (the run token): remove it" % (source, key))
+        check_secret_environment_lengths(p)
         if p["run_as"]:
             try:
                 pw = pwd.getpwnam(p["run_as"])
@@ -1123,8 +1180,9 @@ class ModelWaiter(object):
 
     def secrets(self):
         """Values the log must never show: the API key, every secret_environment value, every ``redact`` string.
-        A value shorter than sglang_redact.MIN_SECRET_LENGTH is not redacted (masking every "1" of a log would
-        destroy it): warned about by name, once."""
+        A short api_key or secret_environment value was refused by check_secret_lengths; a ``redact`` string
+        shorter than sglang_redact.MIN_SECRET_LENGTH is not redacted (masking every "1" of a log would destroy it):
+        warned about by name, once."""
         if self._secrets is not None:
             return self._secrets
         p = self.p
@@ -1142,6 +1200,39 @@ class ModelWaiter(object):
                                  % (what, sglang_redact.MIN_SECRET_LENGTH))
         self._secrets = out
         return out
+
+    def api_key_source(self, check):
+        """With the systemd launcher the API key lives on disk in one file only, the server's 0600 ``--config``
+        file: ``{"path", "key"}`` for the watcher program, which reads the key from there itself. Refused (before
+        anything is stopped) when argv has no ``--config`` file whose ``api_key``/``api-key`` line is this key; in
+        check mode a config file not written yet is taken on trust."""
+        path = sglang_watcher.config_file_of(self.p["argv"])
+        if path is None:
+            raise WaitError("api_key with launcher systemd needs the key in the server's --config file (argv has no "
+                            "--config <file>): the key's one copy on disk is that 0600 file, which the watcher program "
+                            "reads. Put an api-key line there (the sglang_server role does). Nothing was stopped or "
+                            "launched.")
+        path = os.path.join(self.p["chdir"] or os.getcwd(), path)
+        try:
+            found = sglang_watcher.read_config_secret(path)
+        except FileNotFoundError:
+            if check:
+                return {"path": path, "key": "api-key"}
+            raise WaitError("the --config file %s does not exist: api_key with launcher systemd is read from it. "
+                            "Nothing was stopped or launched." % path)
+        except (OSError, ValueError) as e:
+            raise WaitError("cannot read the --config file %s (%s): api_key with launcher systemd is read from it. "
+                            "Nothing was stopped or launched." % (path, getattr(e, "strerror", None) or e))
+        if found is None or found[1] != self.p["api_key"]:
+            raise WaitError("the --config file %s %s: with launcher systemd the watcher program reads the key from "
+                            "there (its one copy on disk), so it must hold exactly api_key. Nothing was stopped or "
+                            "launched." % (path, "has no api_key/api-key line" if found is None
+                                           else "holds another key in its %s line than api_key" % found[0]))
+        return {"path": path, "key": found[0]}
+
+    def warn(self, text):
+        """A module warning, its control characters escaped: it may quote the server's log (a client's prompt)."""
+        self.module.warn(sglang_progress.operator_text(text))
 
     def headers(self):
         h = {}
@@ -1581,7 +1672,8 @@ class ModelWaiter(object):
             raise WaitError("systemctl %s failed (rc=%s): %s" % (" ".join(args), rc, (err or "").strip()[-300:]))
 
     def launch_service(self, parts, fp):
-        """Write the watcher's config (0600: it holds the secrets), bring the unit up to date and start it without
+        """Write the watcher's config (0600: it holds the secret_environment values, never the API key, which the
+        watcher reads from the server's own --config file), bring the unit up to date and start it without
         blocking (a Type=notify start blocks until READY=1); then wait on the watcher's status file."""
         p = self.p
         name = p["name"]
@@ -1591,8 +1683,10 @@ class ModelWaiter(object):
         settings["extend_timeout"] = p["stall_timeout"] + 60 if p["stall_timeout"] else 0
         config = {
             "launch": token, "argv": list(p["argv"]), "env": self.child_env(), "chdir": p["chdir"],
-            "user": p["run_as"], "log_dir": p["log_dir"], "health_url": p["health_url"], "headers": self.headers(),
-            "secrets": self.secrets(), "fingerprint": fp, "fingerprint_parts": parts, "port": self.port,
+            "user": p["run_as"], "log_dir": p["log_dir"], "health_url": p["health_url"], "headers": {},
+            # never the API key: the watcher reads it from the server's --config file (api_key_file)
+            "secrets": [v for v in self.secrets() if v != p["api_key"]], "api_key_file": self.key_source,
+            "fingerprint": fp, "fingerprint_parts": parts, "port": self.port,
             "keep_attempts": p["keep_attempts"], "unit": unit_name(name), "timeout": p["timeout"],
             "stop_timeout": p["stop_timeout"], "tail_lines": p["log_tail_lines"], "settings": settings,
         }
@@ -1669,7 +1763,7 @@ class ModelWaiter(object):
         if rep.get("log_crash"):
             r["log_crash"] = rep["log_crash"]
             crash = rep["log_crash"]
-            self.module.warn("the log shows %s at line %s (%s), but the server is alive and answering: nothing was "
+            self.warn("the log shows %s at line %s (%s), but the server is alive and answering: nothing was "
                              "stopped" % (crash.get("class"), crash.get("lineno"), (crash.get("line") or "").strip()[:160]))
         return r
 
@@ -1928,7 +2022,7 @@ class ModelWaiter(object):
                                tail_lines=self.p["log_tail_lines"], msg=self.result.get("msg"))
         self.result.update(fields)
         if note:
-            self.module.warn(note)
+            self.warn(note)
         return self.result
 
     def stop_after_failure(self, state):
@@ -1956,23 +2050,42 @@ class ModelWaiter(object):
             show = self.systemctl.show(unit_name(self.p["name"]))
             enabled = show.get("UnitFileState") == "enabled"
             if show.get("ActiveState", "inactive") in ("inactive", "failed") and not enabled and state is None:
+                if not self.module.check_mode and self.forget_watcher_config():
+                    self.result["changed"] = True
                 return self.result
             if self.module.check_mode:
                 self.result.update(changed=True, msg="would stop and disable %s" % unit_name(self.p["name"]))
                 return self.result
             self._stop(state or {"pid": None, "unverified": True}, disable=True)
+            self.forget_watcher_config()
             self.result.update(changed=True, pid=(state or {}).get("pid"), unit=unit_name(self.p["name"]))
             return self.result
         if state is None:
+            if not self.module.check_mode and self.forget_watcher_config():
+                self.result["changed"] = True
             return self.result
         if self.module.check_mode:
             self.result["changed"] = True
             self.result["msg"] = "would stop PID %s" % state.get("pid") if ours else "would remove stale run state"
             return self.result
         self._stop(state)
+        self.forget_watcher_config()
         self.result["changed"] = True
         self.result["pid"] = state.get("pid")
         return self.result
+
+    def forget_watcher_config(self):
+        """``state: stopped``: the watcher program's config (``<name>.watcher.json``, the secret_environment values)
+        goes with the server, so that no file of the run dir holds a secret once it is stopped. A later start
+        writes it again. Returns whether there was one."""
+        fname = sglang_watcher.CONFIG % self.p["name"]
+        try:
+            there = os.path.lexists(os.path.join(self.run_dir, fname))
+            sglang_proc.remove_file(self.run_dir, fname)
+            return there
+        except (OSError, sglang_proc.UntrustedState) as e:
+            raise WaitError("the server is stopped, but %s/%s (it holds the server's secret environment) could not be "
+                            "removed: %s" % (self.run_dir, sglang_watcher.CONFIG % self.p["name"], e))
 
 
 def argument_spec():
@@ -2032,11 +2145,14 @@ def main(**inject):
         waiter.unlock()
         os._exit(0)  # nobody reads the result; the server goes on (see check_caller)
     except WaitError as e:
-        module.fail_json(msg=str(e), **waiter.result)
+        module.fail_json(msg=operator_text(str(e)), **operator_text(waiter.result))
     except (IOError, OSError) as e:
-        module.fail_json(msg="%s: %s" % (type(e).__name__, e), **waiter.result)
+        module.fail_json(msg=operator_text("%s: %s" % (type(e).__name__, e)), **operator_text(waiter.result))
     finally:
         waiter.unlock()
+    # Every string of the result may quote the server's log or a process's command line (a client's text): what
+    # reaches the operator's terminal has its control characters escaped.
+    result = operator_text(result)
     if result.pop("failed", False):
         msg = result.pop("msg")
         module.fail_json(msg=msg, **result)

@@ -73,14 +73,25 @@ class FakeSystemd(object):
         return [c[0] for c in self.calls]
 
 
+KEY = "sk-unit-0123456789"
+
+
 def systemd_run(world, script, check_mode=False, **args):  # noqa: F811 - world is the fixture's value
     unit_dir = os.path.join(world.log_dir, "units")
     os.makedirs(unit_dir, exist_ok=True)
     fake = FakeSystemd(world, unit_dir, script)
-    params = dict(launcher="systemd", unit_dir=unit_dir, api_key="sk-unit-0123456789", run_as=None)
     inject = {"systemctl": fake, "booted": lambda: (True, None)}
     if args.pop("inject_wall", False):
         inject["wall"] = world.clock  # the wall clock moves with the fake clock (started_at is checked against it)
+    # The server's 0600 --config file (as the role writes it), outside the run dir: the key's one copy on disk.
+    etc = os.path.join(os.path.dirname(world.log_dir), "etc")
+    os.makedirs(etc, exist_ok=True)
+    config = os.path.join(etc, "sglang.yaml")
+    if not os.path.exists(config):
+        with open(os.open(config, os.O_WRONLY | os.O_CREAT, 0o600), "w") as fh:
+            fh.write('# {{ ansible_managed }}\nmodel-path: "/models/m"\napi-key: "%s"\nport: 30000\n' % KEY)
+    params = dict(launcher="systemd", unit_dir=unit_dir, api_key=KEY, run_as=None,
+                  argv=[wfm.sys.executable, "-m", "sglang.launch_server", "--config", config])
     params.update(args)
     status, result = run(world, check_mode=check_mode, inject=inject, **params)
     return status, result, fake
@@ -121,7 +132,10 @@ def test_launch_writes_the_unit_the_program_and_a_private_config_then_waits_for_
     cfg_path = os.path.join(world.log_dir, "sglang.watcher.json")
     assert stat.S_IMODE(os.stat(cfg_path).st_mode) == 0o600
     cfg = json.load(open(cfg_path))
-    assert cfg["headers"] == {"Authorization": "Bearer sk-unit-0123456789"} and "sk-unit-0123456789" in cfg["secrets"]
+    # The key's one copy on disk is the server's --config file: the watcher gets its path and the key's name.
+    assert cfg["headers"] == {} and cfg["api_key_file"] == {"path": os.path.join(os.path.dirname(world.log_dir), "etc",
+                                                                                 "sglang.yaml"), "key": "api-key"}
+    assert KEY not in open(cfg_path).read()
     assert cfg["unit"] == "sglang-sglang.service" and cfg["settings"]["extend_timeout"] == 180
 
 
@@ -269,3 +283,108 @@ def test_an_attach_never_takes_an_earlier_attempts_verdict(world, stops, module_
                     unit_dir=unit_dir, run_as=None)
     assert status == "ok", r
     assert r["attempt"] == 2 and "stop" not in fake.names()
+
+
+def test_a_failure_report_reaches_the_operator_with_its_control_characters_escaped(world):  # noqa: F811
+    # The watcher's report quotes the log (a client's prompt in a raw request echo): every field the module returns
+    # has its control characters escaped, whichever field they are in.
+    hostile = "\x1b[2J\x1b]0;title\x07\rPLAY RECAP localhost ok=9 failed=0\x9b"
+    report = {"failed": True, "crash_class": "cuda_oom", "hint": "lower it" + hostile, "exit_status": 78,
+              "deciding_line": "[x] Scheduler hit an exception" + hostile, "crash_exception": "OOM" + hostile,
+              "traceback": ["Traceback" + hostile, "torch.OutOfMemoryError" + hostile], "log_tail": [hostile],
+              "evidence": "the server's leader process exited (rc=1)", "msg": "server crashed: cuda_oom" + hostile}
+    status, r, fake = systemd_run(world, [(2.0, {"verdict": "cuda_oom", "report": report})])
+    assert status == "failed"
+    shown = "\\x1b[2J\\x1b]0;title\\x07\\x0dPLAY RECAP localhost ok=9 failed=0\\x9b"
+    assert r["deciding_line"] == "[x] Scheduler hit an exception" + shown and r["log_tail"] == [shown]
+    assert r["traceback"][1] == "torch.OutOfMemoryError" + shown and r["crash_exception"] == "OOM" + shown
+    assert r["hint"].endswith(shown) and shown in r["msg"]
+    assert not any(c in json.dumps(r, ensure_ascii=False) for c in ("\x1b", "\x07", "\x9b"))
+    assert "\\r" not in json.dumps(r)  # no CR either (json.dumps would show one as \r)
+
+
+def test_the_watchers_journal_lines_escape_control_characters(capsys):
+    w = sglang_watcher.Watcher("/nonexistent", "sglang")
+    w.say("failed: cuda_oom: the server's leader process exited (the log: \x1b[2J\rPLAY RECAP\x07)")
+    err = capsys.readouterr().err
+    assert err == "sglang-watcher: failed: cuda_oom: the server's leader process exited (the log: \\x1b[2J\\x0dPLAY RECAP\\x07)\n"
+
+
+def _files_holding(top, text):
+    found = []
+    for d, _dirs, files in os.walk(top):
+        for f in files:
+            with open(os.path.join(d, f), "rb") as fh:
+                if text.encode() in fh.read():
+                    found.append(os.path.join(d, f))
+    return found
+
+
+def test_the_key_lives_only_in_the_servers_config_and_a_stop_leaves_no_secret_in_the_run_dir(world):  # noqa: F811
+    status, r, fake = systemd_run(world, READY, secret_environment={"HF_TOKEN": "hf_unit_token_0123"})
+    assert status == "ok", r
+    cfg_path = os.path.join(world.log_dir, "sglang.watcher.json")
+    assert KEY not in open(cfg_path).read()  # the watcher config never holds the API key
+    assert json.load(open(cfg_path))["env"]["HF_TOKEN"] == "hf_unit_token_0123"  # the server's environment does
+    assert _files_holding(world.log_dir, KEY) == []
+    status, r, fake = systemd_run(world, [], state="stopped")
+    assert status == "ok" and r["changed"]
+    assert not os.path.exists(cfg_path)
+    assert _files_holding(world.log_dir, KEY) == [] and _files_holding(world.log_dir, "hf_unit_token_0123") == []
+    assert _files_holding(os.path.join(os.path.dirname(world.log_dir), "etc"), KEY)  # the one copy stays
+
+
+def test_a_stop_of_a_unit_already_down_still_removes_the_watcher_config(world):  # noqa: F811
+    systemd_run(world, READY)
+    cfg_path = os.path.join(world.log_dir, "sglang.watcher.json")
+    sglang_proc.clear_state(world.log_dir, "sglang")
+    os.unlink(os.path.join(world.log_dir, "units", "multi-user.target.wants", "sglang-sglang.service"))
+    status, r, fake = systemd_run(world, [], state="stopped")
+    assert status == "ok" and r["changed"] and not os.path.exists(cfg_path)
+
+
+@pytest.mark.parametrize("argv_tail, content, why", [
+    ([], None, "argv has no --config <file>"),
+    (["--config", "CONFIG"], 'model-path: "/m"\n', "has no api_key/api-key line"),
+    (["--config", "CONFIG"], 'api_key: "another-key-0123456789"\n', "holds another key in its api_key line"),
+    (["--config=MISSING"], None, "does not exist"),
+])
+def test_a_systemd_launch_whose_config_file_does_not_hold_the_key_is_refused_before_anything(world, stops,  # noqa: F811
+                                                                                             argv_tail, content, why):
+    config = os.path.join(os.path.dirname(world.log_dir), "other.yaml")
+    if content is not None:
+        with open(config, "w") as fh:
+            fh.write(content)
+    argv = [wfm.sys.executable, "-m", "sglang.launch_server"] + [
+        a.replace("CONFIG", config).replace("MISSING", config + ".missing") for a in argv_tail]
+    status, r, fake = systemd_run(world, READY, argv=argv)
+    assert status == "failed" and why in r["msg"] and "Nothing was stopped or launched" in r["msg"], r
+    assert "start" not in fake.names() and stops == []
+    assert not os.path.exists(os.path.join(world.log_dir, "sglang.watcher.json"))
+    assert KEY not in json.dumps(r)
+
+
+@pytest.mark.parametrize("line, value", [
+    ('api-key: "k-0123456789abcdef"', "k-0123456789abcdef"),
+    ("api_key: k-0123456789abcdef  # a comment", "k-0123456789abcdef"),
+    ("api_key: 'k-0123456789abcdef'", "k-0123456789abcdef"),
+    ('api-key: "with \\"quote\\" and \\u00e9"', 'with "quote" and \u00e9'),
+])
+def test_the_config_files_key_line_is_read_as_the_role_writes_it(tmp_path, line, value):
+    path = tmp_path / "c.yaml"
+    path.write_text("# {{ ansible_managed }}\nmodel-path: \"/m\"\n  api-key: \"indented-is-no-key\"\n%s\n" % line)
+    assert sglang_watcher.read_config_secret(str(path))[1] == value
+    os.symlink(str(path), str(tmp_path / "link.yaml"))
+    with pytest.raises(OSError):
+        sglang_watcher.read_config_secret(str(tmp_path / "link.yaml"))  # never through a symlink
+
+
+def test_the_watcher_takes_the_key_from_the_servers_config_file(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text('api-key: "%s"\n' % KEY)
+    cfg = {"headers": {}, "secrets": ["hf_unit_token_0123"], "api_key_file": {"path": str(path), "key": "api-key"}}
+    sglang_watcher.Watcher(str(tmp_path), "sglang").take_api_key(cfg)
+    assert cfg["headers"] == {"Authorization": "Bearer %s" % KEY} and cfg["secrets"] == ["hf_unit_token_0123", KEY]
+    path.write_text('port: 1\n')
+    with pytest.raises(SystemExit, match="has no api-key line"):
+        sglang_watcher.Watcher(str(tmp_path), "sglang").take_api_key(dict(cfg, headers={}))
