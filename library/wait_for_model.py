@@ -271,6 +271,14 @@ options:
         (C(Restart=on-failure), within a start limit) when a serving server died. The module waits on the
         watcher's status file C(<run_dir>/<name>.status.json) and the unit's state; stop is C(systemctl stop)
         (C(disable --now) for O(state=stopped)).
+      - With C(systemd) the unit is one deployment's (O(name) + the real path of O(run_dir), recorded on the unit
+        file's second line). Before anything is written or stopped (check mode too) the module asks
+        C(systemctl show) (FragmentPath, DropInPaths, Transient, LoadState) and looks into every directory systemd
+        reads units from, and refuses, naming the file - another deployment's unit of that name (choose another
+        O(name)), a unit of that name eagle-deploy did not write (in any unit dir, masked, or transient from
+        C(systemd-run --unit)), and any drop-in for it (eagle-deploy writes none). It also checks beforehand what
+        C(systemctl enable) needs; when C(daemon-reload) or C(enable) still fails after the unit was written, what
+        this run wrote is taken back. Stop and disable act only on a unit file with our mark and our deployment.
       - C(detached) - the module starts the server itself in a session (and a cgroup) of its own, with a pidfile
         and the run-state record, and watches it with the same watchers (C(module_utils/sglang_watch.py)). For
         hosts without systemd as PID 1 (containers).
@@ -280,7 +288,7 @@ options:
     default: auto
   unit_dir:
     description: Where the unit file of O(launcher=systemd) is written. A unit of the same name that eagle-deploy
-      did not write is refused.
+      did not write for this deployment, here or in any other unit directory of systemd, is refused (see O(launcher)).
     type: path
     default: /etc/systemd/system
   step_time:
