@@ -211,11 +211,11 @@ def unit_refusal(unit, show, found, our_path, deployment, run_dir):
         else:
             ours_on_disk = True
     fragment = show.get("FragmentPath") or ""
-    if show.get("Transient") == "yes":
-        problems.setdefault(fragment or unit, "%s is a transient unit (systemd-run --unit), its file %s"
-                            % (unit, fragment or "?"))
+    if show.get("Transient") == "yes":  # (says more than the disk's "did not write" of the same file)
+        problems[fragment or unit] = ("%s is a transient unit (systemd-run --unit) that eagle-deploy did not make, "
+                                      "its file %s" % (unit, fragment or "?"))
     elif show.get("LoadState") == "masked":
-        problems.setdefault(fragment or unit, "%s is masked (%s)" % (unit, fragment or "?"))
+        problems[fragment or unit] = "%s is masked (%s)" % (unit, fragment or "?")
     elif fragment and fragment != our_path:
         problems.setdefault(fragment, "systemd loads %s from %s, a unit eagle-deploy did not write" % (unit, fragment))
     elif not ours_on_disk and show.get("ActiveState") not in (None, "", "inactive", "failed"):

@@ -52,7 +52,7 @@ REFUSED = [
      [(OURS, OUR_TEXT), ("/run/systemd/system/" + UNIT, FOREIGN_TEXT)], ["/run/systemd/system/" + UNIT]),
     ("a transient unit (systemd-run --unit)",
      dict(LOADED, FragmentPath="/run/systemd/transient/" + UNIT, Transient="yes"),
-     [("/run/systemd/transient/" + UNIT, FOREIGN_TEXT)], ["/run/systemd/transient/" + UNIT, "transient"]),
+     [("/run/systemd/transient/" + UNIT, FOREIGN_TEXT)], ["/run/systemd/transient/" + UNIT, "transient unit"]),
     ("masked", dict(LOADED, FragmentPath="/dev/null", LoadState="masked"), [], ["masked", "/dev/null"]),
     ("a drop-in on disk next to our unit", LOADED,
      [(OURS, OUR_TEXT), (OURS + ".d/override.conf", None)], [OURS + ".d/override.conf", "drop-in", "daemon-reload"]),

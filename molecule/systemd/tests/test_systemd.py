@@ -318,7 +318,7 @@ def test_a_unit_of_the_name_we_did_not_write_is_refused_and_runs_on(case):
     path = r.get("path") or r["before"]["unit"]["FragmentPath"]
     if case == "transient":
         assert path == "/run/systemd/transient/sglang-transient.service"
-    refused(r["run"], path)
+    refused(r["run"], path, "transient unit" if case == "transient" else "did not write")
     assert r["before"]["unit"]["ActiveState"] == "active"
     assert r["after"] == r["before"]  # same process, same invocation, same file; no unit of ours was written
     assert r["after"]["ours"] is None
