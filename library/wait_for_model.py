@@ -283,6 +283,14 @@ options:
         (C(Restart=on-failure), within a start limit) when a serving server died. The module waits on the
         watcher's status file C(<run_dir>/<name>.status.json) and the unit's state; stop is C(systemctl stop)
         (C(disable --now) for O(state=stopped)).
+      - With C(systemd) the unit is one deployment's (O(name) + the real path of O(run_dir), recorded on the unit
+        file's second line). Before anything is written or stopped (check mode too) the module asks
+        C(systemctl show) (FragmentPath, DropInPaths, Transient, LoadState) and looks into every directory systemd
+        reads units from, and refuses, naming the file - another deployment's unit of that name (choose another
+        O(name)), a unit of that name eagle-deploy did not write (in any unit dir, masked, or transient from
+        C(systemd-run --unit)), and any drop-in for it (eagle-deploy writes none). It also checks beforehand what
+        C(systemctl enable) needs; when C(daemon-reload) or C(enable) still fails after the unit was written, what
+        this run wrote is taken back. Stop and disable act only on a unit file with our mark and our deployment.
       - C(detached) - the module starts the server itself in a session (and a cgroup) of its own, with a pidfile
         and the run-state record, and watches it with the same watchers (C(module_utils/sglang_watch.py)). For
         hosts without systemd as PID 1 (containers).
@@ -292,7 +300,7 @@ options:
     default: auto
   unit_dir:
     description: Where the unit file of O(launcher=systemd) is written. A unit of the same name that eagle-deploy
-      did not write is refused.
+      did not write for this deployment, here or in any other unit directory of systemd, is refused (see O(launcher)).
     type: path
     default: /etc/systemd/system
   step_time:
@@ -636,12 +644,14 @@ from ansible.module_utils import sglang_proc
 from ansible.module_utils import sglang_progress
 from ansible.module_utils.sglang_progress import operator_text
 from ansible.module_utils import sglang_redact
+from ansible.module_utils import sglang_unit
 from ansible.module_utils import sglang_watcher
 from ansible.module_utils.sglang_exec import (
     INTERPRETER_RX, PROBE_TIMEOUT, exec_problem, may_access, resolve_exec, walk_as, which_as,
 )
 from ansible.module_utils.sglang_unit import (
-    SERVICE_TIMEOUT_MARGIN, SHOW_EVERY, UNIT_MARK, WATCHER_DIR, CallerWatch, Systemctl, module_source, systemd_here, unit_name, unit_text,
+    CHECK_PROPS, SERVICE_TIMEOUT_MARGIN, SHOW_EVERY, UNIT_DIRS, UNIT_MARK, WATCHER_DIR, CallerWatch, Systemctl,
+    module_source, parse_show, systemd_here, unit_files_on_disk, unit_name, unit_owner, unit_refusal, unit_text,
     watcher_files,
 )
 from ansible.module_utils.sglang_paths import file_sha256
@@ -962,8 +972,10 @@ class ModelWaiter(object):
 
     def __init__(self, module, clock=time.monotonic, sleep=None, popener=None, http=http_status,
                  procs=None, wall=time.time, cgroups=None, locker=fcntl.flock, prober=None, background_health=True,
-                 systemctl=None, booted=systemd_here, caller_gone=None):
+                 systemctl=None, booted=systemd_here, caller_gone=None, unit_dirs=None):
         self.module = module
+        self.unit_dirs = unit_dirs  # where systemd reads units (default: unit_dir + UNIT_DIRS), see check_unit
+        self.unit_before = None  # our unit file's text before this run (None: there was none), set by check_unit
         self.caller_gone = caller_gone or CallerWatch()
         self.systemctl = systemctl or Systemctl(module)
         self.booted = booted  # () -> (systemd runs this host?, why not)
@@ -1014,6 +1026,8 @@ class ModelWaiter(object):
         # Nothing can be recorded where there is no directory: a fresh host. Stopping is then a no-op,
         # and in check mode (the tasks that create the directories did not run) a start is reported.
         self.fresh = not os.path.isdir(log_dir) or not os.path.isdir(self.run_dir)
+        if self.launcher == "systemd" and not (self.fresh and p["state"] == "stopped"):
+            self.check_unit()  # check mode and a fresh host too: a unit of our name that is not ours is refused
         if self.fresh and (p["state"] == "stopped" or check):
             self.missing_files = [f for f in p["fingerprint_files"] if not os.path.isfile(f)]
             return
@@ -1026,8 +1040,6 @@ class ModelWaiter(object):
         except sglang_proc.UntrustedState as e:
             raise WaitError(str(e))
         check_dir_writable("run_dir", self.run_dir, check)
-        if self.launcher == "systemd":
-            self.check_unit_is_ours()
         if p["state"] != "started":
             if not os.access(log_dir, os.R_OK | os.X_OK):
                 raise WaitError("log_dir %s is not readable" % log_dir)
@@ -1115,20 +1127,58 @@ class ModelWaiter(object):
     def unit_path(self):
         return os.path.join(self.p["unit_dir"], unit_name(self.p["name"]))
 
-    def check_unit_is_ours(self):
-        """A unit of the same name that eagle-deploy did not write is never replaced, started or stopped."""
-        path = self.unit_path()
-        try:
-            with open(path, "rb") as fh:
-                head = fh.read(len(UNIT_MARK))
-        except FileNotFoundError:
+    def our_deployment(self):
+        """(deployment, run dir's real path): what our unit's second line records (sglang_unit.deployment_line)."""
+        return sglang_proc.deployment_name(self.p["name"], self.run_dir), os.path.realpath(self.run_dir)
+
+    def check_unit(self):
+        """Before anything is written or stopped (check mode too): the unit of our name may only be our own
+        deployment's. systemd is asked (FragmentPath, DropInPaths, Transient, LoadState) and every unit dir it reads
+        is looked at on disk (a file it has not loaded yet); then whatever would make ``systemctl enable`` fail."""
+        p = self.p
+        unit, path = unit_name(p["name"]), self.unit_path()
+        if any(c in self.run_dir for c in "\n\r"):
+            raise WaitError("run_dir %r has a line break: the unit records its run dir on one line; choose another "
+                            "run_dir. Nothing was stopped or launched." % self.run_dir)
+        rc, out, err = self.systemctl("show", "-p", ",".join(CHECK_PROPS), unit)
+        if rc != 0:
+            raise WaitError("systemctl show %s failed (rc=%s): %s. Nothing was stopped or launched."
+                            % (unit, rc, (err or "").strip()[-300:]))
+        dirs = self.unit_dirs
+        if dirs is None:
+            dirs = [p["unit_dir"]] + [d for d in UNIT_DIRS if os.path.normpath(d) != os.path.normpath(p["unit_dir"])]
+        show = parse_show(out)
+        found = unit_files_on_disk(unit, dirs)
+        why = unit_refusal(unit, show, found, path, *self.our_deployment())
+        if why:
+            raise WaitError(why)
+        self.unit_before = dict(found).get(path)  # our own unit's text as it was (None: there was none)
+        # What systemctl enable needs, known beforehand: a unit dir it can write, a wants dir, no other link there.
+        if p["state"] != "started":
             return
-        except OSError as e:
-            raise WaitError("cannot read %s: %s. Nothing was stopped or launched." % (path, e.strerror or e))
-        if head != UNIT_MARK.encode("utf-8"):
-            raise WaitError("%s exists and was not written by eagle-deploy (its first line is not %r): rename the "
-                            "deployment (name) or remove that unit. Nothing was stopped or launched."
-                            % (path, UNIT_MARK))
+        if not os.path.isdir(p["unit_dir"]) or not os.access(p["unit_dir"], os.W_OK | os.X_OK):
+            raise WaitError("unit_dir %s is not a directory this user can write: systemd's unit dir is needed for %s. "
+                            "Nothing was stopped or launched." % (p["unit_dir"], unit))
+        wants = os.path.join(p["unit_dir"], "multi-user.target.wants")
+        if os.path.lexists(wants) and (os.path.islink(wants) or not os.path.isdir(wants)):
+            raise WaitError("%s is not a directory: systemctl enable %s would fail there. Fix it. Nothing was stopped "
+                            "or launched." % (wants, unit))
+        link = os.path.join(wants, unit)
+        if os.path.lexists(link) and (not os.path.islink(link) or os.path.join(wants, os.readlink(link)) != path):
+            raise WaitError("%s is there and does not link to %s: systemctl enable %s would fail (or enable another "
+                            "unit). Remove it. Nothing was stopped or launched." % (link, path, unit))
+
+    def check_unit_still_ours(self, what):
+        """Right before systemd acts on our unit (stop, disable, a rewrite): its file carries our mark and our
+        deployment. Anything else is refused, naming the file."""
+        path = self.unit_path()
+        text = sglang_unit.read_regular(path)
+        owner = unit_owner(text) if text is not None else None
+        if owner != self.our_deployment():
+            raise WaitError("%s is not this deployment's unit (%s): refusing to %s it. Choose another name for this "
+                            "deployment (name), or remove that unit yourself. Nothing was stopped or launched." % (
+                                path, "not a regular file" if text is None else "not written by eagle-deploy"
+                                if owner is None else "it belongs to run_dir %s" % owner[1], what))
 
     def runner_ids(self):
         """((uid, gids), name) of the user the server runs as."""
@@ -1574,10 +1624,11 @@ class ModelWaiter(object):
 
     # ---------------------------------------------------------------- the systemd launcher
     def stop_unit(self, disable=False):
-        """``systemctl stop`` (``disable --now`` for state=stopped): systemd signals the unit's whole cgroup, waits
-        TimeoutStopSec (stop_timeout), then SIGKILLs what is left."""
+        """``systemctl stop`` (``disable --now`` for state=stopped) of our own deployment's unit only: systemd
+        signals the unit's whole cgroup, waits TimeoutStopSec (stop_timeout), then SIGKILLs what is left."""
         unit = unit_name(self.p["name"])
         args = ("disable", "--now", unit) if disable else ("stop", unit)
+        self.check_unit_still_ours(" ".join(args[:-1]))
         t0 = self.clock()
         rc, _out, err = self.systemctl(*args)
         if rc != 0:
@@ -1636,35 +1687,74 @@ class ModelWaiter(object):
 
     def sync_service(self):
         """The watcher program, the unit file (daemon-reload when it changed) and its enablement, brought up to
-        date. None of them restarts the server. Returns whether anything changed (check mode: would change)."""
+        date. None of them restarts the server. Returns whether anything changed (check mode: would change).
+        When daemon-reload or enable fails, what this run wrote is taken back: the unit file removed when there was
+        none before (the watcher program too when its dir is new), else its previous text put back."""
         p = self.p
-        program, changed = self.install_watcher()
         unit = unit_name(p["name"])
-        text = unit_text(p["name"], sys.executable, program, self.run_dir, p["stall_timeout"], p["stop_timeout"])
         path = self.unit_path()
-        try:
-            with open(path) as fh:
-                current = fh.read()
-        except FileNotFoundError:
-            current = None
+        current = sglang_unit.read_regular(path) if os.path.lexists(path) else None
+        if current is not None or os.path.lexists(path):
+            self.check_unit_still_ours("rewrite")  # (another deployment may have written it since check_unit)
+        watcher_new = not os.path.isdir(os.path.join(self.run_dir, WATCHER_DIR))
+        program, changed = self.install_watcher()
+        text = unit_text(p["name"], sys.executable, program, self.run_dir, p["stall_timeout"], p["stop_timeout"])
         check = self.module.check_mode
-        if current != text:
-            changed = True
-            if not check:
-                tmp = "%s.%s.tmp" % (path, secrets.token_hex(4))
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-                with os.fdopen(fd, "w") as fh:
-                    os.fchmod(fh.fileno(), 0o644)
-                    fh.write(text)
-                os.rename(tmp, path)
-                self.must("daemon-reload")
-                self.result["unit_written"] = path
-        if not os.path.lexists(os.path.join(p["unit_dir"], "multi-user.target.wants", unit)):
-            changed = True
-            if not check:
-                self.must("enable", unit)
+        wants = os.path.join(p["unit_dir"], "multi-user.target.wants", unit)
+        written = False
+        try:
+            if current != text:
+                changed = True
+                if not check:
+                    self.write_unit(path, text)
+                    written = True
+                    self.must("daemon-reload")
+                    self.result["unit_written"] = path
+            if not os.path.lexists(wants):
+                changed = True
+                if not check:
+                    self.must("enable", unit)
+        except WaitError as e:
+            if not written:
+                raise
+            raise WaitError("%s; %s" % (e, self.take_back_unit(path, current, wants, watcher_new)))
         self.result["unit"] = unit
         return changed
+
+    def write_unit(self, path, text):
+        tmp = "%s.%s.tmp" % (path, secrets.token_hex(4))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        with os.fdopen(fd, "w") as fh:
+            os.fchmod(fh.fileno(), 0o644)
+            fh.write(text)
+        os.rename(tmp, path)
+
+    def take_back_unit(self, path, previous, wants, watcher_new):
+        """Undo this run's unit write after a failed daemon-reload or enable; says what it did."""
+        undone = []
+        try:
+            if previous is None:
+                os.unlink(path)
+                undone.append("removed %s (there was none before)" % path)
+                if os.path.islink(wants) and os.path.join(os.path.dirname(wants), os.readlink(wants)) == path:
+                    os.unlink(wants)
+                    undone.append("removed %s" % wants)
+                if watcher_new:
+                    wdir = os.path.join(self.run_dir, WATCHER_DIR)
+                    for fname in sorted(watcher_files()):
+                        if os.path.lexists(os.path.join(wdir, fname)):
+                            os.unlink(os.path.join(wdir, fname))
+                    os.rmdir(wdir)
+                    undone.append("removed %s" % wdir)
+            else:
+                self.write_unit(path, previous)
+                undone.append("put the previous text of %s back" % path)
+        except OSError as e:
+            return "taking it back failed (%s): %s is left as written" % (e.strerror or e, path)
+        rc, _out, _err = self.systemctl("daemon-reload")
+        host = "the host is as before" if previous is None else "the unit is as before"
+        return "%s%s. Nothing was launched." % (", ".join(undone) + ": " + host,
+                                                "" if rc == 0 else " (but systemctl daemon-reload failed again)")
 
     def must(self, *args):
         rc, _out, err = self.systemctl(*args)
@@ -1690,12 +1780,12 @@ class ModelWaiter(object):
             "keep_attempts": p["keep_attempts"], "unit": unit_name(name), "timeout": p["timeout"],
             "stop_timeout": p["stop_timeout"], "tail_lines": p["log_tail_lines"], "settings": settings,
         }
+        self.sync_service()  # first: a failed daemon-reload or enable takes back what it wrote, and nothing else was
         try:
             sglang_proc.write_files(self.run_dir, ((sglang_watcher.CONFIG % name, json.dumps(config)),), mode=0o600)
             sglang_proc.remove_file(self.run_dir, sglang_watcher.STATUS % name)
         except sglang_proc.UntrustedState as e:
             raise WaitError(str(e))
-        self.sync_service()
         unit = unit_name(name)
         self.systemctl("reset-failed", unit)  # a unit that hit its start limit refuses a start until reset
         self.must("start", "--no-block", unit)

@@ -10,7 +10,7 @@ import stat
 import pytest
 
 import wait_for_model as wfm
-from ansible.module_utils import sglang_proc, sglang_watcher
+from ansible.module_utils import sglang_proc, sglang_unit, sglang_watcher
 from module_harness import module_exits, run, stops, world  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.usefixtures("module_exits")
@@ -31,9 +31,26 @@ class FakeSystemd(object):
         self.calls = []
         self.active = "inactive"
         self.started = 0
+        self.props = {}  # what `systemctl show -p CHECK_PROPS` says besides the defaults (see check_props)
+        self.fail = {}  # verb -> rc: that systemctl call fails
+
+    def check_props(self, unit):
+        """systemd's view of the unit: loaded from our unit dir when the file is there, else not found."""
+        path = os.path.join(self.unit_dir, unit)
+        there = os.path.exists(path)
+        props = {"FragmentPath": path if there else "", "DropInPaths": "", "Transient": "no",
+                 "LoadState": "loaded" if there else "not-found", "UnitFileState": "enabled" if there else "",
+                 "ActiveState": self.active}
+        props.update(self.props)
+        return "".join("%s=%s\n" % kv for kv in props.items())
 
     def __call__(self, *args):
         self.calls.append(args)
+        if args[0] in self.fail:
+            return self.fail[args[0]], "", "Failed to %s: the fake says no" % args[0]
+        if args[0] == "show":
+            assert args[1:3] == ("-p", ",".join(sglang_unit.CHECK_PROPS)), args
+            return 0, self.check_props(args[3]), ""
         if args[0] == "enable":
             wants = os.path.join(self.unit_dir, "multi-user.target.wants")
             os.makedirs(wants, exist_ok=True)
@@ -72,15 +89,27 @@ class FakeSystemd(object):
     def names(self):
         return [c[0] for c in self.calls]
 
+    def touched(self):
+        """Every systemctl call that is more than a question (show, cat)."""
+        return [c for c in self.calls if c[0] not in ("show", "cat")]
 
 KEY = "sk-unit-0123456789"
 
 
-def systemd_run(world, script, check_mode=False, **args):  # noqa: F811 - world is the fixture's value
-    unit_dir = os.path.join(world.log_dir, "units")
-    os.makedirs(unit_dir, exist_ok=True)
-    fake = FakeSystemd(world, unit_dir, script)
-    inject = {"systemctl": fake, "booted": lambda: (True, None)}
+def unit_dirs(world):
+    """The unit dirs systemd reads, for these tests: our unit_dir first, then stand-ins for /run/systemd/system,
+    /run/systemd/transient and /usr/lib/systemd/system (under the test's tmp dir)."""
+    dirs = [os.path.join(world.log_dir, d) for d in ("units", "run-systemd-system", "run-systemd-transient",
+                                                      "usr-lib-systemd-system")]
+    for d in dirs:
+        os.makedirs(d, exist_ok=True)
+    return dirs
+
+
+def systemd_run(world, script, check_mode=False, fake=None, **args):  # noqa: F811 - world is the fixture's value
+    dirs = unit_dirs(world)
+    fake = fake or FakeSystemd(world, dirs[0], script)
+    inject = {"systemctl": fake, "booted": lambda: (True, None), "unit_dirs": dirs}
     if args.pop("inject_wall", False):
         inject["wall"] = world.clock  # the wall clock moves with the fake clock (started_at is checked against it)
     # The server's 0600 --config file (as the role writes it), outside the run dir: the key's one copy on disk.
@@ -90,7 +119,7 @@ def systemd_run(world, script, check_mode=False, **args):  # noqa: F811 - world 
     if not os.path.exists(config):
         with open(os.open(config, os.O_WRONLY | os.O_CREAT, 0o600), "w") as fh:
             fh.write('# {{ ansible_managed }}\nmodel-path: "/models/m"\napi-key: "%s"\nport: 30000\n' % KEY)
-    params = dict(launcher="systemd", unit_dir=unit_dir, api_key=KEY, run_as=None,
+    params = dict(launcher="systemd", unit_dir=dirs[0], api_key=KEY, run_as=None,
                   argv=[wfm.sys.executable, "-m", "sglang.launch_server", "--config", config])
     params.update(args)
     status, result = run(world, check_mode=check_mode, inject=inject, **params)
@@ -206,7 +235,7 @@ def test_a_unit_of_that_name_not_written_by_us_is_refused_before_anything(world)
         fh.write("[Service]\nExecStart=/usr/bin/someone-elses\n")
     status, r, fake = systemd_run(world, READY)
     assert status == "failed" and "was not written by eagle-deploy" in r["msg"]
-    assert fake.calls == []
+    assert fake.touched() == []
 
 
 def test_check_mode_writes_and_starts_nothing(world):  # noqa: F811
@@ -251,11 +280,12 @@ def test_a_dropped_connection_ends_the_wait_not_the_server_and_lets_the_lock_go(
     def exit_now(code):
         raise Gone(code)
     monkeypatch.setattr(wfm.os, "_exit", exit_now)
-    unit_dir = os.path.join(world.log_dir, "units")
-    os.makedirs(unit_dir)
+    dirs = unit_dirs(world)
+    unit_dir = dirs[0]
     fake = FakeSystemd(world, unit_dir, READY)
     with pytest.raises(Gone) as gone:
-        run(world, inject={"systemctl": fake, "booted": lambda: (True, None), "caller_gone": caller_gone},
+        run(world, inject={"systemctl": fake, "booted": lambda: (True, None), "caller_gone": caller_gone,
+                           "unit_dirs": dirs},
             launcher="systemd", unit_dir=unit_dir)
     assert gone.value.args == (0,)
     assert "start" in fake.names() and "stop" not in fake.names()  # the unit loads on
@@ -267,10 +297,12 @@ def test_an_attach_never_takes_an_earlier_attempts_verdict(world, stops, module_
     """Same fingerprint, not answering yet: the module attaches. The status file may still hold the verdict of an
     earlier attempt (the watcher rewrites it when the new one starts); only the recorded attempt's counts."""
     from module_harness import record_self_as_server
-    unit_dir = os.path.join(world.log_dir, "units")
-    os.makedirs(unit_dir)
+    dirs = unit_dirs(world)
+    unit_dir = dirs[0]
     fake = FakeSystemd(world, unit_dir, [])
     fake.active = "activating"
+    with open(os.path.join(unit_dir, "sglang-sglang.service"), "w") as fh:  # our unit, as the launch wrote it
+        fh.write("%s\n%s\n" % (wfm.UNIT_MARK, sglang_unit.deployment_line("sglang", world.log_dir)))
     parts = wfm.fingerprint_parts([wfm.sys.executable, "-m", "sglang.launch_server", "--config", "/etc/sglang.yaml"],
                                   {}, [], {}, None)
     parts["launcher"] = wfm._h("systemd")
@@ -279,8 +311,8 @@ def test_an_attach_never_takes_an_earlier_attempts_verdict(world, stops, module_
     sglang_proc.write_files(world.log_dir, ((sglang_watcher.STATUS % "sglang", json.dumps(old)),))
     world.t0 = world.now
     world.at(2.0, fake._writer("x", {"attempt": 2, "verdict": "ready", "phase": "ready", "report": {}}))
-    status, r = run(world, inject={"systemctl": fake, "booted": lambda: (True, None)}, launcher="systemd",
-                    unit_dir=unit_dir, run_as=None)
+    status, r = run(world, inject={"systemctl": fake, "booted": lambda: (True, None), "unit_dirs": dirs},
+                    launcher="systemd", unit_dir=unit_dir, run_as=None)
     assert status == "ok", r
     assert r["attempt"] == 2 and "stop" not in fake.names()
 
@@ -388,3 +420,160 @@ def test_the_watcher_takes_the_key_from_the_servers_config_file(tmp_path):
     path.write_text('port: 1\n')
     with pytest.raises(SystemExit, match="has no api-key line"):
         sglang_watcher.Watcher(str(tmp_path), "sglang").take_api_key(dict(cfg, headers={}))
+
+# ---------------------------------------------------------------------------------------- a unit is one deployment's
+def unit_file(world):
+    return os.path.join(world.log_dir, "units", "sglang-sglang.service")
+
+
+def other_run_dir(world):
+    path = os.path.join(world.log_dir, "run2")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def test_the_unit_records_its_deployment_on_its_second_line(world):  # noqa: F811
+    status, r, fake = systemd_run(world, READY)
+    assert status == "ok", r
+    lines = open(unit_file(world)).read().splitlines()
+    deployment = sglang_proc.deployment_name("sglang", world.log_dir)
+    assert lines[1] == "# eagle-deploy deployment: %s run_dir=%s" % (deployment, os.path.realpath(world.log_dir))
+    assert sglang_unit.unit_owner("\n".join(lines)) == (deployment, os.path.realpath(world.log_dir))
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_a_second_deployment_of_the_name_is_refused_before_anything(world, check_mode):  # noqa: F811
+    status, r, first = systemd_run(world, READY)
+    assert status == "ok", r
+    before = open(unit_file(world), "rb").read()
+    run2 = other_run_dir(world)
+    status, r, fake = systemd_run(world, READY, check_mode=check_mode, run_dir=run2)
+    assert status == "failed"
+    assert unit_file(world) in r["msg"] and os.path.realpath(world.log_dir) in r["msg"]
+    assert "choose another name" in r["msg"] and "Nothing was stopped or launched." in r["msg"]
+    assert fake.touched() == []  # the first one's unit is neither stopped nor reloaded
+    assert open(unit_file(world), "rb").read() == before
+    assert os.listdir(run2) == []  # no watcher program, no config, no run state
+
+
+def foreign(world, where, text="[Service]\nExecStart=/usr/bin/someone-elses\n"):
+    path = os.path.join(world.log_dir, where, "sglang-sglang.service")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as fh:
+        fh.write(text)
+    return path
+
+
+@pytest.mark.parametrize("where", ["run-systemd-system", "usr-lib-systemd-system", "run-systemd-transient"])
+@pytest.mark.parametrize("loaded", [True, False])
+def test_a_unit_of_the_name_elsewhere_is_refused_before_anything(world, where, loaded):  # noqa: F811
+    dirs = unit_dirs(world)
+    path = foreign(world, where)
+    fake = FakeSystemd(world, dirs[0], READY)
+    fake.active = "active"
+    if loaded:  # else systemd has not loaded it yet (LoadState=not-found): only the disk shows it
+        fake.props = {"FragmentPath": path, "LoadState": "loaded", "Transient": "yes" if "transient" in where else "no"}
+    else:
+        fake.active = "inactive"
+    status, r, fake = systemd_run(world, READY, fake=fake)
+    assert status == "failed" and path in r["msg"] and "Nothing was stopped or launched." in r["msg"], r
+    assert fake.touched() == []
+    assert not os.path.exists(unit_file(world))
+    assert open(path).read() == "[Service]\nExecStart=/usr/bin/someone-elses\n"
+
+
+def test_a_transient_unit_of_the_name_is_refused_in_check_mode_too(world):  # noqa: F811
+    dirs = unit_dirs(world)
+    fake = FakeSystemd(world, dirs[0], READY)
+    fake.active = "active"
+    fake.props = {"FragmentPath": "/run/systemd/transient/sglang-sglang.service", "Transient": "yes",
+                  "LoadState": "loaded"}
+    for check_mode in (True, False):
+        status, r, fake = systemd_run(world, READY, check_mode=check_mode, fake=fake)
+        assert status == "failed" and "transient" in r["msg"], r
+        assert "/run/systemd/transient/sglang-sglang.service" in r["msg"]
+    assert fake.touched() == [] and not os.path.exists(unit_file(world))
+
+
+@pytest.mark.parametrize("seen_by", ["disk", "systemd"])
+def test_a_drop_in_is_refused_naming_it_before_our_unit_is_stopped(world, seen_by):  # noqa: F811
+    status, r, first = systemd_run(world, READY)
+    assert status == "ok", r
+    before = open(unit_file(world), "rb").read()
+    dropin = os.path.join(world.log_dir, "units", "sglang-sglang.service.d", "override.conf")
+    fake = FakeSystemd(world, first.unit_dir, READY)
+    fake.active = "active"
+    if seen_by == "disk":
+        os.makedirs(os.path.dirname(dropin))
+        with open(dropin, "w") as fh:
+            fh.write("[Service]\nEnvironment=FOREIGN=1\n")
+    else:  # systemd applies one from a dir of its own (e.g. /etc/systemd/system.control, systemctl set-property)
+        dropin = "/etc/systemd/system.control/sglang-sglang.service.d/50-MemoryMax.conf"
+        fake.props = {"DropInPaths": dropin}
+    # A changed argv: the module would restart the server
+    status, r, fake = systemd_run(world, READY, fake=fake, environment={"CHANGED": "1"})
+    assert status == "failed" and dropin in r["msg"] and "drop-in" in r["msg"], r
+    assert fake.touched() == []
+    assert open(unit_file(world), "rb").read() == before
+
+
+def test_a_link_in_the_wants_dir_to_another_unit_is_refused_before_writing(world):  # noqa: F811
+    dirs = unit_dirs(world)
+    wants = os.path.join(dirs[0], "multi-user.target.wants")
+    os.makedirs(wants)
+    os.symlink("/usr/lib/systemd/system/other.service", os.path.join(wants, "sglang-sglang.service"))
+    status, r, fake = systemd_run(world, READY)
+    assert status == "failed" and os.path.join(wants, "sglang-sglang.service") in r["msg"], r
+    assert "Nothing was stopped or launched." in r["msg"]
+    assert fake.touched() == [] and not os.path.exists(unit_file(world))
+
+
+@pytest.mark.parametrize("verb", ["daemon-reload", "enable"])
+def test_a_failed_enable_after_the_first_write_takes_back_what_was_written(world, verb):  # noqa: F811
+    dirs = unit_dirs(world)
+    fake = FakeSystemd(world, dirs[0], READY)
+    fake.fail = {verb: 1}
+    status, r, fake = systemd_run(world, READY, fake=fake)
+    assert status == "failed" and ("systemctl %s" % verb) in r["msg"] and "failed (rc=1)" in r["msg"], r
+    assert "removed %s (there was none before)" % unit_file(world) in r["msg"] and "host is as before" in r["msg"]
+    assert not os.path.exists(unit_file(world))
+    assert not os.path.exists(os.path.join(world.log_dir, "watcher"))
+    assert not os.path.exists(os.path.join(world.log_dir, "sglang.watcher.json"))
+    assert "start" not in fake.names()
+
+
+def test_stopped_never_stops_another_deployments_unit(world):  # noqa: F811
+    status, r, first = systemd_run(world, READY)
+    assert status == "ok", r
+    fake = FakeSystemd(world, first.unit_dir, [])
+    fake.active = "active"
+    status, r, fake = systemd_run(world, [], fake=fake, state="stopped", run_dir=other_run_dir(world))
+    assert status == "failed" and unit_file(world) in r["msg"] and os.path.realpath(world.log_dir) in r["msg"], r
+    assert fake.touched() == []
+
+
+def test_a_stop_acts_only_on_a_unit_file_of_our_deployment(world, stops):  # noqa: F811
+    """The run state says our server ran in the unit, but the file of that name is not ours (now launched detached,
+    so the unit check of a systemd launch did not run): refused, naming the file, nothing stopped."""
+    from module_harness import record_self_as_server
+    record_self_as_server(world, launcher="systemd")
+    path = foreign(world, "units")
+    fake = FakeSystemd(world, os.path.dirname(path), [])
+    fake.active = "active"
+    status, r = run(world, inject={"systemctl": fake, "booted": lambda: (True, None), "unit_dirs": unit_dirs(world)},
+                    launcher="detached", unit_dir=os.path.dirname(path), state="stopped")
+    assert status == "failed" and path in r["msg"] and "refusing to stop" in r["msg"], r
+    assert fake.touched() == [] and not stops
+
+
+def test_a_unit_written_before_the_deployment_line_is_ours_when_its_run_dir_is(world):  # noqa: F811
+    """Upgrade: the unit of an older eagle-deploy names its run dir only in ExecStart; it is taken as ours (and
+    rewritten with the deployment line, without a restart) only for that run dir and name."""
+    status, r, first = systemd_run(world, READY)
+    lines = open(unit_file(world)).read().split("\n")
+    with open(unit_file(world), "w") as fh:
+        fh.write("\n".join(lines[:1] + lines[2:]))
+    assert sglang_unit.unit_owner(open(unit_file(world)).read()) == (
+        sglang_proc.deployment_name("sglang", world.log_dir), os.path.realpath(world.log_dir))
+    status, r, fake = systemd_run(world, [], fake=FakeSystemd(world, first.unit_dir, []), run_dir=other_run_dir(world))
+    assert status == "failed" and os.path.realpath(world.log_dir) in r["msg"], r

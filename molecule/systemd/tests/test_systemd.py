@@ -285,3 +285,48 @@ def test_no_zombies_and_no_stray_server(host, procs, name):
         assert running
     else:
         assert running == [], f"{name}: {running}"
+
+
+# --------------------------------------------------------------------------- units that are not this deployment's
+def refused(run, *named):
+    """A wait_for_model result that refused before anything: failed, each named thing in its message."""
+    res = run["result"]
+    assert res.get("failed") is True, res
+    assert "Nothing was stopped or launched." in res["msg"], res["msg"]
+    for what in named:
+        assert what in res["msg"], (what, res["msg"])
+    assert not res.get("stopped") and not res.get("unit_written"), res
+
+
+def test_second_deployment_of_the_name_is_refused_in_check_mode_and_for_real():
+    r = record("second_deployment")
+    for run in (r["check"], r["run"]):
+        refused(run, f"/etc/systemd/system/{UNIT}", RUN_DIR, "choose another name")
+
+
+def test_second_deployment_left_the_first_serving_and_untouched():
+    r = record("second_deployment")
+    assert r["before"]["unit"]["ActiveState"] == "active" and r["before"]["health"] == 200
+    assert r["after"] == r["before"]  # same MainPID, InvocationID, NRestarts, unit file (sha256, mode), answer
+    assert r["run_dir2"] == []  # no watcher program, no config, no run state of the second one
+    assert r["listening"] is False  # nothing was launched on its port
+
+
+@pytest.mark.parametrize("case", ["foreign_unit", "transient"])
+def test_a_unit_of_the_name_we_did_not_write_is_refused_and_runs_on(case):
+    r = record(case)
+    path = r.get("path") or r["before"]["unit"]["FragmentPath"]
+    if case == "transient":
+        assert path == "/run/systemd/transient/sglang-transient.service"
+    refused(r["run"], path, "transient unit" if case == "transient" else "did not write")
+    assert r["before"]["unit"]["ActiveState"] == "active"
+    assert r["after"] == r["before"]  # same process, same invocation, same file; no unit of ours was written
+    assert r["after"]["ours"] is None
+
+
+def test_a_foreign_drop_in_is_refused_for_a_start_and_for_stop_yml():
+    r = record("dropin")
+    refused(r["run"], r["path"], "drop-in")
+    assert r["stop"]["rc"] != 0 and r["path"] in r["stop"]["tail"], r["stop"]["tail"][-2000:]
+    assert r["before"]["unit"]["ActiveState"] == "active" and r["before"]["health"] == 200
+    assert r["after"] == r["before"]  # the server serves on, its unit and the drop-in unchanged
