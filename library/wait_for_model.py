@@ -77,14 +77,19 @@ options:
     description:
       - Variables for the server that are secrets (C(HF_TOKEN), say). Like O(environment), but masked in
         Ansible's output, only their hash enters the fingerprint, and their values are redacted from the log.
+      - A value of 1 to 3 characters is refused (it could not be masked in the log without masking every such
+        string; a value that short is no secret - put it in O(environment)).
+      - With O(launcher=systemd) the values are in the watcher program's 0600 config C(<run_dir>/<name>.watcher.json)
+        (they go into the server's environment); O(state=stopped) removes that file.
     type: dict
     default: {}
   redact:
     description:
       - More strings to redact from the server's log (with O(api_key) and the O(secret_environment) values,
         which always are). Each is replaced by C(***) in every form a log line can show it.
-      - A secret shorter than 4 characters is not redacted (it would mask every such string of the log); the
-        module warns, naming the option, never the value.
+      - A string shorter than 4 characters is not redacted (it would mask every such string of the log); the
+        module warns, naming the option, never the value. (A short O(api_key) or O(secret_environment) value is
+        refused instead.)
       - Part of the fingerprint (by hash), so a change restarts the server, whose log writer then knows the new list.
     type: list
     elements: str
@@ -132,6 +137,10 @@ options:
     description:
       - API key sent as C(Authorization Bearer) to the health URL. Never in Ansible's output, and redacted from
         the server's log (see O(redact)).
+      - At least 16 characters (make one with C(openssl rand -hex 24)); a shorter key is refused before anything is
+        stopped or launched (O(state=stopped) does not use it and never refuses). Empty is no key.
+      - With O(launcher=systemd) the key must also be the C(api_key) (or C(api-key)) line of the server's C(--config)
+        file in O(argv) (C(key<colon> <JSON value>)), its only copy on disk - the watcher program reads it from there.
     type: str
   port:
     description:
@@ -274,6 +283,14 @@ options:
         (C(Restart=on-failure), within a start limit) when a serving server died. The module waits on the
         watcher's status file C(<run_dir>/<name>.status.json) and the unit's state; stop is C(systemctl stop)
         (C(disable --now) for O(state=stopped)).
+      - With C(systemd) the unit is one deployment's (O(name) + the real path of O(run_dir), recorded on the unit
+        file's second line). Before anything is written or stopped (check mode too) the module asks
+        C(systemctl show) (FragmentPath, DropInPaths, Transient, LoadState) and looks into every directory systemd
+        reads units from, and refuses, naming the file - another deployment's unit of that name (choose another
+        O(name)), a unit of that name eagle-deploy did not write (in any unit dir, masked, or transient from
+        C(systemd-run --unit)), and any drop-in for it (eagle-deploy writes none). It also checks beforehand what
+        C(systemctl enable) needs; when C(daemon-reload) or C(enable) still fails after the unit was written, what
+        this run wrote is taken back. Stop and disable act only on a unit file with our mark and our deployment.
       - C(detached) - the module starts the server itself in a session (and a cgroup) of its own, with a pidfile
         and the run-state record, and watches it with the same watchers (C(module_utils/sglang_watch.py)). For
         hosts without systemd as PID 1 (containers).
@@ -283,7 +300,7 @@ options:
     default: auto
   unit_dir:
     description: Where the unit file of O(launcher=systemd) is written. A unit of the same name that eagle-deploy
-      did not write is refused.
+      did not write for this deployment, here or in any other unit directory of systemd, is refused (see O(launcher)).
     type: path
     default: /etc/systemd/system
   step_time:
@@ -431,6 +448,15 @@ crash_class:
   returned: on failure
   type: str
   sample: cuda_oom
+class_uncertain:
+  description:
+    - True when the log's crash that names the class lies after a raw request echo (an older SGLang's
+      C(--log-requests) wrote prompts as they came, so a client can write any line there, a fake traceback included).
+      The class is then that of the latest crash before the death, never an earlier one, and RV(hint) says why it is
+      uncertain. Every string of the result, warnings included, has its control characters escaped (C(\x1b)).
+  returned: on failure, when true
+  type: bool
+  sample: true
 hint:
   description: One line for the operator, saying what to do.
   returned: on failure
@@ -616,13 +642,16 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_log import LogClassifier, LogFollower, tail_lines
 from ansible.module_utils import sglang_proc
 from ansible.module_utils import sglang_progress
+from ansible.module_utils.sglang_progress import operator_text
 from ansible.module_utils import sglang_redact
+from ansible.module_utils import sglang_unit
 from ansible.module_utils import sglang_watcher
 from ansible.module_utils.sglang_exec import (
     INTERPRETER_RX, PROBE_TIMEOUT, exec_problem, may_access, resolve_exec, walk_as, which_as,
 )
 from ansible.module_utils.sglang_unit import (
-    SERVICE_TIMEOUT_MARGIN, SHOW_EVERY, UNIT_MARK, WATCHER_DIR, CallerWatch, Systemctl, module_source, systemd_here, unit_name, unit_text,
+    CHECK_PROPS, SERVICE_TIMEOUT_MARGIN, SHOW_EVERY, UNIT_DIRS, UNIT_MARK, WATCHER_DIR, CallerWatch, Systemctl,
+    module_source, parse_show, systemd_here, unit_files_on_disk, unit_name, unit_owner, unit_refusal, unit_text,
     watcher_files,
 )
 from ansible.module_utils.sglang_paths import file_sha256
@@ -795,6 +824,39 @@ def check_ranges(p):
                 key, ">" if open_lo else ">=", lo, " and <= %s" % hi if hi is not None else "", value))
 
 
+MIN_API_KEY_LENGTH = 16  # a key this long cannot be guessed, and SGLang masks it (it masks 4 characters and more)
+MAKE_A_KEY = "openssl rand -hex 24"
+
+
+def check_secret_lengths(p):
+    """A secret too short to be one is refused before anything is stopped or launched: an ``api_key`` under
+    MIN_API_KEY_LENGTH characters (a short key is guessed; one under 4 SGLang itself logs unmasked), a
+    ``secret_environment`` value of 1 to 3 characters (sglang_redact.MIN_SECRET_LENGTH: the log writer cannot mask
+    it without masking every such string of the log; a value that short is no secret and belongs in
+    ``environment``). The messages name the option, never the value. ``state: stopped`` uses neither and never
+    refuses: a deployment with an old short key can always be stopped. ``redact`` strings are not secrets of the
+    server's own: a short one is only warned about (see ModelWaiter.secrets)."""
+    if p["state"] == "stopped":
+        return
+    key = p["api_key"]
+    if key and len(key) < MIN_API_KEY_LENGTH:
+        raise WaitError("api_key is %d characters long, shorter than %d: refused (SGLang logs a key under %d characters "
+                        "unmasked, and a short key can be guessed). Make one with `%s` (48 hex characters) and put "
+                        "it in the vault. Nothing was stopped or launched."
+                        % (len(key), MIN_API_KEY_LENGTH, sglang_redact.MIN_SECRET_LENGTH, MAKE_A_KEY))
+
+
+def check_secret_environment_lengths(p):
+    """See check_secret_lengths: a secret_environment value of 1 to 3 characters (its name already checked)."""
+    for name, value in sorted(p["secret_environment"].items()):
+        value = "" if value is None else str(value)
+        if 0 < len(value) < sglang_redact.MIN_SECRET_LENGTH:
+            raise WaitError("secret_environment %s is %d characters long, shorter than %d: refused, since the log "
+                            "writer cannot mask it (it would mask every such string of the log). A value this short "
+                            "is no secret: put it in environment; a real token is longer (e.g. `%s`). Nothing was "
+                            "stopped or launched." % (name, len(value), sglang_redact.MIN_SECRET_LENGTH, MAKE_A_KEY))
+
+
 def health_port(url):
     """(scheme, host, port) of the health URL; WaitError naming the problem (never ValueError)."""
     try:
@@ -850,9 +912,11 @@ class ModelWaiter(object):
 
     def __init__(self, module, clock=time.monotonic, sleep=None, popener=None, http=http_status,
                  procs=None, wall=time.time, cgroups=None, locker=fcntl.flock, prober=None, background_health=True,
-                 systemctl=None, booted=systemd_here, caller_gone=None, supervisors=None):
+                 systemctl=None, booted=systemd_here, caller_gone=None, unit_dirs=None, supervisors=None):
         self.module = module
         self.supervisors = supervisors or Supervisors()
+        self.unit_dirs = unit_dirs  # where systemd reads units (default: unit_dir + UNIT_DIRS), see check_unit
+        self.unit_before = None  # our unit file's text before this run (None: there was none), set by check_unit
         self.caller_gone = caller_gone or CallerWatch()
         self.systemctl = systemctl or Systemctl(module)
         self.booted = booted  # () -> (systemd runs this host?, why not)
@@ -876,6 +940,7 @@ class ModelWaiter(object):
         self.prober = prober or Prober()
         self.exec_program = None  # what runs in the end (argv[0] or its last #! interpreter), set by validate()
         self._secrets = None
+        self.key_source = None  # systemd launcher with api_key: {"path", "key"} of the --config file that holds it
         self.log_writer = None  # the log writer this run started (its handle lives as long as the module)
         self.port = None  # the rest is set by validate()
         self.run_dir = None
@@ -890,6 +955,7 @@ class ModelWaiter(object):
         if not sglang_proc.safe_name(p["name"]):
             raise WaitError("name %r is not allowed: letters, digits, '.', '_', '-' (no '/', no '..'), at most 64" % p["name"])
         check_ranges(p)
+        check_secret_lengths(p)
         self.launcher = self.pick_launcher()
         self.result["launcher"] = self.launcher
         if p["port"] is not None and not 1 <= p["port"] <= 65535:
@@ -901,6 +967,8 @@ class ModelWaiter(object):
         # Nothing can be recorded where there is no directory: a fresh host. Stopping is then a no-op,
         # and in check mode (the tasks that create the directories did not run) a start is reported.
         self.fresh = not os.path.isdir(log_dir) or not os.path.isdir(self.run_dir)
+        if self.launcher == "systemd" and not (self.fresh and p["state"] == "stopped"):
+            self.check_unit()  # check mode and a fresh host too: a unit of our name that is not ours is refused
         if self.fresh and (p["state"] == "stopped" or check):
             self.missing_files = [f for f in p["fingerprint_files"] if not os.path.isfile(f)]
             return
@@ -913,8 +981,6 @@ class ModelWaiter(object):
         except sglang_proc.UntrustedState as e:
             raise WaitError(str(e))
         check_dir_writable("run_dir", self.run_dir, check)
-        if self.launcher == "systemd":
-            self.check_unit_is_ours()
         if p["state"] != "started":
             if not os.access(log_dir, os.R_OK | os.X_OK):
                 raise WaitError("log_dir %s is not readable" % log_dir)
@@ -941,12 +1007,15 @@ class ModelWaiter(object):
                     self.missing_files.append(path)  # a template that check mode did not write
                     continue
                 raise WaitError("fingerprint_files: %s does not exist or is not readable" % path)
+        if p["api_key"]:
+            self.key_source = self.api_key_source(check)
         for source in ("environment", "secret_environment"):
             for key in p[source]:
                 if not isinstance(key, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
                     raise WaitError("%s: %r is not a valid variable name" % (source, key))
                 if key == sglang_proc.RUN_TOKEN_VAR:
                     raise WaitError("%s: %s is set by wait_for_model itself (the run token): remove it" % (source, key))
+        check_secret_environment_lengths(p)
         if p["run_as"]:
             try:
                 pw = pwd.getpwnam(p["run_as"])
@@ -999,20 +1068,58 @@ class ModelWaiter(object):
     def unit_path(self):
         return os.path.join(self.p["unit_dir"], unit_name(self.p["name"]))
 
-    def check_unit_is_ours(self):
-        """A unit of the same name that eagle-deploy did not write is never replaced, started or stopped."""
-        path = self.unit_path()
-        try:
-            with open(path, "rb") as fh:
-                head = fh.read(len(UNIT_MARK))
-        except FileNotFoundError:
+    def our_deployment(self):
+        """(deployment, run dir's real path): what our unit's second line records (sglang_unit.deployment_line)."""
+        return sglang_proc.deployment_name(self.p["name"], self.run_dir), os.path.realpath(self.run_dir)
+
+    def check_unit(self):
+        """Before anything is written or stopped (check mode too): the unit of our name may only be our own
+        deployment's. systemd is asked (FragmentPath, DropInPaths, Transient, LoadState) and every unit dir it reads
+        is looked at on disk (a file it has not loaded yet); then whatever would make ``systemctl enable`` fail."""
+        p = self.p
+        unit, path = unit_name(p["name"]), self.unit_path()
+        if any(c in self.run_dir for c in "\n\r"):
+            raise WaitError("run_dir %r has a line break: the unit records its run dir on one line; choose another "
+                            "run_dir. Nothing was stopped or launched." % self.run_dir)
+        rc, out, err = self.systemctl("show", "-p", ",".join(CHECK_PROPS), unit)
+        if rc != 0:
+            raise WaitError("systemctl show %s failed (rc=%s): %s. Nothing was stopped or launched."
+                            % (unit, rc, (err or "").strip()[-300:]))
+        dirs = self.unit_dirs
+        if dirs is None:
+            dirs = [p["unit_dir"]] + [d for d in UNIT_DIRS if os.path.normpath(d) != os.path.normpath(p["unit_dir"])]
+        show = parse_show(out)
+        found = unit_files_on_disk(unit, dirs)
+        why = unit_refusal(unit, show, found, path, *self.our_deployment())
+        if why:
+            raise WaitError(why)
+        self.unit_before = dict(found).get(path)  # our own unit's text as it was (None: there was none)
+        # What systemctl enable needs, known beforehand: a unit dir it can write, a wants dir, no other link there.
+        if p["state"] != "started":
             return
-        except OSError as e:
-            raise WaitError("cannot read %s: %s. Nothing was stopped or launched." % (path, e.strerror or e))
-        if head != UNIT_MARK.encode("utf-8"):
-            raise WaitError("%s exists and was not written by eagle-deploy (its first line is not %r): rename the "
-                            "deployment (name) or remove that unit. Nothing was stopped or launched."
-                            % (path, UNIT_MARK))
+        if not os.path.isdir(p["unit_dir"]) or not os.access(p["unit_dir"], os.W_OK | os.X_OK):
+            raise WaitError("unit_dir %s is not a directory this user can write: systemd's unit dir is needed for %s. "
+                            "Nothing was stopped or launched." % (p["unit_dir"], unit))
+        wants = os.path.join(p["unit_dir"], "multi-user.target.wants")
+        if os.path.lexists(wants) and (os.path.islink(wants) or not os.path.isdir(wants)):
+            raise WaitError("%s is not a directory: systemctl enable %s would fail there. Fix it. Nothing was stopped "
+                            "or launched." % (wants, unit))
+        link = os.path.join(wants, unit)
+        if os.path.lexists(link) and (not os.path.islink(link) or os.path.join(wants, os.readlink(link)) != path):
+            raise WaitError("%s is there and does not link to %s: systemctl enable %s would fail (or enable another "
+                            "unit). Remove it. Nothing was stopped or launched." % (link, path, unit))
+
+    def check_unit_still_ours(self, what):
+        """Right before systemd acts on our unit (stop, disable, a rewrite): its file carries our mark and our
+        deployment. Anything else is refused, naming the file."""
+        path = self.unit_path()
+        text = sglang_unit.read_regular(path)
+        owner = unit_owner(text) if text is not None else None
+        if owner != self.our_deployment():
+            raise WaitError("%s is not this deployment's unit (%s): refusing to %s it. Choose another name for this "
+                            "deployment (name), or remove that unit yourself. Nothing was stopped or launched." % (
+                                path, "not a regular file" if text is None else "not written by eagle-deploy"
+                                if owner is None else "it belongs to run_dir %s" % owner[1], what))
 
     def runner_ids(self):
         """((uid, gids), name) of the user the server runs as."""
@@ -1064,8 +1171,9 @@ class ModelWaiter(object):
 
     def secrets(self):
         """Values the log must never show: the API key, every secret_environment value, every ``redact`` string.
-        A value shorter than sglang_redact.MIN_SECRET_LENGTH is not redacted (masking every "1" of a log would
-        destroy it): warned about by name, once."""
+        A short api_key or secret_environment value was refused by check_secret_lengths; a ``redact`` string
+        shorter than sglang_redact.MIN_SECRET_LENGTH is not redacted (masking every "1" of a log would destroy it):
+        warned about by name, once."""
         if self._secrets is not None:
             return self._secrets
         p = self.p
@@ -1083,6 +1191,38 @@ class ModelWaiter(object):
                                  % (what, sglang_redact.MIN_SECRET_LENGTH))
         self._secrets = out
         return out
+
+    def api_key_source(self, check):
+        """The API key lives on disk in one file only, the server's 0600 ``--config`` file: ``{"path", "key"}`` for
+        the supervisor program, which reads the key from there itself. Refused (before
+        anything is stopped) when argv has no ``--config`` file whose ``api_key``/``api-key`` line is this key; in
+        check mode a config file not written yet is taken on trust."""
+        path = sglang_watcher.config_file_of(self.p["argv"])
+        if path is None:
+            raise WaitError("api_key needs the key in the server's --config file (argv has no --config <file>): the "
+                            "key's one copy on disk is that 0600 file, which the supervisor program reads. Put an api-key line there (the sglang_server role does). Nothing was stopped or "
+                            "launched.")
+        path = os.path.join(self.p["chdir"] or os.getcwd(), path)
+        try:
+            found = sglang_watcher.read_config_secret(path)
+        except FileNotFoundError:
+            if check:
+                return {"path": path, "key": "api-key"}
+            raise WaitError("the --config file %s does not exist: the supervisor reads api_key from it. "
+                            "Nothing was stopped or launched." % path)
+        except (OSError, ValueError) as e:
+            raise WaitError("cannot read the --config file %s (%s): the supervisor reads api_key from it. "
+                            "Nothing was stopped or launched." % (path, getattr(e, "strerror", None) or e))
+        if found is None or found[1] != self.p["api_key"]:
+            raise WaitError("the --config file %s %s: the supervisor program reads the key from there (its one "
+                            "copy on disk), so it must hold exactly api_key. Nothing was stopped or "
+                            "launched." % (path, "has no api_key/api-key line" if found is None
+                                           else "holds another key in its %s line than api_key" % found[0]))
+        return {"path": path, "key": found[0]}
+
+    def warn(self, text):
+        """A module warning, its control characters escaped: it may quote the server's log (a client's prompt)."""
+        self.module.warn(sglang_progress.operator_text(text))
 
     def headers(self):
         h = {}
@@ -1352,8 +1492,10 @@ class ModelWaiter(object):
         systemd = self.launcher == "systemd"
         config = {
             "launch": token, "argv": list(p["argv"]), "env": self.child_env(), "chdir": p["chdir"],
-            "user": p["run_as"], "log_dir": p["log_dir"], "health_url": p["health_url"], "headers": self.headers(),
-            "secrets": self.secrets(), "fingerprint": fp, "fingerprint_parts": parts, "port": self.port,
+            "user": p["run_as"], "log_dir": p["log_dir"], "health_url": p["health_url"], "headers": {},
+            # never the API key: the supervisor reads it from the server's --config file (api_key_file)
+            "secrets": [v for v in self.secrets() if v != p["api_key"]], "api_key_file": self.key_source,
+            "fingerprint": fp, "fingerprint_parts": parts, "port": self.port,
             "keep_attempts": p["keep_attempts"], "unit": unit_name(name) if systemd else None, "timeout": p["timeout"],
             "stop_timeout": p["stop_timeout"], "tail_lines": p["log_tail_lines"], "settings": settings,
             "journal": systemd, "cgroup": cgroup[1] if cgroup else None,
@@ -1407,10 +1549,11 @@ class ModelWaiter(object):
 
     # ---------------------------------------------------------------- the systemd launcher
     def stop_unit(self, disable=False):
-        """``systemctl stop`` (``disable --now`` for state=stopped): systemd signals the unit's whole cgroup, waits
-        TimeoutStopSec (stop_timeout), then SIGKILLs what is left."""
+        """``systemctl stop`` (``disable --now`` for state=stopped) of our own deployment's unit only: systemd
+        signals the unit's whole cgroup, waits TimeoutStopSec (stop_timeout), then SIGKILLs what is left."""
         unit = unit_name(self.p["name"])
         args = ("disable", "--now", unit) if disable else ("stop", unit)
+        self.check_unit_still_ours(" ".join(args[:-1]))
         t0 = self.clock()
         rc, _out, err = self.systemctl(*args)
         if rc != 0:
@@ -1469,35 +1612,74 @@ class ModelWaiter(object):
 
     def sync_service(self):
         """The watcher program, the unit file (daemon-reload when it changed) and its enablement, brought up to
-        date. None of them restarts the server. Returns whether anything changed (check mode: would change)."""
+        date. None of them restarts the server. Returns whether anything changed (check mode: would change).
+        When daemon-reload or enable fails, what this run wrote is taken back: the unit file removed when there was
+        none before (the watcher program too when its dir is new), else its previous text put back."""
         p = self.p
-        program, changed = self.install_watcher()
         unit = unit_name(p["name"])
-        text = unit_text(p["name"], sys.executable, program, self.run_dir, p["stall_timeout"], p["stop_timeout"])
         path = self.unit_path()
-        try:
-            with open(path) as fh:
-                current = fh.read()
-        except FileNotFoundError:
-            current = None
+        current = sglang_unit.read_regular(path) if os.path.lexists(path) else None
+        if current is not None or os.path.lexists(path):
+            self.check_unit_still_ours("rewrite")  # (another deployment may have written it since check_unit)
+        watcher_new = not os.path.isdir(os.path.join(self.run_dir, WATCHER_DIR))
+        program, changed = self.install_watcher()
+        text = unit_text(p["name"], sys.executable, program, self.run_dir, p["stall_timeout"], p["stop_timeout"])
         check = self.module.check_mode
-        if current != text:
-            changed = True
-            if not check:
-                tmp = "%s.%s.tmp" % (path, secrets.token_hex(4))
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-                with os.fdopen(fd, "w") as fh:
-                    os.fchmod(fh.fileno(), 0o644)
-                    fh.write(text)
-                os.rename(tmp, path)
-                self.must("daemon-reload")
-                self.result["unit_written"] = path
-        if not os.path.lexists(os.path.join(p["unit_dir"], "multi-user.target.wants", unit)):
-            changed = True
-            if not check:
-                self.must("enable", unit)
+        wants = os.path.join(p["unit_dir"], "multi-user.target.wants", unit)
+        written = False
+        try:
+            if current != text:
+                changed = True
+                if not check:
+                    self.write_unit(path, text)
+                    written = True
+                    self.must("daemon-reload")
+                    self.result["unit_written"] = path
+            if not os.path.lexists(wants):
+                changed = True
+                if not check:
+                    self.must("enable", unit)
+        except WaitError as e:
+            if not written:
+                raise
+            raise WaitError("%s; %s" % (e, self.take_back_unit(path, current, wants, watcher_new)))
         self.result["unit"] = unit
         return changed
+
+    def write_unit(self, path, text):
+        tmp = "%s.%s.tmp" % (path, secrets.token_hex(4))
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        with os.fdopen(fd, "w") as fh:
+            os.fchmod(fh.fileno(), 0o644)
+            fh.write(text)
+        os.rename(tmp, path)
+
+    def take_back_unit(self, path, previous, wants, watcher_new):
+        """Undo this run's unit write after a failed daemon-reload or enable; says what it did."""
+        undone = []
+        try:
+            if previous is None:
+                os.unlink(path)
+                undone.append("removed %s (there was none before)" % path)
+                if os.path.islink(wants) and os.path.join(os.path.dirname(wants), os.readlink(wants)) == path:
+                    os.unlink(wants)
+                    undone.append("removed %s" % wants)
+                if watcher_new:
+                    wdir = os.path.join(self.run_dir, WATCHER_DIR)
+                    for fname in sorted(watcher_files()):
+                        if os.path.lexists(os.path.join(wdir, fname)):
+                            os.unlink(os.path.join(wdir, fname))
+                    os.rmdir(wdir)
+                    undone.append("removed %s" % wdir)
+            else:
+                self.write_unit(path, previous)
+                undone.append("put the previous text of %s back" % path)
+        except OSError as e:
+            return "taking it back failed (%s): %s is left as written" % (e.strerror or e, path)
+        rc, _out, _err = self.systemctl("daemon-reload")
+        host = "the host is as before" if previous is None else "the unit is as before"
+        return "%s%s. Nothing was launched." % (", ".join(undone) + ": " + host,
+                                                "" if rc == 0 else " (but systemctl daemon-reload failed again)")
 
     def must(self, *args):
         rc, _out, err = self.systemctl(*args)
@@ -1505,10 +1687,11 @@ class ModelWaiter(object):
             raise WaitError("systemctl %s failed (rc=%s): %s" % (" ".join(args), rc, (err or "").strip()[-300:]))
 
     def launch_service(self, parts, fp):
-        """Write the watcher's config (0600: it holds the secrets), bring the unit up to date and start it without
+        """Write the watcher's config (0600: it holds the secret_environment values, never the API key, which the
+        watcher reads from the server's own --config file), bring the unit up to date and start it without
         blocking (a Type=notify start blocks until READY=1); then wait on the watcher's status file."""
+        self.sync_service()  # first: a failed daemon-reload or enable takes back what it wrote, and nothing else was
         token = self.supervisor_config(parts, fp)
-        self.sync_service()
         unit = unit_name(self.p["name"])
         self.systemctl("reset-failed", unit)  # a unit that hit its start limit refuses a start until reset
         self.must("start", "--no-block", unit)
@@ -1589,7 +1772,7 @@ class ModelWaiter(object):
         if rep.get("log_crash"):
             r["log_crash"] = rep["log_crash"]
             crash = rep["log_crash"]
-            self.module.warn("the log shows %s at line %s (%s), but the server is alive and answering: nothing was "
+            self.warn("the log shows %s at line %s (%s), but the server is alive and answering: nothing was "
                              "stopped" % (crash.get("class"), crash.get("lineno"), (crash.get("line") or "").strip()[:160]))
         return r
 
@@ -1889,7 +2072,7 @@ class ModelWaiter(object):
                                tail_lines=self.p["log_tail_lines"], msg=self.result.get("msg"))
         self.result.update(fields)
         if note:
-            self.module.warn(note)
+            self.warn(note)
         return self.result
 
     def stop_after_failure(self, state):
@@ -1917,23 +2100,42 @@ class ModelWaiter(object):
             show = self.systemctl.show(unit_name(self.p["name"]))
             enabled = show.get("UnitFileState") == "enabled"
             if show.get("ActiveState", "inactive") in ("inactive", "failed") and not enabled and state is None:
+                if not self.module.check_mode and self.forget_watcher_config():
+                    self.result["changed"] = True
                 return self.result
             if self.module.check_mode:
                 self.result.update(changed=True, msg="would stop and disable %s" % unit_name(self.p["name"]))
                 return self.result
             self._stop(state or {"pid": None, "unverified": True}, disable=True)
+            self.forget_watcher_config()
             self.result.update(changed=True, pid=(state or {}).get("pid"), unit=unit_name(self.p["name"]))
             return self.result
         if state is None:
+            if not self.module.check_mode and self.forget_watcher_config():
+                self.result["changed"] = True
             return self.result
         if self.module.check_mode:
             self.result["changed"] = True
             self.result["msg"] = "would stop PID %s" % state.get("pid") if ours else "would remove stale run state"
             return self.result
         self._stop(state)
+        self.forget_watcher_config()
         self.result["changed"] = True
         self.result["pid"] = state.get("pid")
         return self.result
+
+    def forget_watcher_config(self):
+        """``state: stopped``: the watcher program's config (``<name>.watcher.json``, the secret_environment values)
+        goes with the server, so that no file of the run dir holds a secret once it is stopped. A later start
+        writes it again. Returns whether there was one."""
+        fname = sglang_watcher.CONFIG % self.p["name"]
+        try:
+            there = os.path.lexists(os.path.join(self.run_dir, fname))
+            sglang_proc.remove_file(self.run_dir, fname)
+            return there
+        except (OSError, sglang_proc.UntrustedState) as e:
+            raise WaitError("the server is stopped, but %s/%s (it holds the server's secret environment) could not be "
+                            "removed: %s" % (self.run_dir, sglang_watcher.CONFIG % self.p["name"], e))
 
 
 def argument_spec():
@@ -1993,11 +2195,14 @@ def main(**inject):
         waiter.unlock()
         os._exit(0)  # nobody reads the result; the server goes on (see check_caller)
     except WaitError as e:
-        module.fail_json(msg=str(e), **waiter.result)
+        module.fail_json(msg=operator_text(str(e)), **operator_text(waiter.result))
     except (IOError, OSError) as e:
-        module.fail_json(msg="%s: %s" % (type(e).__name__, e), **waiter.result)
+        module.fail_json(msg=operator_text("%s: %s" % (type(e).__name__, e)), **operator_text(waiter.result))
     finally:
         waiter.unlock()
+    # Every string of the result may quote the server's log or a process's command line (a client's text): what
+    # reaches the operator's terminal has its control characters escaped.
+    result = operator_text(result)
     if result.pop("failed", False):
         msg = result.pop("msg")
         module.fail_json(msg=msg, **result)

@@ -451,6 +451,12 @@ class LogClassifier(object):
         self.shards = None  # (done, total)
         self.crash = None
         self.dismissed = []  # crashes set aside by dismiss_crash()
+        # Raw request echoes (see _ECHO_MULTI: older SGLang wrote the prompt raw, so from the line after it a client
+        # can write any line shape, prefix included): the line numbers where one began. A crash at or after one may be
+        # the client's text; a later crash then supersedes it (the latest crash before a death explains the death),
+        # and the explanation of a death says its class is uncertain (class_uncertain()).
+        self.raw_echoes = []
+        self.superseded = []  # crashes set aside because a later one came after a raw echo (first first)
         self.ready = None
         self.settled = False  # crash class will not change any more
         self.lineno = 0  # count of "\n"-terminated lines seen (what `sed -n Np` shows)
@@ -681,7 +687,12 @@ class LogClassifier(object):
         if _ECHO.match(body):
             # only a dataclass repr (GenerateReqInput(..., text='...', ...)) can run over several physical lines (older
             # SGLang wrote its text raw); "Receive OpenAI: obj={...}" and the JSON form are one line each
-            self._echo = _echo_left(body) if _ECHO_MULTI.match(body) else None
+            if _ECHO_MULTI.match(body):
+                self._echo = _echo_left(body)
+                if len(self.raw_echoes) < 1000:
+                    self.raw_echoes.append(lineno)
+            else:
+                self._echo = None
             self._echo_last = True
             return
         self._echo_last = False
@@ -851,6 +862,10 @@ class LogClassifier(object):
         elif not blk.headed and blk.exception and not unterminated:
             fatal_line = (blk.exception[0], blk.exception[1])
         cls = self._classify_block(blk, exc_text)
+        if (self.crash is not None and fatal_line is not None and blk.start_lineno > self.crash["lineno"]
+                and not (blk.launcher and not blk.scheduler_frame and not blk.scheduler_header)
+                and self._supersede()):
+            pass  # a later, separate traceback after a crash a client could have written: it explains instead
         if self.crash is None:
             if fatal_line is None:
                 return  # a traceback something recovered from (or a warning): not a crash
@@ -934,6 +949,9 @@ class LogClassifier(object):
             return  # a client's bind error after ready is not ours
         if self.stopping is not None and cls in _STOP_CONSEQUENCES:
             return  # the teardown after a stop: children gone, the launcher's SIGQUIT, a shell's "Killed"
+        if (self.crash is not None and final and cls not in ("child_sigquit", "killed") and self._block is None
+                and lineno > self.crash["lineno"] and self.settled):
+            self._supersede()  # a definite signature of its own after a crash a client could have written
         if self.crash is None:
             self._decide(line, lineno, cls, final)
         elif not self.settled and cls != self.crash["class"] and (
@@ -975,6 +993,27 @@ class LogClassifier(object):
         if self.crash is not None and not self.settled:
             self.settled = True
         return self
+
+    def crash_after_raw_echo(self, crash=None):
+        """The line number of the first raw request echo at or before ``crash``'s deciding line (the current crash by
+        default), or None: from that echo on, a client's prompt can have written any line, so no framing rule tells
+        its lines from SGLang's and the crash's class is uncertain."""
+        crash = crash if crash is not None else self.crash
+        if crash is None or not self.raw_echoes or self.raw_echoes[0] > crash["lineno"]:
+            return None
+        return self.raw_echoes[0]
+
+    def _supersede(self):
+        """A later crash came after one that a raw echo's client could have written: set the earlier aside
+        (``superseded``) so that the later one decides, and is explained. Only while no orderly stop is under
+        way. Returns whether it did."""
+        if self.crash is None or self.stopping is not None or self.crash_after_raw_echo() is None:
+            return False
+        self.superseded.append(self.crash)
+        self.crash = None
+        self.settled = False
+        self.state = "ready" if self.ready is not None else "loading"
+        return True
 
     def dismiss_crash(self):
         """Set the current crash aside (the server outlived it: evidence says it was not its death) and look for

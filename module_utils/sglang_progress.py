@@ -16,11 +16,14 @@ plugin to print its lines.
   process's user, writable by no one else, written atomically.
 * :func:`progress_line`: one line per host, e.g.
   ``blackwell-01 | loading weights 41/64 shards | 4m12s elapsed | ETA ~2m50s (last load 9m58s)``.
+* :func:`operator_text`: text (or a result's strings) with every control character escaped, the one function
+  through which log and client text leaves for the operator's terminal.
 """
 
 from __future__ import annotations
 
 import json
+import re
 import time
 
 try:
@@ -41,6 +44,32 @@ _WORDS = {
     "warmup": "warming up",
     "ready": "ready",
 }
+
+
+# ------------------------------------------------------------------ what reaches the operator's terminal
+# C0 controls (ESC, CR, BEL, backspace, NUL, tab and newline too), DEL and the C1 controls (U+0080-U+009F, CSI among
+# them). Printable Unicode stays as it is.
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
+
+
+def _escape_char(m):
+    return "\\x%02x" % ord(m.group())
+
+
+def operator_text(value):
+    """``value`` safe to show on the operator's terminal: every control character of a string escaped as ``\\xNN``
+    (ESC becomes ``\\x1b``, CR ``\\x0d``), so that a prompt echoed into the server's log cannot clear the screen,
+    set the window title, overwrite a line with a carriage return or forge Ansible's own output. Lists, tuples and
+    dict values are escaped item by item (a traceback, a log tail, a whole module result); other values are
+    returned as they are. Idempotent: what it returns holds no control character (a backslash is left alone, so an
+    escaped text escapes to itself)."""
+    if isinstance(value, str):
+        return _CONTROL.sub(_escape_char, value) if _CONTROL.search(value) else value
+    if isinstance(value, (list, tuple)):
+        return [operator_text(v) for v in value]
+    if isinstance(value, dict):
+        return dict((k, operator_text(v)) for k, v in value.items())
+    return value
 
 
 # ------------------------------------------------------------------ words
@@ -108,7 +137,7 @@ def progress_line(host, progress):
         parts.append("no ETA yet (first load)")
     else:
         parts.append("no ETA (last load %s)" % duration_text(last))
-    return " | ".join(parts)
+    return operator_text(" | ".join(parts))
 
 
 # ------------------------------------------------------------------ ETA

@@ -10,7 +10,9 @@ Standard library only (``wait_for_model`` is their one user).
 from __future__ import annotations
 
 import os
+import re
 import select
+import stat
 import sys
 
 from ansible.module_utils import sglang_log, sglang_proc, sglang_progress, sglang_redact, sglang_watch, sglang_watcher
@@ -22,6 +24,17 @@ SHOW_EVERY = 1.0  # s between two looks at the unit (systemctl show) while waiti
 SERVICE_TIMEOUT_MARGIN = 30.0
 UNIT_PROPS = ("ActiveState", "SubState", "Result", "MainPID", "NRestarts", "ExecMainStatus", "StatusText",
               "InvocationID", "UnitFileState")
+# What the module asks systemd about a unit of our name before it writes or stops anything (unit_refusal).
+CHECK_PROPS = ("FragmentPath", "DropInPaths", "Transient", "LoadState", "UnitFileState", "ActiveState")
+# Every directory systemd (as PID 1, system manager) reads units and drop-ins from, highest priority first
+# (systemd.unit(5), "System Unit Search Path"; /lib/systemd/system where /lib is not /usr/lib). A unit of our
+# name in any of them, or a drop-in for it, is looked for on disk too: systemd may not have loaded it yet.
+UNIT_DIRS = ("/etc/systemd/system.control", "/run/systemd/system.control", "/run/systemd/transient",
+             "/run/systemd/generator.early", "/etc/systemd/system", "/run/systemd/system", "/run/systemd/generator",
+             "/usr/local/lib/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system",
+             "/run/systemd/generator.late")
+# The unit's second line: which deployment (sglang_proc.deployment_name, the run dir's real path) owns it.
+DEPLOYMENT_PREFIX = "# eagle-deploy deployment: "
 
 
 def module_source(mod):
@@ -49,12 +62,19 @@ def unit_name(name):
     return "sglang-%s.service" % name
 
 
+def deployment_line(name, run_dir):
+    """The unit's second line: the deployment (name + run dir) that owns it."""
+    return "%s%s run_dir=%s" % (DEPLOYMENT_PREFIX, sglang_proc.deployment_name(name, run_dir), os.path.realpath(run_dir))
+
+
 def unit_text(name, python, program, run_dir, stall_timeout, stop_timeout):
     """The unit that runs the watcher program (which runs the server): ``Type=notify``, READY=1 once a generation
-    answered, the start extended while the log moves, no restart of a start that failed (exit 78)."""
+    answered, the start extended while the log moves, no restart of a start that failed (exit 78). Its first line is
+    the mark, its second the deployment that owns it."""
     start = "infinity" if not stall_timeout else "%ds" % (stall_timeout + 60)
     return "\n".join([
         UNIT_MARK + " Changes here are replaced on its next run.",
+        deployment_line(name, run_dir),
         "[Unit]",
         "Description=SGLang server %s (eagle-deploy watcher)" % name,
         "After=network-online.target",
@@ -80,6 +100,140 @@ def unit_text(name, python, program, run_dir, stall_timeout, stop_timeout):
         "WantedBy=multi-user.target",
         "",
     ])
+
+
+def exec_words(value):
+    """The words of an ExecStart= value written by systemd_quote (double-quoted, backslash escapes, %%)."""
+    words = []
+    for m in re.finditer(r'"((?:[^"\\]|\\.)*)"', value):
+        words.append(re.sub(r"\\(.)", r"\1", m.group(1)).replace("%%", "%"))
+    return words
+
+
+def unit_owner(text):
+    """(deployment, run_dir) recorded in a unit's text, or None when eagle-deploy did not write it (no mark on the
+    first line). A unit of ours written before the deployment line was added names its run dir and name in ExecStart
+    (``<python> -I <run_dir>/watcher/sglang_watcher.py <run_dir> <name>``): its deployment is read from there."""
+    lines = text.split("\n")
+    if not lines[0].startswith(UNIT_MARK):
+        return None
+    if len(lines) > 1 and lines[1].startswith(DEPLOYMENT_PREFIX):
+        deployment, sep, run_dir = lines[1][len(DEPLOYMENT_PREFIX):].partition(" run_dir=")
+        return (deployment, run_dir) if sep and deployment and run_dir else None
+    for line in lines:
+        if line.startswith("ExecStart="):
+            words = exec_words(line[len("ExecStart="):])
+            if len(words) == 5 and words[1] == "-I" and words[2] == os.path.join(words[3], WATCHER_DIR, "sglang_watcher.py"):
+                return sglang_proc.deployment_name(words[4], words[3]), os.path.realpath(words[3])
+    return None
+
+
+def dropin_dirs(unit):
+    """The drop-in directory names systemd reads for ``unit``: its own ``<unit>.d``, one per dash prefix
+    (``sglang-.service.d`` for every sglang-* unit) and the type's ``service.d`` (systemd.unit(5))."""
+    base, dot, suffix = unit.rpartition(".")
+    names = ["%s.d" % unit]
+    parts = base.split("-")
+    for i in range(len(parts) - 1, 0, -1):
+        names.append("%s-.%s.d" % ("-".join(parts[:i]), suffix))
+    names.append("%s.d" % suffix)
+    return names
+
+
+def read_regular(path, limit=1 << 16):
+    """A regular file's text (never through a symlink), or None (a symlink, not a regular file, unreadable)."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        return os.read(fd, limit).decode("utf-8", "replace")
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def unit_files_on_disk(unit, dirs):
+    """[(path, text)] of what systemd would read for ``unit`` from ``dirs``: a unit file of that name in each (text:
+    its content, None when it is not a regular file: a symlink (masked, linked) or unreadable) and every drop-in
+    (``*.conf`` in each of dropin_dirs(unit); text None). Reads only."""
+    found = []
+    for d in dirs:
+        path = os.path.join(d, unit)
+        if os.path.lexists(path):
+            found.append((path, read_regular(path)))
+        for name in dropin_dirs(unit):
+            ddir = os.path.join(d, name)
+            try:
+                entries = sorted(os.listdir(ddir))
+            except (FileNotFoundError, NotADirectoryError):
+                continue
+            except OSError:
+                found.append((ddir, None))  # a drop-in dir we cannot read: it may hold anything
+                continue
+            found.extend((os.path.join(ddir, e), None) for e in entries if e.endswith(".conf"))
+    return found
+
+
+def is_dropin(path):
+    """A drop-in file (in a ``*.d`` dir) or a drop-in dir itself."""
+    return path.endswith(".d") or os.path.basename(os.path.dirname(path)).endswith(".d")
+
+
+def unit_refusal(unit, show, found, our_path, deployment, run_dir):
+    """Why the unit ``unit`` cannot be written, started or stopped by this deployment, or None when it may.
+
+    show: ``systemctl show -p CHECK_PROPS unit`` (parse_show); found: unit_files_on_disk(); our_path: where we write
+    it; deployment, run_dir: ours (sglang_proc.deployment_name, the run dir's real path). It may: nothing of that
+    name anywhere, or only our own file (our mark, our deployment) at our_path, loaded from there, without drop-ins
+    and not transient. Otherwise the message names each file and says what to fix."""
+    problems = {}  # path -> why (each file named once)
+    fix = "choose another name for this deployment (name), or remove that unit yourself"
+    other = None
+    ours_on_disk = False
+    for path, text in found:
+        if is_dropin(path):
+            problems[path] = "%s is a drop-in for %s that eagle-deploy did not write (it writes none)" % (path, unit)
+            continue
+        if path != our_path:
+            problems[path] = "%s is a unit of that name that eagle-deploy did not write" % path
+            continue
+        owner = unit_owner(text) if text is not None else None
+        if text is None:
+            problems[path] = "%s is not a regular file (a symlink: masked or linked, or unreadable)" % path
+        elif owner is None:
+            problems[path] = "%s exists and was not written by eagle-deploy (its first line is not %r)" % (path, UNIT_MARK)
+        elif owner != (deployment, run_dir):
+            other = owner
+            problems[path] = ("%s belongs to another deployment of this name: run_dir %s (deployment %s), not this "
+                              "one's run_dir %s" % (path, owner[1], owner[0], run_dir))
+        else:
+            ours_on_disk = True
+    fragment = show.get("FragmentPath") or ""
+    if show.get("Transient") == "yes":  # (says more than the disk's "did not write" of the same file)
+        problems[fragment or unit] = ("%s is a transient unit (systemd-run --unit) that eagle-deploy did not make, "
+                                      "its file %s" % (unit, fragment or "?"))
+    elif show.get("LoadState") == "masked":
+        problems[fragment or unit] = "%s is masked (%s)" % (unit, fragment or "?")
+    elif fragment and fragment != our_path:
+        problems.setdefault(fragment, "systemd loads %s from %s, a unit eagle-deploy did not write" % (unit, fragment))
+    elif not ours_on_disk and show.get("ActiveState") not in (None, "", "inactive", "failed"):
+        problems.setdefault(fragment or unit, "%s is %s but its file %s is gone: stop it yourself (systemctl stop %s)"
+                            % (unit, show.get("ActiveState"), fragment or "?", unit))
+    for path in (show.get("DropInPaths") or "").split():
+        problems.setdefault(path, "%s is a drop-in for %s that eagle-deploy did not write (it writes none)" % (path, unit))
+    if not problems:
+        return None
+    if other is not None and len(problems) == 1:
+        fix = ("two deployments of one name cannot share %s: choose another name for this deployment (name), or stop "
+               "and remove the other one first (playbooks/stop.yml with run_dir %s)" % (unit, other[1]))
+    elif all(is_dropin(p) for p in problems):
+        fix = "remove the drop-in(s) and run systemctl daemon-reload, or choose another name for this deployment (name)"
+    return "%s cannot be this deployment's unit: %s. Fix: %s. Nothing was stopped or launched." % (
+        unit, "; ".join(problems[p] for p in problems), fix)
 
 
 def parse_show(text):

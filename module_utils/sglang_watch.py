@@ -514,6 +514,22 @@ def evidence_text(verdict, rc, died, health, candidates, timeout, stall_timeout)
     return "not healthy after %d s" % timeout
 
 
+def uncertain_class(clf, crash):
+    """Why the class of a crash is uncertain (a sentence), or None: a raw request echo (older SGLang's
+    ``--log-requests``) came at or before its deciding line, and from there on a client's prompt can write any line,
+    timestamp prefix included. The class is then the latest crash the log shows before the death (the one written
+    closest to the evidence), never an earlier one a prompt could have forged."""
+    first = clf.crash_after_raw_echo(crash) if hasattr(clf, "crash_after_raw_echo") else None
+    if first is None:
+        return None
+    earlier = len(getattr(clf, "superseded", ()))
+    return ("The class is uncertain: a raw request echo (line %d, --log-requests of an older SGLang) came before the "
+            "deciding line (line %d), and a client's prompt can write any line there, so no rule tells its lines from "
+            "the server's; the class is taken from the latest crash before the death%s"
+            % (first, crash["lineno"], " (%d earlier crash line%s set aside)" % (earlier, "" if earlier == 1 else "s")
+               if earlier else ""))
+
+
 def explain(verdict, clf, state, elapsed, rc, died, attached, watch_mode=False, health=None, candidates=None,
             timeout=0, stall_timeout=0, tail_lines=40, msg=None):
     """The result fields of a verdict (``failed: True`` on a failure) and a warning to show (or None): what the
@@ -573,6 +589,11 @@ def explain(verdict, clf, state, elapsed, rc, died, attached, watch_mode=False, 
         cls = "timeout"
         hint = ("not healthy after %d s (phase '%s'); raise timeout if the load is just slow"
                 % (timeout, s["phase"]))
+    if crash is not None:
+        uncertain = uncertain_class(clf, crash)
+        if uncertain:
+            r["class_uncertain"] = True
+            hint = "%s. %s" % (hint, uncertain)
     if died is not None:
         r["dead_child_pid"] = died[0]
     r["evidence"] = evidence_text(verdict, rc, died, health, candidates or {}, timeout, stall_timeout)

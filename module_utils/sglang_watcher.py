@@ -10,8 +10,9 @@ Standard library only, plus the module_utils it is installed with (``wait_for_mo
 ``<run_dir>/watcher/``, root-owned). It:
 
 * reads its configuration from ``<run_dir>/<name>.watcher.json`` (written by ``wait_for_model``, 0600, trusted only
-  through the root-owned run dir): the server's argv, environment (secrets included), user, working directory, log
-  dir, health URL and the wait's numbers;
+  through the root-owned run dir): the server's argv, environment (the secret environment included), user, working
+  directory, log dir, health URL and the wait's numbers; never the API key, which it reads from the server's own 0600
+  ``--config`` file (``api_key_file``: its path and the key line's name) for its health header and redaction list;
 * starts SGLang as its child, as the service user, in a session of its own, its output through a pipe;
 * writes that output into the attempt's log ``<log_dir>/<name>_r<N>.log`` with every secret replaced by ``***``
   (``sglang_redact.Redactor``), and the same redacted lines to its own stdout (the journal);
@@ -38,6 +39,7 @@ import pwd
 import secrets
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import threading
@@ -69,6 +71,52 @@ STATUS = "%s.status.json"
 SERVE_POLL = 0.5  # s between looks at a serving server's processes
 SERVE_HEALTH_INTERVAL = 10.0  # s between health requests to a serving server (each /health_generate is a generation)
 EXTEND_EVERY = 5.0  # s at least between two EXTEND_TIMEOUT_USEC (each one counts from when it is received)
+
+
+API_KEY_NAMES = ("api_key", "api-key")  # how SGLang's --config file may name the key (the role writes api-key)
+CONFIG_FILE_MAX = 1 << 20
+
+
+def config_file_of(argv):
+    """The server's ``--config <file>`` (or ``--config=<file>``) in argv, the last one; None without one."""
+    path = None
+    for i, arg in enumerate(argv or ()):
+        if arg == "--config" and i + 1 < len(argv):
+            path = argv[i + 1]
+        elif arg.startswith("--config="):
+            path = arg[len("--config="):]
+    return path
+
+
+def read_config_secret(path, names=API_KEY_NAMES):
+    """(name, value) of the first ``<name>: <JSON value>`` line of SGLang's ``--config`` file whose name is one of
+    ``names`` (the role's 0600 file of ``key: <JSON value>`` lines; a plain YAML scalar is taken as it is, without
+    a trailing comment), or None when no such line is there. The file is opened without following a symlink
+    (O_NOFOLLOW) and must be a regular file of at most 1 MiB. Raises OSError (ValueError for a file that is not one).
+    The API key's one copy on disk lives there: the watcher program reads it from there at every start."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_NONBLOCK", 0))
+    try:
+        st = os.fstat(fd)
+        if not stat.S_ISREG(st.st_mode) or st.st_size > CONFIG_FILE_MAX:
+            raise ValueError("%s is not a regular file of at most 1 MiB" % path)
+        data = os.read(fd, CONFIG_FILE_MAX + 1).decode("utf-8", "replace")
+    finally:
+        os.close(fd)
+    for line in data.splitlines():
+        name, sep, rest = line.partition(":")
+        if not sep or name.strip() != name or name not in names:
+            continue
+        rest = rest.strip()
+        try:
+            value = json.loads(rest)
+        except ValueError:
+            value = rest.split(" #", 1)[0].strip()
+            if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
+                value = value[1:-1]
+        if value is None:
+            continue
+        return name, value if isinstance(value, str) else json.dumps(value)
+    return None
 
 
 def exit_status(verdict, ready):
@@ -168,7 +216,27 @@ class Watcher(object):
             raise SystemExit("sglang-watcher: %s/%s is missing or not JSON: run the playbook (wait_for_model writes "
                              "it)" % (self.run_dir, CONFIG % self.name))
         self.cfg = cfg
+        self.take_api_key(cfg)
         return cfg
+
+    def take_api_key(self, cfg):
+        """The API key from the server's own 0600 ``--config`` file (``api_key_file``: its path and the key's
+        name; wait_for_model never writes the key into this program's config): the health request's bearer header
+        and one more secret the log never shows."""
+        source = cfg.get("api_key_file")
+        if not source:
+            return
+        try:
+            found = read_config_secret(source["path"], (source.get("key"),) if source.get("key") else API_KEY_NAMES)
+        except (OSError, ValueError) as e:
+            raise SystemExit("sglang-watcher: cannot read the API key from %s: %s" % (source.get("path"), e))
+        if found is None or not found[1]:
+            raise SystemExit("sglang-watcher: %s has no %s line: run the playbook (the role writes the key there)"
+                             % (source.get("path"), source.get("key") or "api_key"))
+        key = found[1]
+        cfg["headers"] = dict(cfg.get("headers") or {}, Authorization="Bearer %s" % key)
+        if key not in (cfg.get("secrets") or []):
+            cfg["secrets"] = list(cfg.get("secrets") or []) + [key]
 
     def user(self):
         name = self.cfg.get("user")
@@ -246,7 +314,9 @@ class Watcher(object):
             sys.stderr.write("sglang-watcher: cannot write the status file: %s\n" % e)
 
     def say(self, text):
-        sys.stderr.write("sglang-watcher: %s\n" % text)
+        """A line of the watcher's own into the journal; it may quote the server's log (a client's prompt): its
+        control characters escaped (sglang_progress.operator_text)."""
+        sys.stderr.write("sglang-watcher: %s\n" % sglang_progress.operator_text(text))
         sys.stderr.flush()
 
     # ---------------------------------------------------------------- run

@@ -17,6 +17,15 @@ where it must (a state that never comes) raises: side_effect fails, loudly.
               (exit 69) until its start limit, then stays `failed`.
   crash_load  deployment `crashload`: kill -9 of a scheduler while it loads: exit 78, `failed` at once, never
               restarted; the playbook fails naming the class.
+  second_deployment  a second deployment of the name `sglang` (run dir RUN_DIR2): wait_for_model (check mode,
+              then for real) is refused naming the unit file and the first one's run dir; the first serves on,
+              untouched (same MainPID, InvocationID, unit file), nothing is written into RUN_DIR2.
+  foreign_unit  a unit sglang-stranger.service that we did not write, in /run/systemd/system, running: refused
+              naming its file; it runs on unchanged, no unit of ours is written. Removed afterwards.
+  transient   a transient unit from `systemd-run --unit sglang-transient`: refused naming its file; it runs on.
+  dropin      a foreign drop-in in /etc/systemd/system/sglang-sglang.service.d/ (daemon-reload done): a start and
+              playbooks/stop.yml on `sglang` are refused naming it; the server serves on untouched. Removed
+              afterwards.
 
 Usage: cases.py HOST [CASE...]   (every case, in order, by default)
 """
@@ -283,6 +292,106 @@ def case_crash_load(host):
                         "journal": host.probe("journal", unit_of(name))[0]})
 
 
+# ------------------------------------------------------------------ units that are not this deployment's: refused
+RUN_DIR2, LOG_DIR2 = "/var/lib/eagle-deploy/run2", "/var/log/sglang2"
+
+
+def sh(host, *argv, check=True):
+    """A command inside the host (podman exec): (rc, stdout)."""
+    r = subprocess.run(["podman", "exec", host.name, *argv], capture_output=True, timeout=120, check=False)
+    if check and r.returncode != 0:
+        raise CaseError("%s: rc=%s %s" % (" ".join(argv), r.returncode, r.stderr.decode(errors="replace")[-1000:]))
+    return r.returncode, r.stdout.decode(errors="replace")
+
+
+def file_state(host, path):
+    """sha256 and mode of a file inside the host, None when absent."""
+    rc, out = sh(host, "sh", "-c", "test -e %s && sha256sum %s && stat -c %%a %s" % (path, path, path), check=False)
+    return out.split()[0::2] if rc == 0 else None
+
+
+def call(host, label, args, check=False):
+    """wait_for_model once (module_call.yml); its result as recorded."""
+    rec = os.path.join(OUT, "%s.result.json" % label)
+    if os.path.exists(rec):
+        os.unlink(rec)
+    evars = {"eagle_call": args, "eagle_check": check}
+    run = playbook(host, label, os.path.join(SCENARIO, "module_call.yml"), evars, record=rec)
+    run["result"] = _read_json(rec)
+    if run["result"] is None:
+        raise CaseError("%s recorded no result: %s" % (label, run["tail"][-1500:]))
+    return run
+
+
+def emulator_args(name, port, run_dir=RUN_DIR, log_dir="/var/log/sglang"):
+    return {"name": name, "port": port, "run_dir": run_dir, "log_dir": log_dir, "run_as": "sglang",
+            "argv": ["/opt/sglang/venv/bin/sglang-emulator", "--emulator-scenario", "normal", "--port", str(port)]}
+
+
+def main_server(host):
+    """What must not change while a refused run acts: the main deployment's unit, its file, its answer."""
+    u = host.show("sglang")
+    return {"unit": {k: u.get(k) for k in ("ActiveState", "SubState", "MainPID", "InvocationID", "NRestarts")},
+            "file": file_state(host, "/etc/systemd/system/sglang-sglang.service"),
+            "health": host.sample("sglang", 30000, 0)[-1]["health_generate"]}
+
+
+def case_second_deployment(host):
+    sh(host, "install", "-d", "-m", "0755", "-o", "root", "-g", "root", RUN_DIR2, LOG_DIR2)
+    before = main_server(host)
+    args = emulator_args("sglang", 30010, RUN_DIR2, LOG_DIR2)
+    check = call(host, "second_deployment-check", args, check=True)
+    real = call(host, "second_deployment-run", args)
+    after = main_server(host)
+    save("second_deployment", {"before": before, "check": check, "run": real, "after": after,
+                               "run_dir2": sh(host, "ls", "-A", RUN_DIR2)[1].split(),
+                               "listening": host.listening(30010)})
+
+
+def stranger(host, name):
+    """The stranger as systemd and the disk show it."""
+    u = host.show(name)
+    return {"unit": {k: u.get(k) for k in ("ActiveState", "MainPID", "InvocationID", "FragmentPath")},
+            "ours": file_state(host, "/etc/systemd/system/%s" % unit_of(name))}
+
+
+def case_foreign_unit(host):
+    path = "/run/systemd/system/%s" % unit_of("stranger")
+    sh(host, "sh", "-c", "printf '[Unit]\nDescription=not ours\n[Service]\nExecStart=/bin/sleep infinity\n' > %s"
+       " && systemctl daemon-reload && systemctl start %s" % (path, unit_of("stranger")))
+    before = dict(stranger(host, "stranger"), file=file_state(host, path))
+    real = call(host, "foreign_unit-run", emulator_args("stranger", 30011))
+    after = dict(stranger(host, "stranger"), file=file_state(host, path))
+    save("foreign_unit", {"path": path, "before": before, "run": real, "after": after})
+    sh(host, "sh", "-c", "systemctl stop %s; rm -f %s; systemctl daemon-reload" % (unit_of("stranger"), path))
+
+
+def case_transient(host):
+    sh(host, "systemd-run", "--unit", unit_of("transient"), "/bin/sleep", "infinity")
+    before = stranger(host, "transient")
+    real = call(host, "transient-run", emulator_args("transient", 30012))
+    after = stranger(host, "transient")
+    save("transient", {"before": before, "run": real, "after": after})
+    sh(host, "systemctl", "stop", unit_of("transient"))
+
+
+def case_dropin(host):
+    ddir = "/etc/systemd/system/%s.d" % UNIT_MAIN
+    path = ddir + "/foreign.conf"
+    sh(host, "sh", "-c", "mkdir -p %s && printf '[Service]\nEnvironment=EAGLE_FOREIGN=1\n' > %s && "
+       "systemctl daemon-reload" % (ddir, path))
+    before = dict(main_server(host), dropin=file_state(host, path))
+    real = call(host, "dropin-run", dict(emulator_args("sglang", 30000), argv=["/bin/true", "changed"]))
+    stop = playbook(host, "dropin-stop", os.path.join(REPO, "playbooks", "stop.yml"), {"sglang_server_name": "sglang",
+                                                                                      "sglang_server_launcher": "systemd"})
+    after = dict(main_server(host), dropin=file_state(host, path))
+    save("dropin", {"path": path, "before": before, "run": real, "stop": stop, "after": after})
+    sh(host, "sh", "-c", "rm -rf %s && systemctl daemon-reload" % ddir)
+
+
+UNIT_MAIN = unit_of("sglang")
+
+
 def _read_json(path):
     try:
         with open(path) as fh:
@@ -291,7 +400,9 @@ def _read_json(path):
         return None
 
 
-CASES = {"reboot": case_reboot, "ssh_drop": case_ssh_drop, "crash": case_crash, "crash_load": case_crash_load}
+CASES = {"reboot": case_reboot, "ssh_drop": case_ssh_drop, "crash": case_crash, "crash_load": case_crash_load,
+         "second_deployment": case_second_deployment, "foreign_unit": case_foreign_unit, "transient": case_transient,
+         "dropin": case_dropin}
 
 
 def main(argv):

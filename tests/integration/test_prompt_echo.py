@@ -120,3 +120,121 @@ def test_a_prompt_that_forges_the_end_of_its_own_echo_is_reported_and_acts_on_no
         assert again.get("failed") is not True and again["pid"] == first["pid"], again
     finally:
         run_module("wait_for_model", {"name": "forge", "state": "stopped", "log_dir": log_dir, "run_dir": run_dir})
+
+
+# A prompt that reaches the operator's terminal if anything quotes it raw: clear the screen, set the window title
+# (OSC ... BEL), go back to the line's start and overwrite it, then a fake PLAY RECAP that says all went well.
+HOSTILE = ("hi', input_ids=None, sampling_params={})\n"
+           "[2026-12-03 09:24:19] Scheduler hit an exception: Traceback (most recent call last):"
+           "\x1b[2J\x1b[H\x1b]0;all good\x07\x08\x08\x7f\u009b31m\n"
+           '  File "/sgl/python/sglang/srt/managers/scheduler.py", line 2432, in run_scheduler_process\n'
+           "torch.OutOfMemoryError: CUDA out of memory.\x1b[2J\rPLAY RECAP ***\x1b[0m\n"
+           "\rlocalhost : ok=9 changed=0 unreachable=0 failed=0\n")
+CONTROLS = [chr(c) for c in range(0x20)] + ["\x7f"] + [chr(c) for c in range(0x80, 0xa0)]
+
+
+def _strings(value):
+    if isinstance(value, str):
+        yield value
+    elif isinstance(value, dict):
+        for v in value.values():
+            yield from _strings(v)
+    elif isinstance(value, (list, tuple)):
+        for v in value:
+            yield from _strings(v)
+
+
+def test_a_hostile_prompt_reaches_the_operator_with_its_control_characters_escaped(tmp_path):
+    # Raw echo: the prompt ends its own echo and writes SGLang-looking lines full of terminal control sequences. The
+    # watch names the forged crash (log_crash and a module warning that quotes the line) and returns the log tail:
+    # every string that reaches the operator shows ESC as \x1b, CR as \x0d, BEL as \x07, and no control character.
+    log_dir, run_dir = str(tmp_path / "logs"), str(tmp_path / "run")
+    os.makedirs(log_dir)
+    os.makedirs(run_dir, mode=0o755)
+    port = free_port()
+    argv = [TARGET_PYTHON, EMULATOR, "--port", str(port), "--log-requests", "--emulator-raw-request-log",
+            "--emulator-load-seconds", "0.2", "--emulator-capture-seconds", "0.1"]
+    health = "http://127.0.0.1:%d/health_generate" % port
+    try:
+        first = run_module("wait_for_model", {"name": "hostile", "state": "started", "argv": argv, "log_dir": log_dir,
+                                              "run_dir": run_dir, "health_url": health, "port": port, "timeout": 120})
+        assert first.get("failed") is not True, first
+        assert _generate(port, HOSTILE)["text"]
+        with open(os.path.join(log_dir, "hostile.log"), encoding="utf-8") as fh:
+            assert "\x1b[2J" in fh.read()  # the log itself keeps the bytes as they came
+        watched = run_module("wait_for_model", {"name": "hostile", "state": "watched", "log_dir": log_dir,
+                                                "run_dir": run_dir, "watch_time": 2, "log_offset": 0,
+                                                "stop_on_failure": True, "health_url": health, "log_tail_lines": 20})
+        assert watched.get("failed") is not True, watched
+        assert watched["log_crash"]["class"] == "cuda_oom", watched
+        warnings = " ".join(watched.get("warnings") or [])
+        assert "Scheduler hit an exception" in warnings and "\\x1b[2J\\x1b[H\\x1b]0;all good\\x07" in warnings
+        assert "\\x1b[2J\\x1b[H" in watched["msg"] and "\\x1b[2J" in watched["log_crash"]["line"]
+        assert any("\\x1b[2J\\x0dPLAY RECAP" in line or "PLAY RECAP ***\\x1b[0m" in line for line in watched["log_tail"])
+        for text in _strings(watched):
+            bad = [c for c in CONTROLS if c in text]
+            assert not bad, (bad, text)
+    finally:
+        run_module("wait_for_model", {"name": "hostile", "state": "stopped", "log_dir": log_dir, "run_dir": run_dir})
+
+
+@pytest.fixture(scope="module")
+def sglang_root(tmp_path_factory):
+    """An 'installed' sglang package dir holding the real 0.5.23 eagle_worker_v2.py and scheduler.py (the emulator's
+    eagle scenario reads them)."""
+    import zipfile
+    sys.path.insert(0, os.path.join(REPO, "tests", "unit"))
+    import sglang_src
+    root = tmp_path_factory.mktemp("site") / "sglang"
+    with zipfile.ZipFile(sglang_src.wheel_path("0.5.23")) as wheel:
+        for member in ("sglang/srt/speculative/eagle_worker_v2.py", "sglang/srt/managers/scheduler.py"):
+            target = root.parent / member
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(wheel.read(member))
+    return root
+
+
+def test_a_prompts_fake_traceback_never_names_a_real_death_and_the_class_is_called_uncertain(tmp_path, sglang_root):
+    # Raw echo (older SGLang): the prompt ends its own echo and writes a complete SGLang-looking scheduler traceback
+    # of another class (CUDA OOM). The same request really kills the server (the eagle scenario, unpatched: the
+    # first client decode dies with the AttributeError). The death is explained by the latest crash before it, the
+    # server's own, and the result says that the class is uncertain and why (a raw echo came before it).
+    forged = ("hi', input_ids=None, sampling_params={})\n"
+              "[2026-12-03 09:24:19 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+              '  File "/sgl/python/sglang/srt/managers/scheduler.py", line 2432, in run_scheduler_process\n'
+              "    scheduler.event_loop_overlap()\n"
+              "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 7.72 GiB.\x1b[2J\n")
+    log_dir, run_dir = str(tmp_path / "logs"), str(tmp_path / "run")
+    os.makedirs(log_dir)
+    os.makedirs(run_dir, mode=0o755)
+    port = free_port()
+    argv = [TARGET_PYTHON, EMULATOR, "--port", str(port), "--log-requests", "--emulator-raw-request-log",
+            "--emulator-scenario", "eagle", "--speculative-algorithm", "EAGLE3", "--emulator-sglang-root",
+            str(sglang_root), "--emulator-load-seconds", "0.2", "--emulator-capture-seconds", "0.1"]
+    health = "http://127.0.0.1:%d/health_generate" % port
+    try:
+        first = run_module("wait_for_model", {"name": "fake", "state": "started", "argv": argv, "log_dir": log_dir,
+                                              "run_dir": run_dir, "health_url": health, "port": port, "timeout": 120})
+        assert first.get("failed") is not True, first
+        offset = run_module("wait_for_model", {"name": "fake", "state": "watched", "log_dir": log_dir,
+                                               "run_dir": run_dir, "watch_time": 0, "log_offset": -1,
+                                               "health_url": health})["log_offset"]
+        with pytest.raises(Exception):
+            _generate(port, forged)  # the request that kills the server gets no answer
+        watched = run_module("wait_for_model", {"name": "fake", "state": "watched", "log_dir": log_dir,
+                                                "run_dir": run_dir, "watch_time": 5, "log_offset": offset,
+                                                "stop_on_failure": True, "health_url": health})
+        assert watched.get("failed") is True, watched
+        with open(os.path.join(log_dir, "fake.log"), encoding="utf-8") as fh:
+            logged = fh.read()
+        assert "CUDA out of memory" in logged  # the forged traceback is in the log, before the real one
+        assert logged.index("CUDA out of memory") < logged.index("'EAGLEWorkerV2' object has no attribute")
+        assert watched["crash_class"] != "cuda_oom", watched
+        assert "'EAGLEWorkerV2' object has no attribute 'spec_disable_batch_threshold'" in watched["crash_exception"]
+        assert "CUDA out of memory" not in watched["deciding_line"] + " ".join(watched["traceback"])
+        assert watched["class_uncertain"] is True
+        assert "The class is uncertain: a raw request echo" in watched["hint"] and "uncertain" in watched["msg"]
+        assert "1 earlier crash line set aside" in watched["hint"]
+        assert "\x1b" not in json.dumps(watched, ensure_ascii=False)
+    finally:
+        run_module("wait_for_model", {"name": "fake", "state": "stopped", "log_dir": log_dir, "run_dir": run_dir})

@@ -42,9 +42,28 @@ def test_blackwell_inventory_without_vault_key_is_refused():
 
 
 def test_blackwell_inventory_with_a_key_passes():
-    rc, check = validate("inventory/blackwell", "-e", "vault_sglang_api_key=s3cret-key")
+    rc, check = validate("inventory/blackwell", "-e", "vault_sglang_api_key=s3cret-key-0123456")
     assert rc == 0 and not check.get("failed"), check
-    assert "s3cret-key" not in json.dumps(check)
+    assert "s3cret-key-0123456" not in json.dumps(check)
+
+
+@pytest.mark.parametrize("key", ["abc", "s3cret-key", "fifteen-chars-x"])
+def test_a_key_shorter_than_16_characters_is_refused_and_never_shown(key):
+    rc, check = validate("inventory/blackwell", "-e", "vault_sglang_api_key=%s" % key)
+    assert rc != 0 and check.get("failed"), check
+    assert "sglang_server_api_key is %d characters long, shorter than 16" % len(key) in check["msg"]
+    assert "openssl rand -hex 24" in check["msg"]
+    assert key not in json.dumps(check)
+
+
+def test_a_secret_environment_value_too_short_to_mask_is_refused_by_name():
+    extra = json.dumps({"sglang_server_secret_environment": {"HF_TOKEN": "hf_0123456789abcdef", "FLAG": "1",
+                                                             "PIN": "x9z"}})
+    rc, check = validate("inventory/local", "-e", extra)
+    assert rc != 0 and check.get("failed"), check
+    assert "sglang_server_secret_environment: FLAG, PIN are 1-3 characters long" in check["msg"]
+    assert "sglang_server_environment" in check["msg"] and "HF_TOKEN" not in check["msg"]
+    assert "x9z" not in json.dumps(check)
 
 
 def test_explicit_opt_out_for_a_proxy_fronted_server_passes():

@@ -39,7 +39,8 @@ class Watched(object):
         self.messages = []
         self.proc = None
 
-    def start(self, scenario="normal", load=2.0, shards=4, stall=30, secrets=(), extra=(), **settings):
+    def start(self, scenario="normal", load=2.0, shards=4, stall=30, secrets=(), extra=(), api_key_file=None,
+              **settings):
         config = {
             "launch": "t1", "argv": [TARGET_PYTHON, EMULATOR, "--port", str(self.port), "--model-path", "/models/tiny",
                                      "--emulator-scenario", scenario, "--emulator-load-seconds", str(load),
@@ -53,6 +54,8 @@ class Watched(object):
                          "settle_time": 0.3, "stall_timeout": stall, "poll_interval": 0.1, "extend_timeout": 40},
         }
         config["settings"].update(settings)
+        if api_key_file is not None:
+            config["api_key_file"] = api_key_file
         sglang_proc.write_files(self.run_dir, ((sglang_watcher.CONFIG % "emu", json.dumps(config)),), mode=0o600)
         program = os.path.join(self.run_dir, "watcher", "sglang_watcher.py")
         env = {"PATH": os.environ["PATH"], "NOTIFY_SOCKET": self.sock_path}
@@ -216,3 +219,24 @@ def test_a_hang_is_stalled_and_may_be_retried(watched):
     rc, _out, err = watched.end(timeout=60)
     assert rc == sglang_watcher.EXIT_RESTARTABLE, err
     assert watched.status()["verdict"] == "stalled"
+
+
+def test_the_api_key_is_read_from_the_servers_config_file_for_health_and_redaction(watched, tmp_path):
+    # wait_for_model writes no API key into the watcher's config, only where it is: the server's 0600 --config file
+    # (the role writes "api-key: <JSON>"). The watcher reads it there: its health requests carry the bearer header
+    # (the server answers 401 without it, so "ready" proves it), and the log and the journal never show the key
+    # (the emulator logs its server_args, the key included, as SGLang does).
+    key = "sk-from-the-config-file-0123456789"
+    config = tmp_path / "sglang.yaml"
+    config.write_text('model-path: "/models/tiny"\napi-key: "%s"\n' % key)
+    os.chmod(str(config), 0o600)
+    watched.start(load=0.5, shards=2, extra=["--config", str(config)],
+                  api_key_file={"path": str(config), "key": "api-key"})
+    watched.notes("READY=1", 60)
+    assert key not in open(os.path.join(watched.run_dir, sglang_watcher.CONFIG % "emu")).read()
+    os.kill(watched.proc.pid, signal.SIGTERM)
+    rc, out, err = watched.end()
+    assert rc == sglang_watcher.EXIT_STOPPED
+    with open(watched.status()["log_path"]) as fh:
+        log = fh.read()
+    assert "api_key='***'" in log and key not in log and key not in out and key not in err

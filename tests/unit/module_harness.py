@@ -280,6 +280,12 @@ def run(world, check_mode=False, inject=None, **args):
         "port": free_port(),  # the real port check runs: never depend on what else listens here
     }
     params.update(args)
+    if params.get("api_key") and "argv" not in args:
+        # The role's 0600 --config file holds the key (its one copy on disk): the supervisor reads it from there.
+        config = os.path.join(os.path.dirname(world.log_dir), "sglang-%s.yaml" % os.path.basename(world.log_dir))
+        with open(os.open(config, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o600), "w") as fh:
+            fh.write('model-path: "/models/m"\napi-key: "%s"\n' % params["api_key"])
+        params["argv"] = [sys.executable, "-m", "sglang.launch_server", "--config", config]
     if check_mode:
         params["_ansible_check_mode"] = True
     with patch_module_args(params):

@@ -268,3 +268,15 @@ def test_the_host_defaults_to_the_address_without_an_inventory_name():
     h.task_vars = {}
     h.run()
     assert h.lines[0][1].startswith("10.0.0.1 | starting")
+
+
+def test_a_progress_line_shows_no_control_character_of_a_status():
+    """A step's status (from a status file, which quotes what a server printed) and the host name reach the
+    terminal with their control characters escaped: no ESC, CR or BEL gets through the printed line."""
+    answer, took = pending("loading_weights", 12.0)
+    answer["progress"]["status"] = "loading\x1b[2J\x1b]0;title\x07\rPLAY RECAP ok=1\x9b"
+    h = Harness([(answer, took), ready(20.0)], host="evil\x1b[31m")
+    h.run()
+    line = h.lines[0][1]
+    assert line == ("evil\\x1b[31m | loading\\x1b[2J\\x1b]0;title\\x07\\x0dPLAY RECAP ok=1\\x9b | 12s elapsed | "
+                    "no ETA yet (first load)")

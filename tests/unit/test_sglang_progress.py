@@ -328,3 +328,33 @@ def test_make_record_normalises():
     assert sp.make_record(True, 1, [], shards=0)["attempt"] is None
     assert sp.make_record(1, 1, [], shards=0)["shards"] is None
     assert sp.make_record(1, 1, [], shards=16)["shards"] == 16
+
+
+# ------------------------------------------------------------------ what reaches the operator's terminal
+@pytest.mark.parametrize("text, shown", [
+    ("plain ascii line", "plain ascii line"),
+    ("\x1b[2J\x1b[H", "\\x1b[2J\\x1b[H"),  # clear screen, cursor home
+    ("\x1b]0;owned\x07", "\\x1b]0;owned\\x07"),  # window title, ended by BEL
+    ("ok\rPLAY RECAP", "ok\\x0dPLAY RECAP"),  # carriage return: overwrite the line
+    ("ab\x08\x08xy\x7f", "ab\\x08\\x08xy\\x7f"),  # backspaces, DEL
+    ("a\x00b\tc\nd", "a\\x00b\\x09c\\x0ad"),  # NUL, tab, newline: C0 all
+    ("\u009b31m\u0085", "\\x9b31m\\x85"),  # C1: CSI, NEL
+    ("naïve — 日本語 😀 ä", "naïve — 日本語 😀 ä"),  # printable Unicode stays
+    ("\\x1b stays \\x1b", "\\x1b stays \\x1b"),  # already escaped: idempotent
+])
+def test_operator_text_escapes_every_control_character(text, shown):
+    assert sp.operator_text(text) == shown
+    assert sp.operator_text(shown) == shown
+
+
+def test_operator_text_escapes_a_result_item_by_item():
+    result = {"msg": "x\x1b[2J", "traceback": ["a\rb", "c"], "log_crash": {"line": "\x07", "lineno": 3},
+              "pid": 12, "failed": True, "phases": ("\x1b",), "none": None}
+    assert sp.operator_text(result) == {"msg": "x\\x1b[2J", "traceback": ["a\\x0db", "c"],
+                                        "log_crash": {"line": "\\x07", "lineno": 3}, "pid": 12, "failed": True,
+                                        "phases": ["\\x1b"], "none": None}
+
+
+def test_progress_line_escapes_control_characters():
+    line = sp.progress_line("h\x1b[2J", {"phase": "warmup", "status": "warming\rPLAY RECAP", "elapsed": 5})
+    assert line == "h\\x1b[2J | warming\\x0dPLAY RECAP | 5s elapsed | no ETA yet (first load)"

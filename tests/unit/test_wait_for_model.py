@@ -287,9 +287,9 @@ def test_api_key_is_sent_as_bearer_and_not_in_argv_or_env(world):
         seen.update(headers)
         return 200
     world.http = http
-    status, r = run(world, api_key="s3cret-key")
+    status, r = run(world, api_key="s3cret-key-0123456")
     assert status == "ok"
-    assert seen["Authorization"] == "Bearer s3cret-key"
+    assert seen["Authorization"] == "Bearer s3cret-key-0123456"
     assert all("s3cret" not in a for a in world.spawned[0]["argv"])
     assert all("s3cret" not in v for v in world.spawned[0]["env"].values())
 

@@ -52,14 +52,44 @@ def test_api_key_output_goes_through_the_log_writer(world):
     assert KEY not in json.dumps(state)
 
 
-def test_every_secret_is_handed_to_the_log_writer_and_a_short_one_is_warned_about(world):
-    status, r = run(world, api_key=KEY, secret_environment={"HF_TOKEN": "hf_abcdef", "FLAG": "1"},
-                    redact=["extra-secret", KEY])
+def test_every_secret_is_handed_to_the_log_writer_and_a_short_redact_string_is_warned_about(world):
+    status, r = run(world, api_key=KEY, secret_environment={"HF_TOKEN": "hf_abcdef", "EMPTY": ""},
+                    redact=["extra-secret", KEY, "ab"])
     assert status == "ok"
     assert world.writers[0]["secrets"] == [KEY, "hf_abcdef", "extra-secret"]
     warnings = get_warning_messages()
-    assert any("secret_environment FLAG is shorter than 4 characters" in w for w in warnings)
+    assert any("redact[2] is shorter than 4 characters" in w for w in warnings)
     assert not any("hf_abcdef" in w or KEY in w for w in warnings)
+
+
+@pytest.mark.parametrize("key", ["abc", "s3cret-key", "x" * 15])
+def test_an_api_key_shorter_than_16_characters_is_refused_before_anything_is_stopped(world, stops, key):  # noqa: F811
+    status, r = run(world, api_key=KEY)
+    assert status == "ok"
+    pid = r["pid"]
+    spawned = len(world.spawned)
+    status, r = run(world, api_key=key, force_restart=True)
+    assert status == "failed"
+    assert "api_key is %d characters long, shorter than 16" % len(key) in r["msg"]
+    assert "openssl rand -hex 24" in r["msg"] and "Nothing was stopped or launched" in r["msg"]
+    assert key not in json.dumps(r)
+    assert stops == [] and len(world.spawned) == spawned and state_of(world)["pid"] == pid
+    status, r = run(world, api_key=key, state="watched", watch_time=0)  # a watch asks health with the key: refused
+    assert status == "failed" and "shorter than 16" in r["msg"]
+    status, r = run(world, api_key=key, state="stopped")  # a stop does not use the key: an old deployment stops
+    assert status == "ok" and r["changed"] and stops == [pid]
+
+
+def test_a_secret_environment_value_too_short_to_mask_is_refused_before_anything_is_stopped(world, stops):  # noqa: F811
+    status, r = run(world, api_key=KEY)
+    assert status == "ok"
+    spawned = len(world.spawned)
+    status, r = run(world, api_key=KEY, secret_environment={"HF_TOKEN": "hf_abcdef", "FLAG": "1", "PIN": "x9z"})
+    assert status == "failed"
+    assert "secret_environment FLAG is 1 characters long, shorter than 4: refused" in r["msg"]
+    assert "put it in environment" in r["msg"] and "Nothing was stopped or launched" in r["msg"]
+    assert "x9z" not in json.dumps(r) and "hf_abcdef" not in json.dumps(r)
+    assert stops == [] and len(world.spawned) == spawned
 
 
 def test_the_redact_list_is_part_of_the_fingerprint_by_hash():

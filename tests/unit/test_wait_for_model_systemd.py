@@ -10,7 +10,7 @@ import stat
 import pytest
 
 import wait_for_model as wfm
-from ansible.module_utils import sglang_proc, sglang_watcher
+from ansible.module_utils import sglang_proc, sglang_unit, sglang_watcher
 from module_harness import module_exits, run, stops, world  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.usefixtures("module_exits")
@@ -31,9 +31,26 @@ class FakeSystemd(object):
         self.calls = []
         self.active = "inactive"
         self.started = 0
+        self.props = {}  # what `systemctl show -p CHECK_PROPS` says besides the defaults (see check_props)
+        self.fail = {}  # verb -> rc: that systemctl call fails
+
+    def check_props(self, unit):
+        """systemd's view of the unit: loaded from our unit dir when the file is there, else not found."""
+        path = os.path.join(self.unit_dir, unit)
+        there = os.path.exists(path)
+        props = {"FragmentPath": path if there else "", "DropInPaths": "", "Transient": "no",
+                 "LoadState": "loaded" if there else "not-found", "UnitFileState": "enabled" if there else "",
+                 "ActiveState": self.active}
+        props.update(self.props)
+        return "".join("%s=%s\n" % kv for kv in props.items())
 
     def __call__(self, *args):
         self.calls.append(args)
+        if args[0] in self.fail:
+            return self.fail[args[0]], "", "Failed to %s: the fake says no" % args[0]
+        if args[0] == "show":
+            assert args[1:3] == ("-p", ",".join(sglang_unit.CHECK_PROPS)), args
+            return 0, self.check_props(args[3]), ""
         if args[0] == "enable":
             wants = os.path.join(self.unit_dir, "multi-user.target.wants")
             os.makedirs(wants, exist_ok=True)
@@ -72,15 +89,38 @@ class FakeSystemd(object):
     def names(self):
         return [c[0] for c in self.calls]
 
+    def touched(self):
+        """Every systemctl call that is more than a question (show, cat)."""
+        return [c for c in self.calls if c[0] not in ("show", "cat")]
 
-def systemd_run(world, script, check_mode=False, **args):  # noqa: F811 - world is the fixture's value
-    unit_dir = os.path.join(world.log_dir, "units")
-    os.makedirs(unit_dir, exist_ok=True)
-    fake = FakeSystemd(world, unit_dir, script)
-    params = dict(launcher="systemd", unit_dir=unit_dir, api_key="sk-unit-0123456789", run_as=None)
-    inject = {"systemctl": fake, "booted": lambda: (True, None)}
+KEY = "sk-unit-0123456789"
+
+
+def unit_dirs(world):
+    """The unit dirs systemd reads, for these tests: our unit_dir first, then stand-ins for /run/systemd/system,
+    /run/systemd/transient and /usr/lib/systemd/system (under the test's tmp dir)."""
+    dirs = [os.path.join(world.log_dir, d) for d in ("units", "run-systemd-system", "run-systemd-transient",
+                                                      "usr-lib-systemd-system")]
+    for d in dirs:
+        os.makedirs(d, exist_ok=True)
+    return dirs
+
+
+def systemd_run(world, script, check_mode=False, fake=None, **args):  # noqa: F811 - world is the fixture's value
+    dirs = unit_dirs(world)
+    fake = fake or FakeSystemd(world, dirs[0], script)
+    inject = {"systemctl": fake, "booted": lambda: (True, None), "unit_dirs": dirs}
     if args.pop("inject_wall", False):
         inject["wall"] = world.clock  # the wall clock moves with the fake clock (started_at is checked against it)
+    # The server's 0600 --config file (as the role writes it), outside the run dir: the key's one copy on disk.
+    etc = os.path.join(os.path.dirname(world.log_dir), "etc")
+    os.makedirs(etc, exist_ok=True)
+    config = os.path.join(etc, "sglang.yaml")
+    if not os.path.exists(config):
+        with open(os.open(config, os.O_WRONLY | os.O_CREAT, 0o600), "w") as fh:
+            fh.write('# {{ ansible_managed }}\nmodel-path: "/models/m"\napi-key: "%s"\nport: 30000\n' % KEY)
+    params = dict(launcher="systemd", unit_dir=dirs[0], api_key=KEY, run_as=None,
+                  argv=[wfm.sys.executable, "-m", "sglang.launch_server", "--config", config])
     params.update(args)
     status, result = run(world, check_mode=check_mode, inject=inject, **params)
     return status, result, fake
@@ -121,7 +161,10 @@ def test_launch_writes_the_unit_the_program_and_a_private_config_then_waits_for_
     cfg_path = os.path.join(world.log_dir, "sglang.watcher.json")
     assert stat.S_IMODE(os.stat(cfg_path).st_mode) == 0o600
     cfg = json.load(open(cfg_path))
-    assert cfg["headers"] == {"Authorization": "Bearer sk-unit-0123456789"} and "sk-unit-0123456789" in cfg["secrets"]
+    # The key's one copy on disk is the server's --config file: the watcher gets its path and the key's name.
+    assert cfg["headers"] == {} and cfg["api_key_file"] == {"path": os.path.join(os.path.dirname(world.log_dir), "etc",
+                                                                                 "sglang.yaml"), "key": "api-key"}
+    assert KEY not in open(cfg_path).read()
     assert cfg["unit"] == "sglang-sglang.service" and cfg["settings"]["extend_timeout"] == 180
 
 
@@ -192,7 +235,7 @@ def test_a_unit_of_that_name_not_written_by_us_is_refused_before_anything(world)
         fh.write("[Service]\nExecStart=/usr/bin/someone-elses\n")
     status, r, fake = systemd_run(world, READY)
     assert status == "failed" and "was not written by eagle-deploy" in r["msg"]
-    assert fake.calls == []
+    assert fake.touched() == []
 
 
 def test_check_mode_writes_and_starts_nothing(world):  # noqa: F811
@@ -237,11 +280,12 @@ def test_a_dropped_connection_ends_the_wait_not_the_server_and_lets_the_lock_go(
     def exit_now(code):
         raise Gone(code)
     monkeypatch.setattr(wfm.os, "_exit", exit_now)
-    unit_dir = os.path.join(world.log_dir, "units")
-    os.makedirs(unit_dir)
+    dirs = unit_dirs(world)
+    unit_dir = dirs[0]
     fake = FakeSystemd(world, unit_dir, READY)
     with pytest.raises(Gone) as gone:
-        run(world, inject={"systemctl": fake, "booted": lambda: (True, None), "caller_gone": caller_gone},
+        run(world, inject={"systemctl": fake, "booted": lambda: (True, None), "caller_gone": caller_gone,
+                           "unit_dirs": dirs},
             launcher="systemd", unit_dir=unit_dir)
     assert gone.value.args == (0,)
     assert "start" in fake.names() and "stop" not in fake.names()  # the unit loads on
@@ -253,10 +297,12 @@ def test_an_attach_never_takes_an_earlier_attempts_verdict(world, stops, module_
     """Same fingerprint, not answering yet: the module attaches. The status file may still hold the verdict of an
     earlier attempt (the watcher rewrites it when the new one starts); only the recorded attempt's counts."""
     from module_harness import record_self_as_server
-    unit_dir = os.path.join(world.log_dir, "units")
-    os.makedirs(unit_dir)
+    dirs = unit_dirs(world)
+    unit_dir = dirs[0]
     fake = FakeSystemd(world, unit_dir, [])
     fake.active = "activating"
+    with open(os.path.join(unit_dir, "sglang-sglang.service"), "w") as fh:  # our unit, as the launch wrote it
+        fh.write("%s\n%s\n" % (wfm.UNIT_MARK, sglang_unit.deployment_line("sglang", world.log_dir)))
     parts = wfm.fingerprint_parts([wfm.sys.executable, "-m", "sglang.launch_server", "--config", "/etc/sglang.yaml"],
                                   {}, [], {}, None)
     parts["launcher"] = wfm._h("systemd")
@@ -265,7 +311,269 @@ def test_an_attach_never_takes_an_earlier_attempts_verdict(world, stops, module_
     sglang_proc.write_files(world.log_dir, ((sglang_watcher.STATUS % "sglang", json.dumps(old)),))
     world.t0 = world.now
     world.at(2.0, fake._writer("x", {"attempt": 2, "verdict": "ready", "phase": "ready", "report": {}}))
-    status, r = run(world, inject={"systemctl": fake, "booted": lambda: (True, None)}, launcher="systemd",
-                    unit_dir=unit_dir, run_as=None)
+    status, r = run(world, inject={"systemctl": fake, "booted": lambda: (True, None), "unit_dirs": dirs},
+                    launcher="systemd", unit_dir=unit_dir, run_as=None)
     assert status == "ok", r
     assert r["attempt"] == 2 and "stop" not in fake.names()
+
+
+def test_a_failure_report_reaches_the_operator_with_its_control_characters_escaped(world):  # noqa: F811
+    # The watcher's report quotes the log (a client's prompt in a raw request echo): every field the module returns
+    # has its control characters escaped, whichever field they are in.
+    hostile = "\x1b[2J\x1b]0;title\x07\rPLAY RECAP localhost ok=9 failed=0\x9b"
+    report = {"failed": True, "crash_class": "cuda_oom", "hint": "lower it" + hostile, "exit_status": 78,
+              "deciding_line": "[x] Scheduler hit an exception" + hostile, "crash_exception": "OOM" + hostile,
+              "traceback": ["Traceback" + hostile, "torch.OutOfMemoryError" + hostile], "log_tail": [hostile],
+              "evidence": "the server's leader process exited (rc=1)", "msg": "server crashed: cuda_oom" + hostile}
+    status, r, fake = systemd_run(world, [(2.0, {"verdict": "cuda_oom", "report": report})])
+    assert status == "failed"
+    shown = "\\x1b[2J\\x1b]0;title\\x07\\x0dPLAY RECAP localhost ok=9 failed=0\\x9b"
+    assert r["deciding_line"] == "[x] Scheduler hit an exception" + shown and r["log_tail"] == [shown]
+    assert r["traceback"][1] == "torch.OutOfMemoryError" + shown and r["crash_exception"] == "OOM" + shown
+    assert r["hint"].endswith(shown) and shown in r["msg"]
+    assert not any(c in json.dumps(r, ensure_ascii=False) for c in ("\x1b", "\x07", "\x9b"))
+    assert "\\r" not in json.dumps(r)  # no CR either (json.dumps would show one as \r)
+
+
+def test_the_watchers_journal_lines_escape_control_characters(capsys):
+    w = sglang_watcher.Watcher("/nonexistent", "sglang")
+    w.say("failed: cuda_oom: the server's leader process exited (the log: \x1b[2J\rPLAY RECAP\x07)")
+    err = capsys.readouterr().err
+    assert err == "sglang-watcher: failed: cuda_oom: the server's leader process exited (the log: \\x1b[2J\\x0dPLAY RECAP\\x07)\n"
+
+
+def _files_holding(top, text):
+    found = []
+    for d, _dirs, files in os.walk(top):
+        for f in files:
+            with open(os.path.join(d, f), "rb") as fh:
+                if text.encode() in fh.read():
+                    found.append(os.path.join(d, f))
+    return found
+
+
+def test_the_key_lives_only_in_the_servers_config_and_a_stop_leaves_no_secret_in_the_run_dir(world):  # noqa: F811
+    status, r, fake = systemd_run(world, READY, secret_environment={"HF_TOKEN": "hf_unit_token_0123"})
+    assert status == "ok", r
+    cfg_path = os.path.join(world.log_dir, "sglang.watcher.json")
+    assert KEY not in open(cfg_path).read()  # the watcher config never holds the API key
+    assert json.load(open(cfg_path))["env"]["HF_TOKEN"] == "hf_unit_token_0123"  # the server's environment does
+    assert _files_holding(world.log_dir, KEY) == []
+    status, r, fake = systemd_run(world, [], state="stopped")
+    assert status == "ok" and r["changed"]
+    assert not os.path.exists(cfg_path)
+    assert _files_holding(world.log_dir, KEY) == [] and _files_holding(world.log_dir, "hf_unit_token_0123") == []
+    assert _files_holding(os.path.join(os.path.dirname(world.log_dir), "etc"), KEY)  # the one copy stays
+
+
+def test_a_stop_of_a_unit_already_down_still_removes_the_watcher_config(world):  # noqa: F811
+    systemd_run(world, READY)
+    cfg_path = os.path.join(world.log_dir, "sglang.watcher.json")
+    sglang_proc.clear_state(world.log_dir, "sglang")
+    os.unlink(os.path.join(world.log_dir, "units", "multi-user.target.wants", "sglang-sglang.service"))
+    status, r, fake = systemd_run(world, [], state="stopped")
+    assert status == "ok" and r["changed"] and not os.path.exists(cfg_path)
+
+
+@pytest.mark.parametrize("argv_tail, content, why", [
+    ([], None, "argv has no --config <file>"),
+    (["--config", "CONFIG"], 'model-path: "/m"\n', "has no api_key/api-key line"),
+    (["--config", "CONFIG"], 'api_key: "another-key-0123456789"\n', "holds another key in its api_key line"),
+    (["--config=MISSING"], None, "does not exist"),
+])
+def test_a_systemd_launch_whose_config_file_does_not_hold_the_key_is_refused_before_anything(world, stops,  # noqa: F811
+                                                                                             argv_tail, content, why):
+    config = os.path.join(os.path.dirname(world.log_dir), "other.yaml")
+    if content is not None:
+        with open(config, "w") as fh:
+            fh.write(content)
+    argv = [wfm.sys.executable, "-m", "sglang.launch_server"] + [
+        a.replace("CONFIG", config).replace("MISSING", config + ".missing") for a in argv_tail]
+    status, r, fake = systemd_run(world, READY, argv=argv)
+    assert status == "failed" and why in r["msg"] and "Nothing was stopped or launched" in r["msg"], r
+    assert "start" not in fake.names() and stops == []
+    assert not os.path.exists(os.path.join(world.log_dir, "sglang.watcher.json"))
+    assert KEY not in json.dumps(r)
+
+
+@pytest.mark.parametrize("line, value", [
+    ('api-key: "k-0123456789abcdef"', "k-0123456789abcdef"),
+    ("api_key: k-0123456789abcdef  # a comment", "k-0123456789abcdef"),
+    ("api_key: 'k-0123456789abcdef'", "k-0123456789abcdef"),
+    ('api-key: "with \\"quote\\" and \\u00e9"', 'with "quote" and \u00e9'),
+])
+def test_the_config_files_key_line_is_read_as_the_role_writes_it(tmp_path, line, value):
+    path = tmp_path / "c.yaml"
+    path.write_text("# {{ ansible_managed }}\nmodel-path: \"/m\"\n  api-key: \"indented-is-no-key\"\n%s\n" % line)
+    assert sglang_watcher.read_config_secret(str(path))[1] == value
+    os.symlink(str(path), str(tmp_path / "link.yaml"))
+    with pytest.raises(OSError):
+        sglang_watcher.read_config_secret(str(tmp_path / "link.yaml"))  # never through a symlink
+
+
+def test_the_watcher_takes_the_key_from_the_servers_config_file(tmp_path):
+    path = tmp_path / "c.yaml"
+    path.write_text('api-key: "%s"\n' % KEY)
+    cfg = {"headers": {}, "secrets": ["hf_unit_token_0123"], "api_key_file": {"path": str(path), "key": "api-key"}}
+    sglang_watcher.Watcher(str(tmp_path), "sglang").take_api_key(cfg)
+    assert cfg["headers"] == {"Authorization": "Bearer %s" % KEY} and cfg["secrets"] == ["hf_unit_token_0123", KEY]
+    path.write_text('port: 1\n')
+    with pytest.raises(SystemExit, match="has no api-key line"):
+        sglang_watcher.Watcher(str(tmp_path), "sglang").take_api_key(dict(cfg, headers={}))
+
+# ---------------------------------------------------------------------------------------- a unit is one deployment's
+def unit_file(world):
+    return os.path.join(world.log_dir, "units", "sglang-sglang.service")
+
+
+def other_run_dir(world):
+    path = os.path.join(world.log_dir, "run2")
+    os.makedirs(path, exist_ok=True)
+    return path
+
+
+def test_the_unit_records_its_deployment_on_its_second_line(world):  # noqa: F811
+    status, r, fake = systemd_run(world, READY)
+    assert status == "ok", r
+    lines = open(unit_file(world)).read().splitlines()
+    deployment = sglang_proc.deployment_name("sglang", world.log_dir)
+    assert lines[1] == "# eagle-deploy deployment: %s run_dir=%s" % (deployment, os.path.realpath(world.log_dir))
+    assert sglang_unit.unit_owner("\n".join(lines)) == (deployment, os.path.realpath(world.log_dir))
+
+
+@pytest.mark.parametrize("check_mode", [False, True])
+def test_a_second_deployment_of_the_name_is_refused_before_anything(world, check_mode):  # noqa: F811
+    status, r, first = systemd_run(world, READY)
+    assert status == "ok", r
+    before = open(unit_file(world), "rb").read()
+    run2 = other_run_dir(world)
+    status, r, fake = systemd_run(world, READY, check_mode=check_mode, run_dir=run2)
+    assert status == "failed"
+    assert unit_file(world) in r["msg"] and os.path.realpath(world.log_dir) in r["msg"]
+    assert "choose another name" in r["msg"] and "Nothing was stopped or launched." in r["msg"]
+    assert fake.touched() == []  # the first one's unit is neither stopped nor reloaded
+    assert open(unit_file(world), "rb").read() == before
+    assert os.listdir(run2) == []  # no watcher program, no config, no run state
+
+
+def foreign(world, where, text="[Service]\nExecStart=/usr/bin/someone-elses\n"):
+    path = os.path.join(world.log_dir, where, "sglang-sglang.service")
+    os.makedirs(os.path.dirname(path), exist_ok=True)
+    with open(path, "w") as fh:
+        fh.write(text)
+    return path
+
+
+@pytest.mark.parametrize("where", ["run-systemd-system", "usr-lib-systemd-system", "run-systemd-transient"])
+@pytest.mark.parametrize("loaded", [True, False])
+def test_a_unit_of_the_name_elsewhere_is_refused_before_anything(world, where, loaded):  # noqa: F811
+    dirs = unit_dirs(world)
+    path = foreign(world, where)
+    fake = FakeSystemd(world, dirs[0], READY)
+    fake.active = "active"
+    if loaded:  # else systemd has not loaded it yet (LoadState=not-found): only the disk shows it
+        fake.props = {"FragmentPath": path, "LoadState": "loaded", "Transient": "yes" if "transient" in where else "no"}
+    else:
+        fake.active = "inactive"
+    status, r, fake = systemd_run(world, READY, fake=fake)
+    assert status == "failed" and path in r["msg"] and "Nothing was stopped or launched." in r["msg"], r
+    assert fake.touched() == []
+    assert not os.path.exists(unit_file(world))
+    assert open(path).read() == "[Service]\nExecStart=/usr/bin/someone-elses\n"
+
+
+def test_a_transient_unit_of_the_name_is_refused_in_check_mode_too(world):  # noqa: F811
+    dirs = unit_dirs(world)
+    fake = FakeSystemd(world, dirs[0], READY)
+    fake.active = "active"
+    fake.props = {"FragmentPath": "/run/systemd/transient/sglang-sglang.service", "Transient": "yes",
+                  "LoadState": "loaded"}
+    for check_mode in (True, False):
+        status, r, fake = systemd_run(world, READY, check_mode=check_mode, fake=fake)
+        assert status == "failed" and "transient" in r["msg"], r
+        assert "/run/systemd/transient/sglang-sglang.service" in r["msg"]
+    assert fake.touched() == [] and not os.path.exists(unit_file(world))
+
+
+@pytest.mark.parametrize("seen_by", ["disk", "systemd"])
+def test_a_drop_in_is_refused_naming_it_before_our_unit_is_stopped(world, seen_by):  # noqa: F811
+    status, r, first = systemd_run(world, READY)
+    assert status == "ok", r
+    before = open(unit_file(world), "rb").read()
+    dropin = os.path.join(world.log_dir, "units", "sglang-sglang.service.d", "override.conf")
+    fake = FakeSystemd(world, first.unit_dir, READY)
+    fake.active = "active"
+    if seen_by == "disk":
+        os.makedirs(os.path.dirname(dropin))
+        with open(dropin, "w") as fh:
+            fh.write("[Service]\nEnvironment=FOREIGN=1\n")
+    else:  # systemd applies one from a dir of its own (e.g. /etc/systemd/system.control, systemctl set-property)
+        dropin = "/etc/systemd/system.control/sglang-sglang.service.d/50-MemoryMax.conf"
+        fake.props = {"DropInPaths": dropin}
+    # A changed argv: the module would restart the server
+    status, r, fake = systemd_run(world, READY, fake=fake, environment={"CHANGED": "1"})
+    assert status == "failed" and dropin in r["msg"] and "drop-in" in r["msg"], r
+    assert fake.touched() == []
+    assert open(unit_file(world), "rb").read() == before
+
+
+def test_a_link_in_the_wants_dir_to_another_unit_is_refused_before_writing(world):  # noqa: F811
+    dirs = unit_dirs(world)
+    wants = os.path.join(dirs[0], "multi-user.target.wants")
+    os.makedirs(wants)
+    os.symlink("/usr/lib/systemd/system/other.service", os.path.join(wants, "sglang-sglang.service"))
+    status, r, fake = systemd_run(world, READY)
+    assert status == "failed" and os.path.join(wants, "sglang-sglang.service") in r["msg"], r
+    assert "Nothing was stopped or launched." in r["msg"]
+    assert fake.touched() == [] and not os.path.exists(unit_file(world))
+
+
+@pytest.mark.parametrize("verb", ["daemon-reload", "enable"])
+def test_a_failed_enable_after_the_first_write_takes_back_what_was_written(world, verb):  # noqa: F811
+    dirs = unit_dirs(world)
+    fake = FakeSystemd(world, dirs[0], READY)
+    fake.fail = {verb: 1}
+    status, r, fake = systemd_run(world, READY, fake=fake)
+    assert status == "failed" and ("systemctl %s" % verb) in r["msg"] and "failed (rc=1)" in r["msg"], r
+    assert "removed %s (there was none before)" % unit_file(world) in r["msg"] and "host is as before" in r["msg"]
+    assert not os.path.exists(unit_file(world))
+    assert not os.path.exists(os.path.join(world.log_dir, "watcher"))
+    assert not os.path.exists(os.path.join(world.log_dir, "sglang.watcher.json"))
+    assert "start" not in fake.names()
+
+
+def test_stopped_never_stops_another_deployments_unit(world):  # noqa: F811
+    status, r, first = systemd_run(world, READY)
+    assert status == "ok", r
+    fake = FakeSystemd(world, first.unit_dir, [])
+    fake.active = "active"
+    status, r, fake = systemd_run(world, [], fake=fake, state="stopped", run_dir=other_run_dir(world))
+    assert status == "failed" and unit_file(world) in r["msg"] and os.path.realpath(world.log_dir) in r["msg"], r
+    assert fake.touched() == []
+
+
+def test_a_stop_acts_only_on_a_unit_file_of_our_deployment(world, stops):  # noqa: F811
+    """The run state says our server ran in the unit, but the file of that name is not ours (now launched detached,
+    so the unit check of a systemd launch did not run): refused, naming the file, nothing stopped."""
+    from module_harness import record_self_as_server
+    record_self_as_server(world, launcher="systemd")
+    path = foreign(world, "units")
+    fake = FakeSystemd(world, os.path.dirname(path), [])
+    fake.active = "active"
+    status, r = run(world, inject={"systemctl": fake, "booted": lambda: (True, None), "unit_dirs": unit_dirs(world)},
+                    launcher="detached", unit_dir=os.path.dirname(path), state="stopped")
+    assert status == "failed" and path in r["msg"] and "refusing to stop" in r["msg"], r
+    assert fake.touched() == [] and not stops
+
+
+def test_a_unit_written_before_the_deployment_line_is_ours_when_its_run_dir_is(world):  # noqa: F811
+    """Upgrade: the unit of an older eagle-deploy names its run dir only in ExecStart; it is taken as ours (and
+    rewritten with the deployment line, without a restart) only for that run dir and name."""
+    status, r, first = systemd_run(world, READY)
+    lines = open(unit_file(world)).read().split("\n")
+    with open(unit_file(world), "w") as fh:
+        fh.write("\n".join(lines[:1] + lines[2:]))
+    assert sglang_unit.unit_owner(open(unit_file(world)).read()) == (
+        sglang_proc.deployment_name("sglang", world.log_dir), os.path.realpath(world.log_dir))
+    status, r, fake = systemd_run(world, [], fake=FakeSystemd(world, first.unit_dir, []), run_dir=other_run_dir(world))
+    assert status == "failed" and os.path.realpath(world.log_dir) in r["msg"], r

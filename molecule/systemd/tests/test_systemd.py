@@ -90,18 +90,18 @@ def test_no_api_key_on_any_command_line(procs):
     assert not [p for p in procs if any(KEY in a for a in p["argv"])]
 
 
-def test_api_key_is_in_no_journal_line_and_only_in_root_only_files(host):
-    """The unit's output goes to the journal too: the watcher redacts it. The key it needs (health requests) sits in
-    files only root can read."""
+def test_api_key_is_in_no_journal_line_and_only_in_the_servers_config_file(host):
+    """The unit's output goes to the journal too: the watcher redacts it. The key it needs (health requests) it reads
+    from the server's 0600 --config file, the key's one copy on disk: no file of the run dir, the log dir or the
+    unit dir holds it (the watcher's config neither)."""
     found = host.run(f"journalctl -b --no-pager | grep -cF -e {KEY}")
     assert (found.rc, found.stdout.strip()) == (1, "0"), "the key reached the journal"  # grep: 1 = no match
     journal = host.check_output("journalctl -b -u sglang-sglang.service --no-pager")
     assert "server_args=" in journal  # not vacuous: the server's own lines are there
     holders = host.check_output(f"grep -rlF -e {KEY} {RUN_DIR} /var/log/sglang /etc/systemd/system || true").split()
-    assert holders, "the watcher holds no key: health requests could not authenticate"
-    for path in holders:
-        f = host.file(path)
-        assert (f.user, f.mode & 0o077) == ("root", 0), f"{path}: {f.user} {oct(f.mode)}"
+    assert holders == [], holders
+    config = host.file(f"{V.get('sglang_server_config_dir', '/etc/sglang')}/{V.get('sglang_server_name', 'sglang')}.yaml")
+    assert KEY in config.content_string and config.mode == 0o600
 
 
 def test_health_and_generate(host):
@@ -285,3 +285,48 @@ def test_no_zombies_and_no_stray_server(host, procs, name):
         assert running
     else:
         assert running == [], f"{name}: {running}"
+
+
+# --------------------------------------------------------------------------- units that are not this deployment's
+def refused(run, *named):
+    """A wait_for_model result that refused before anything: failed, each named thing in its message."""
+    res = run["result"]
+    assert res.get("failed") is True, res
+    assert "Nothing was stopped or launched." in res["msg"], res["msg"]
+    for what in named:
+        assert what in res["msg"], (what, res["msg"])
+    assert not res.get("stopped") and not res.get("unit_written"), res
+
+
+def test_second_deployment_of_the_name_is_refused_in_check_mode_and_for_real():
+    r = record("second_deployment")
+    for run in (r["check"], r["run"]):
+        refused(run, f"/etc/systemd/system/{UNIT}", RUN_DIR, "choose another name")
+
+
+def test_second_deployment_left_the_first_serving_and_untouched():
+    r = record("second_deployment")
+    assert r["before"]["unit"]["ActiveState"] == "active" and r["before"]["health"] == 200
+    assert r["after"] == r["before"]  # same MainPID, InvocationID, NRestarts, unit file (sha256, mode), answer
+    assert r["run_dir2"] == []  # no watcher program, no config, no run state of the second one
+    assert r["listening"] is False  # nothing was launched on its port
+
+
+@pytest.mark.parametrize("case", ["foreign_unit", "transient"])
+def test_a_unit_of_the_name_we_did_not_write_is_refused_and_runs_on(case):
+    r = record(case)
+    path = r.get("path") or r["before"]["unit"]["FragmentPath"]
+    if case == "transient":
+        assert path == "/run/systemd/transient/sglang-transient.service"
+    refused(r["run"], path, "transient unit" if case == "transient" else "did not write")
+    assert r["before"]["unit"]["ActiveState"] == "active"
+    assert r["after"] == r["before"]  # same process, same invocation, same file; no unit of ours was written
+    assert r["after"]["ours"] is None
+
+
+def test_a_foreign_drop_in_is_refused_for_a_start_and_for_stop_yml():
+    r = record("dropin")
+    refused(r["run"], r["path"], "drop-in")
+    assert r["stop"]["rc"] != 0 and r["path"] in r["stop"]["tail"], r["stop"]["tail"][-2000:]
+    assert r["before"]["unit"]["ActiveState"] == "active" and r["before"]["health"] == 200
+    assert r["after"] == r["before"]  # the server serves on, its unit and the drop-in unchanged
