@@ -1540,6 +1540,7 @@ class ModelWaiter(object):
                 tracking = "cgroup"
             else:
                 self.result["tree_tracking_note"] = "the supervisor did not join %s: process tree by session" % cgroup[1]
+                self.cgroups.remove(*cgroup)  # empty: nothing of ours is in it (the supervisor records none)
         self.result.update(changed=True, tree_tracking=tracking, supervisor_pid=handle.pid)
         return self.wait_service(token, attached=False, supervisor=handle)
 

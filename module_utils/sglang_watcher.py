@@ -285,8 +285,7 @@ class Watcher(object):
             cmdline = list(cfg["argv"]) if cmdline is not None else None
         cgroup = None
         unit = cfg.get("unit")
-        rel = sglang_proc.proc_cgroup(os.getpid())
-        mount = sglang_proc.cgroup2_mount()
+        mount, rel = self.own_cgroup()
         if unit and rel and mount and os.path.basename(rel.rstrip("/")) == unit:
             cgroup = {"mount": mount, "path": rel, "dedicated": True, "unit": unit}
         elif not unit and rel and mount and rel == cfg.get("cgroup"):
@@ -304,6 +303,11 @@ class Watcher(object):
         sglang_proc.write_state(self.run_dir, self.name, state)
         self.state = state
         return state
+
+    @staticmethod
+    def own_cgroup():
+        """(cgroup v2 mount, this process's cgroup path in it): the unit's, or the deployment's (detached)."""
+        return sglang_proc.cgroup2_mount(), sglang_proc.proc_cgroup(os.getpid())
 
     # ---------------------------------------------------------------- status
     def write_status(self, **fields):
@@ -365,10 +369,10 @@ class Watcher(object):
             # A server nobody recorded could never be stopped by a later run: take it down at once.
             self.say("failed: cannot record the run state (%s): the server just started was stopped" % e)
             self.end_tree(grace=0.0)
-            self.write_status(verdict="exited", report={"crash_class": "exited", "exit_status": EXIT_SETUP,
-                                                        "after_ready": False, "msg": "could not record the run state "
-                                                        "in %s (%s): the server just started was killed" % (
-                                                            self.run_dir, e)})
+            self.write_status(verdict="setup_failed", report={
+                "exit_status": EXIT_SETUP, "after_ready": False, "msg": "could not record the run state in %s (%s): "
+                "the server just started was killed so that nothing runs unrecorded. Fix %s and run again." % (
+                    self.run_dir, getattr(e, "strerror", None) or e, self.run_dir)})
             self.code = EXIT_SETUP
             return
         sglang_watch.prune_attempts(cfg["log_dir"], self.name, cfg.get("keep_attempts", 20))

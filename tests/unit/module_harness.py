@@ -73,6 +73,8 @@ class World(object):
         self.probe_rc, self.probe_output = 0, ""
         self.tickers = []  # called after every move of the clock (the fake supervisors' steps)
         self.supervisors = []  # FakeSupervisor per launch
+        self.supervisor_joins = True  # a fake supervisor asked to join a cgroup is in it
+        self.supervisor_cgroup_procs = None
 
     # clock & sleep
     def clock(self):
@@ -187,8 +189,9 @@ class FakeSupervisor(object):
     passed the pause it asked for, so the module's wait and the supervisor go on side by side, as two processes
     would. It stops at the verdict (no serving loop)."""
 
-    def __init__(self, world, run_dir, name, number):
+    def __init__(self, world, run_dir, name, number, cgroup=None):
         self.world = world
+        self.cgroup = cgroup  # the deployment cgroup it was started in (its path), or None
         self.pid = 4200000 + number  # above pid_max: never a real process
         self.done = False
         self.busy = False
@@ -198,6 +201,10 @@ class FakeSupervisor(object):
         class Watcher(sglang_watcher.Watcher):
             def signals(self):
                 pass  # the test process's signals are not the fake's
+
+            def own_cgroup(self):
+                # where the fake supervisor "is": the cgroup it was asked to join, when the world lets it join
+                return ("/sys/fs/cgroup", sup.cgroup) if sup.cgroup and world.supervisor_joins else (None, None)
 
             def record(self, proc, attempt, log_path, token):
                 state = super(Watcher, self).record(proc, attempt, log_path, token)
@@ -242,7 +249,11 @@ class Popener(object):
 
     def spawn_supervisor(self, argv, err_fd, cgroup_procs=None):
         run_dir, name = argv[-2], argv[-1]
-        sup = FakeSupervisor(self.w, run_dir, name, len(self.w.supervisors) + 1)
+        self.w.supervisor_cgroup_procs = cgroup_procs
+        cgroup = None
+        if cgroup_procs is not None:
+            cgroup = "/" + os.path.relpath(os.path.dirname(cgroup_procs), "/sys/fs/cgroup")
+        sup = FakeSupervisor(self.w, run_dir, name, len(self.w.supervisors) + 1, cgroup)
         self.w.supervisors.append(sup)
         return sup
 

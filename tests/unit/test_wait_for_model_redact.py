@@ -32,64 +32,48 @@ def state_of(world):
     return sp.read_state(world.log_dir, "sglang")
 
 
-def test_no_secret_no_log_writer_the_server_writes_the_file(world):
+def supervisor_config(world):
+    return sp.read_json(world.log_dir, "sglang.watcher.json")
+
+
+def redacted(world):
+    """The secrets the supervisor's log copy masks (each secret's raw form is one of its forms)."""
+    forms = set(world.supervisors[0].watcher.copy.redactor.forms)
+    return forms
+
+
+def test_no_secret_nothing_to_mask(world):
     status, r = run(world)
-    assert status == "ok" and world.writers == []
-    assert "log_writer" not in state_of(world) and "log_writer_pid" not in r
+    assert status == "ok"
+    cfg = supervisor_config(world)
+    assert cfg["secrets"] == [] and not cfg.get("api_key_file")
+    assert redacted(world) == set() and "log_writer" not in state_of(world)
 
 
-def test_api_key_output_goes_through_the_log_writer(world):
+def test_the_api_key_reaches_the_supervisor_only_through_the_servers_config_file(world):
+    asked = []
+    world.http = lambda url, headers, timeout: (asked.append(dict(headers)), world.health(world.now - world.t0))[1]
     status, r = run(world, api_key=KEY, run_as=None)
-    assert status == "ok"
-    assert len(world.writers) == 1 and world.writers[0]["secrets"] == [KEY]
-    assert world.writers[0]["label"] == "eagle-deploy-log-writer:sglang"
-    # The server writes into the writer's pipe, not into the log file.
-    assert world.spawned[0]["log_fd"] == world.writers[0]["server_out"]
+    assert status == "ok", r
+    cfg = supervisor_config(world)
+    assert KEY not in json.dumps(cfg)  # its one copy on disk is the server's 0600 --config file
+    assert cfg["api_key_file"]["key"] == "api-key" and cfg["api_key_file"]["path"].endswith(".yaml")
+    assert KEY.encode() in redacted(world)  # the supervisor read it there: the log never shows it
+    assert {"Authorization": "Bearer %s" % KEY} in asked  # and asks health with it
     state = state_of(world)
-    assert state["pid"] == r["pid"] != r["log_writer_pid"]  # the leader stays the server
-    assert state["log_writer"]["pid"] == r["log_writer_pid"]
-    assert state["log_writer"]["cmdline"][:4] == ["python3", "-I", "-S", "-c"]
-    assert KEY not in json.dumps(state)
+    assert KEY not in json.dumps(state) and KEY not in json.dumps(world.spawned[0]["argv"])
+    assert KEY not in json.dumps(world.spawned[0]["env"])
 
 
-def test_every_secret_is_handed_to_the_log_writer_and_a_short_redact_string_is_warned_about(world):
-    status, r = run(world, api_key=KEY, secret_environment={"HF_TOKEN": "hf_abcdef", "EMPTY": ""},
-                    redact=["extra-secret", KEY, "ab"])
-    assert status == "ok"
-    assert world.writers[0]["secrets"] == [KEY, "hf_abcdef", "extra-secret"]
+def test_every_secret_is_masked_by_the_supervisor_and_a_short_redact_string_is_warned_about(world):
+    status, r = run(world, api_key=KEY, secret_environment={"HF_TOKEN": "hf_abcdef"},
+                    redact=["extra-secret", KEY, "abc"])
+    assert status == "ok", r
+    assert supervisor_config(world)["secrets"] == ["hf_abcdef", "extra-secret"]  # the key only in the --config file
+    assert {KEY.encode(), b"hf_abcdef", b"extra-secret"} <= redacted(world)
     warnings = get_warning_messages()
-    assert any("redact[2] is shorter than 4 characters" in w for w in warnings)
+    assert any("shorter than 4 characters" in w for w in warnings)
     assert not any("hf_abcdef" in w or KEY in w for w in warnings)
-
-
-@pytest.mark.parametrize("key", ["abc", "s3cret-key", "x" * 15])
-def test_an_api_key_shorter_than_16_characters_is_refused_before_anything_is_stopped(world, stops, key):  # noqa: F811
-    status, r = run(world, api_key=KEY)
-    assert status == "ok"
-    pid = r["pid"]
-    spawned = len(world.spawned)
-    status, r = run(world, api_key=key, force_restart=True)
-    assert status == "failed"
-    assert "api_key is %d characters long, shorter than 16" % len(key) in r["msg"]
-    assert "openssl rand -hex 24" in r["msg"] and "Nothing was stopped or launched" in r["msg"]
-    assert key not in json.dumps(r)
-    assert stops == [] and len(world.spawned) == spawned and state_of(world)["pid"] == pid
-    status, r = run(world, api_key=key, state="watched", watch_time=0)  # a watch asks health with the key: refused
-    assert status == "failed" and "shorter than 16" in r["msg"]
-    status, r = run(world, api_key=key, state="stopped")  # a stop does not use the key: an old deployment stops
-    assert status == "ok" and r["changed"] and stops == [pid]
-
-
-def test_a_secret_environment_value_too_short_to_mask_is_refused_before_anything_is_stopped(world, stops):  # noqa: F811
-    status, r = run(world, api_key=KEY)
-    assert status == "ok"
-    spawned = len(world.spawned)
-    status, r = run(world, api_key=KEY, secret_environment={"HF_TOKEN": "hf_abcdef", "FLAG": "1", "PIN": "x9z"})
-    assert status == "failed"
-    assert "secret_environment FLAG is 1 characters long, shorter than 4: refused" in r["msg"]
-    assert "put it in environment" in r["msg"] and "Nothing was stopped or launched" in r["msg"]
-    assert "x9z" not in json.dumps(r) and "hf_abcdef" not in json.dumps(r)
-    assert stops == [] and len(world.spawned) == spawned
 
 
 def test_the_redact_list_is_part_of_the_fingerprint_by_hash():
@@ -100,40 +84,33 @@ def test_the_redact_list_is_part_of_the_fingerprint_by_hash():
     assert "another-secret" not in json.dumps(more)
 
 
-def test_a_log_writer_that_cannot_start_starts_nothing(world):
-    def refuse(*a, **kw):
+def test_a_supervisor_that_cannot_start_starts_nothing(world, monkeypatch):
+    def refuse(self, *a, **kw):
         raise OSError(errno.EAGAIN, "Resource temporarily unavailable")
-    world.spawn_log_writer = refuse
+    monkeypatch.setattr(Popener, "spawn_supervisor", refuse)
     status, r = run(world, api_key=KEY)
-    assert status == "failed" and "could not start the log writer" in r["msg"]
+    assert status == "failed" and "could not start the supervisor program" in r["msg"]
     assert world.spawned == [] and state_of(world) is None
     assert not os.path.exists(os.path.join(world.log_dir, "sglang_r1.log"))
 
 
-def test_a_server_that_cannot_start_ends_its_log_writer(world):
+def test_a_server_that_cannot_start_is_reported_with_its_error(world):
     def refuse(*a, **kw):
         raise OSError(errno.ENOEXEC, "Exec format error")
     world.spawn = refuse
     status, r = run(world, api_key=KEY)
-    assert status == "failed" and "could not start" in r["msg"] and "log writer" not in r["msg"]
-    assert world.reaped == [4100001] and state_of(world) is None
+    assert status == "failed" and "could not start" in r["msg"] and "Exec format error" in r["msg"], r
+    assert state_of(world) is None
 
 
-def test_an_unrecordable_launch_kills_the_server_and_ends_its_log_writer(world, monkeypatch):
-    def no_state(*a, **kw):
-        raise OSError(errno.ENOSPC, "No space left on device")
-    monkeypatch.setattr(sp, "write_state", no_state)
-    status, r = run(world, api_key=KEY)
-    assert status == "failed" and world.killed == [4000001] and world.reaped == [4100001]
-
-
-def test_keeping_a_healthy_server_reports_its_live_log_writer(world, stops):
+def test_keeping_a_healthy_server_of_an_older_run_reports_its_live_log_writer(world, stops):
+    # A server started by an earlier eagle-deploy (its own log writer process) is kept as it is.
     parts = wfm.fingerprint_parts(["/bin/true"], {}, [], {}, None)
     record_self_as_server(world, fingerprint=wfm.fingerprint_of(parts), log_writer=sp.identity(os.getpid()))
     world.health = lambda t: 200
-    status, r = run(world, argv=["/bin/true"], api_key=KEY)
+    status, r = run(world, argv=["/bin/true"])
     assert status == "ok" and not r["changed"] and r["log_writer_pid"] == os.getpid()
-    assert world.writers == [] and stops == []
+    assert world.supervisors == [] and stops == []
 
 
 # ------------------------------------------------------------------ sglang_proc: the recorded log writer

@@ -229,7 +229,7 @@ def test_state_write_failure_kills_the_server_just_started(world, monkeypatch):
     assert status == "failed"
     assert "could not record the run state" in r["msg"] and "No space left on device" in r["msg"]
     assert "was killed" in r["msg"] and "crash_class" not in r
-    assert world.killed == [4000001]
+    assert world.rc is not None  # the supervisor ended the server it had just started (nobody could stop it later)
 
 
 # ------------------------------------------------------------------ item 6: watched is careful
@@ -377,7 +377,8 @@ def test_launch_in_our_own_cgroup_is_recorded(world):
     status, r = run(world, inject={"cgroups": FakeCgroups()})
     assert status == "ok" and r["tree_tracking"] == "cgroup"
     rel = _deployment_cgroup(world.log_dir)
-    assert world.spawned[0]["cgroup_procs"] == "/sys/fs/cgroup%s/cgroup.procs" % rel
+    # the supervisor is born in the deployment's cgroup; the server it starts is its child there
+    assert world.supervisor_cgroup_procs == "/sys/fs/cgroup%s/cgroup.procs" % rel
     state = json.load(open(os.path.join(world.log_dir, "sglang.json")))
     assert state["cgroup"] == {"mount": "/sys/fs/cgroup", "path": rel, "dedicated": True}
     assert state["tree_tracking"] == "cgroup"
@@ -386,6 +387,7 @@ def test_launch_in_our_own_cgroup_is_recorded(world):
 def test_server_that_did_not_join_its_cgroup_falls_back_to_the_session(world):
     world.health = lambda t: 200
     cg = FakeCgroups(joined=False)
+    world.supervisor_joins = False
     status, r = run(world, inject={"cgroups": cg})
     assert status == "ok" and r["tree_tracking"] == "session" and "did not join" in r["tree_tracking_note"]
     assert cg.removed == [_deployment_cgroup(world.log_dir)]
