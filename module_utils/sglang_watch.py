@@ -61,26 +61,39 @@ def http_status(url, headers, timeout):
 
 
 
+def _read_bytes(path):
+    """A small /proc file's bytes (one read), or None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 65536)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 class ProcView(object):
     """What the waiter needs to know about processes. Injectable for tests."""
 
     def children(self, pid):
-        """{child_pid: start_time} of direct children, zombies excluded."""
+        """{child_pid: start_time} of direct children, zombies excluded. (Raw reads: this runs at most every look.)"""
         out = {}
-        data = None
-        try:
-            with open("/proc/%d/task/%d/children" % (pid, pid)) as fh:
-                data = fh.read()
-        except (IOError, OSError):
-            data = None
+        data = _read_bytes("/proc/%d/task/%d/children" % (pid, pid))
         if data is None:
             pids = [p for p, info in sglang_proc.process_table().items() if info["ppid"] == pid]
         else:
             pids = [int(x) for x in data.split()]
         for c in pids:
-            st = sglang_proc.proc_state(c)
-            if st is not None and st not in ("Z", "X"):
-                out[c] = sglang_proc.proc_start_time(c)
+            data = _read_bytes("/proc/%d/stat" % c)  # state and start time from one read
+            rpar = data.rfind(b")") if data else -1
+            if rpar < 0:
+                continue
+            f = data[rpar + 2:].split()
+            if len(f) > 19 and f[0] not in (b"Z", b"X"):
+                out[c] = int(f[19])
         return out
 
     def alive(self, pid):
@@ -370,12 +383,18 @@ class HealthWatch(object):
         self.ok_sent = None  # when the request that last answered 200 was sent
         self.sent = None  # when the request under way was sent
 
-    def poll(self, now):
-        if self.log.woke:
-            self.next_at = now
+    def send_due(self, now):
+        """Send the next request if none is under way and it is due; whether one was sent."""
         if self.sent is None and now >= self.next_at:
             self.sent = self.clock()
             self.runner.start(self.timeout if self.patient else max(0.5, min(2.0, self.deadline - now)))
+            return True
+        return False
+
+    def poll(self, now):
+        if self.log.woke:
+            self.next_at = now
+        self.send_due(now)
         if self.sent is not None and self.runner.done():
             code = self.runner.take()
             self.polls += 1
@@ -575,31 +594,36 @@ class Waker(object):
             return self._ended(why)
         end = self.clock() + max(0.0, seconds)
         why = set()
-        while not why:
-            left = end - self.clock()
-            if left <= 0:
-                break
+        left = max(0.0, seconds)
+        while True:  # at least one poll: an event already in is reported, also by a wait of 0 s
             try:
                 events = self.poller.poll(int(math.ceil(left * 1000)))
             except InterruptedError:
-                continue
+                events = []
             why = self._reasons(events)
             if why == set(["log"]) and self.last_end is not None and self.clock() - self.last_end < LOG_GAP:
-                # a log that keeps growing: wait out the gap on the processes and health only, then look
-                gap_end = min(end, self.last_end + LOG_GAP)
-                self.poller.modify(self.ino, 0)
-                try:
-                    while self.clock() < gap_end and why == set(["log"]):
-                        try:
-                            more = self.poller.poll(int(math.ceil((gap_end - self.clock()) * 1000)))
-                        except InterruptedError:
-                            continue
-                        why |= self._reasons(more)
-                        if not more:
-                            break
-                finally:
-                    self.poller.modify(self.ino, select.POLLIN)
+                why |= self._log_gap(min(end, self.last_end + LOG_GAP))
+            left = end - self.clock()
+            if why or left <= 0:
+                break
         return self._ended(why)
+
+    def _log_gap(self, gap_end):
+        """A log that keeps growing: wait out the gap on the processes and health only (the log's wake is kept)."""
+        why = set()
+        self.poller.modify(self.ino, 0)
+        try:
+            while not why:
+                left = gap_end - self.clock()
+                if left <= 0:
+                    break
+                try:
+                    why = self._reasons(self.poller.poll(int(math.ceil(left * 1000))))
+                except InterruptedError:
+                    continue
+        finally:
+            self.poller.modify(self.ino, select.POLLIN)
+        return why
 
     def _reasons(self, events):
         why = set()
@@ -786,6 +810,9 @@ class Watch(object):
         self.waker = waker
         self.events = events
         self.last_look = t0
+        self.poll_interval = settings.get("poll_interval", 0.1)
+        self.woken_by = None  # why the last pause ended: a set of reasons (empty: its time was up), None: no Waker
+        self.children_at = None  # when the children were last listed
         self.watching = watching
         self.settle_time = settings["settle_time"]
         self.log = LogWatch(follower, classifier, t0)
@@ -802,7 +829,14 @@ class Watch(object):
     def look(self, now):
         """Poll every watcher once; the verdict, or None to keep waiting."""
         self.last_look = now
-        candidates = dict((name, watcher.poll(now)) for name, watcher in self.watchers)
+        candidates = {}
+        for name, watcher in self.watchers:
+            if name == "children" and self.children_can_wait(now):
+                candidates[name] = None
+                continue
+            candidates[name] = watcher.poll(now)
+            if name == "children":
+                self.children_at = now
         if outlived(candidates) and self.watching:
             # The server answered after the crash line: the line was not its death. Set it aside (it is
             # reported as log_crash) so that a later crash is named by its own line.
@@ -827,11 +861,26 @@ class Watch(object):
                 runner.notify = waker.poke  # set before done() is read below: no answer slips between
             complete = waker.arm(self.processes(), self.log.follower.path, self.log_behind(),
                                  self.health.sent is not None and runner.done())
-            waker.wait(self.wait_time(seconds if not complete else max(seconds, EVENT_WAIT), until))
+            end = self.clock() + (max(seconds, EVENT_WAIT) if complete else seconds)
+            while True:
+                why = waker.wait(self.wait_time(max(0.0, end - self.clock()), until))
+                # The time was up for the next health request: send it and wait on for its answer (one look per
+                # request, not one to send it and one to read the answer); any other time up needs a look.
+                if why or not complete or not self.health.send_due(self.clock()):
+                    break
+            self.woken_by = why if complete else None
         elif self.health.sent is not None and real and isinstance(self.health.runner, BackgroundAsk):
             self.health.runner.pause(seconds)
         else:
             sleep(seconds)
+
+    def children_can_wait(self, now):
+        """Whether this look may skip listing the children: the last pause was ended by the log or a health answer
+        (no process exited: every one seen has a pidfd that would have said so) and they were listed less than a
+        poll interval ago. A chatty log then costs no more /proc reads than the timed poll did."""
+        why = self.woken_by
+        return (why is not None and bool(why) and "process" not in why and self.children_at is not None
+                and now - self.children_at < self.poll_interval)
 
     def _waker(self, real):
         if not (real and self.events):
