@@ -20,10 +20,13 @@ from ansible.module_utils import sglang_proc, sglang_watch
 from ansible.module_utils.sglang_log import LogClassifier, LogFollower
 
 SLEEPER = [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"]
-# a leader with one long-lived worker child (a multiprocessing-spawn-like command line): prints the child's PID
+# a leader with one long-lived worker child (a multiprocessing-spawn-like command line): prints the child's PID once
+# the child runs its own command line (it prints "up"; right after exec /proc/PID/cmdline may still be empty)
 PARENT = [sys.executable, "-c", (
     "import subprocess, sys, time\n"
-    "c = subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)', '--multiprocessing-fork'])\n"
+    "c = subprocess.Popen([sys.executable, '-c', 'import time; print(\"up\", flush=True); time.sleep(60)',\n"
+    "                      '--multiprocessing-fork'], stdout=subprocess.PIPE, text=True)\n"
+    "assert c.stdout.readline() == 'up\\n'\n"
     "print(c.pid, flush=True)\n"
     "time.sleep(60)\n")]
 SETTINGS = {"settle_time": 0.3, "child_grace": 2.0, "health_interval": 30, "health_timeout": 10,
