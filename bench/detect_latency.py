@@ -12,9 +12,15 @@ evidence = module return - that moment. In the same run, a second thread applies
 (popen_launch_server: poll /health_generate every 10 s, look only at whether the parent exited) to the
 same server, and we stamp when it would have noticed.
 
-Prints figures; asserts nothing. Last line:
+The wait looks at each event (a process exits, the log is written, a health answer comes in: sglang_watch.Waker).
+With --baseline (the default) every run is repeated, alternated, with the events off (the timed 0.1 s poll, as the
+module waited before): the machine is noisy, so the two are compared within the same run.
+
+Prints figures; asserts nothing. Last lines:
 crash_p50_s=<f> crash_p99_s=<f> evidence_p50_s=<f> evidence_p99_s=<f> ready_p50_s=<f> ready_p99_s=<f>
 harness_crash_p50_s=<f>
+poll_baseline: crash_p50_s=<f> ... ready_p99_s=<f>
+events_vs_poll: evidence_p99=<ratio> ready_p99=<ratio> ...
 """
 from __future__ import annotations
 
@@ -110,7 +116,7 @@ def harness(url, pid_alive, out, stop, interval=10.0):
         stop.wait(interval)
 
 
-def one_run(scenario, tmp, run_harness):
+def one_run(scenario, tmp, run_harness, events=True):
     port = free_port()
     log_dir = tempfile.mkdtemp(dir=tmp)
     load = random.uniform(0.8, 2.0)
@@ -126,7 +132,7 @@ def one_run(scenario, tmp, run_harness):
                                                         log_dir if scenario == "crash_loading" else None))
     watcher.start()
     hthread = None
-    waiter = wfm.ModelWaiter(module)
+    waiter = wfm.ModelWaiter(module, events=events)
     if run_harness:
         def start_harness():
             deadline = time.monotonic() + 5
@@ -164,37 +170,59 @@ def pct(values, q):
     return v[lo] + (v[hi] - v[lo]) * (k - lo)
 
 
+def figures(crash, evidence, ready):
+    return ("crash_p50_s=%.3f crash_p99_s=%.3f evidence_p50_s=%.3f evidence_p99_s=%.3f ready_p50_s=%.3f "
+            "ready_p99_s=%.3f" % (pct(crash, 0.5), pct(crash, 0.99), pct(evidence, 0.5), pct(evidence, 0.99),
+                                  pct(ready, 0.5), pct(ready, 0.99)))
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("-n", type=int, default=20, help="runs per scenario (>= 20 for the README figures)")
     ap.add_argument("--harness-runs", type=int, default=None, help="crash runs that also time the harness (default: all)")
+    ap.add_argument("--no-baseline", dest="baseline", action="store_false",
+                    help="skip the runs with the events off (the timed poll)")
+    ap.add_argument("--no-events", dest="events", action="store_false",
+                    help="only the timed poll (the wait as it was before the Waker)")
     args = ap.parse_args()
     random.seed(1)
     tmp = tempfile.mkdtemp(prefix="detect-latency-")
-    crash, evidence, ready, harness_lat, classes = [], [], [], [], set()
+    modes = [args.events] + ([False] if args.baseline and args.events else [])
+    runs = dict((m, {"crash": [], "evidence": [], "ready": []}) for m in modes)
+    harness_lat, classes = [], set()
     hruns = args.n if args.harness_runs is None else args.harness_runs
+    name = {True: "events", False: "poll"}
     try:
         for i in range(args.n):
-            lat, h, cls, ev = one_run("crash_loading", tmp, run_harness=i < hruns)
-            crash.append(lat)
-            evidence.append(ev)
-            classes.add(cls)
-            if h is not None:
-                harness_lat.append(h)
-            print("crash run %2d: module %.3f s after the line, %.3f s after the first process exit, harness %s"
-                  % (i + 1, lat, ev, "%.3f s" % h if h is not None else "-"), flush=True)
+            for mode in modes:
+                lat, h, cls, ev = one_run("crash_loading", tmp, run_harness=i < hruns and mode == args.events,
+                                          events=mode)
+                runs[mode]["crash"].append(lat)
+                runs[mode]["evidence"].append(ev)
+                classes.add(cls)
+                if h is not None:
+                    harness_lat.append(h)
+                print("crash run %2d (%s): module %.3f s after the line, %.3f s after the first process exit, harness %s"
+                      % (i + 1, name[mode], lat, ev, "%.3f s" % h if h is not None else "-"), flush=True)
         for i in range(args.n):
-            lat, _, _, _ = one_run("normal", tmp, run_harness=False)
-            ready.append(lat)
-            print("ready run %2d: module %.3f s" % (i + 1, lat), flush=True)
+            for mode in modes:
+                lat, _, _, _ = one_run("normal", tmp, run_harness=False, events=mode)
+                runs[mode]["ready"].append(lat)
+                print("ready run %2d (%s): module %.3f s" % (i + 1, name[mode], lat), flush=True)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     print("crash classes seen: %s" % ", ".join(sorted(c for c in classes if c)))
+    main_runs = runs[args.events]
     hp50 = pct(harness_lat, 0.5) if harness_lat else float("nan")
-    print("module vs harness, crash p50: %.3f s vs %.3f s (%.0fx faster)" % (pct(crash, 0.5), hp50, hp50 / pct(crash, 0.5)))
-    print("crash_p50_s=%.3f crash_p99_s=%.3f evidence_p50_s=%.3f evidence_p99_s=%.3f ready_p50_s=%.3f ready_p99_s=%.3f "
-          "harness_crash_p50_s=%.3f" % (pct(crash, 0.5), pct(crash, 0.99), pct(evidence, 0.5), pct(evidence, 0.99),
-                                        pct(ready, 0.5), pct(ready, 0.99), hp50))
+    print("module vs harness, crash p50: %.3f s vs %.3f s (%.0fx faster)"
+          % (pct(main_runs["crash"], 0.5), hp50, hp50 / pct(main_runs["crash"], 0.5)))
+    print("%s harness_crash_p50_s=%.3f" % (figures(**main_runs), hp50))
+    if len(modes) == 2:
+        base = runs[False]
+        print("poll_baseline: %s" % figures(**base))
+        print("events_vs_poll: " + " ".join(
+            "%s_%s=%.2f" % (key, q, pct(main_runs[key], v) / pct(base[key], v))
+            for key in ("crash", "evidence", "ready") for q, v in (("p50", 0.5), ("p99", 0.99))))
 
 
 if __name__ == "__main__":

@@ -212,7 +212,11 @@ options:
     type: float
     default: 0.3
   poll_interval:
-    description: Seconds between two looks at the log, the process tree and the health URL.
+    description:
+      - Seconds between two looks at the log, the process tree and the health URL where the wait cannot wake on
+        events. Where it can (pidfds, Linux 5.3+, and inotify), it looks when the leader or a child it has seen
+        exits, the log is written or a health answer comes in, and at the latest after 1 s (or this, if longer), at
+        the next health request and at the deadline.
     type: float
     default: 0.1
   health_interval:
@@ -912,8 +916,9 @@ class ModelWaiter(object):
 
     def __init__(self, module, clock=time.monotonic, sleep=None, popener=None, http=http_status,
                  procs=None, wall=time.time, cgroups=None, locker=fcntl.flock, prober=None, background_health=True,
-                 systemctl=None, booted=systemd_here, caller_gone=None, unit_dirs=None, supervisors=None):
+                 systemctl=None, booted=systemd_here, caller_gone=None, unit_dirs=None, events=True, supervisors=None):
         self.module = module
+        self.events = events  # False: the wait polls every poll_interval (no Waker; the benches' baseline)
         self.supervisors = supervisors or Supervisors()
         self.unit_dirs = unit_dirs  # where systemd reads units (default: unit_dir + UNIT_DIRS), see check_unit
         self.unit_before = None  # our unit file's text before this run (None: there was none), set by check_unit
@@ -1966,7 +1971,7 @@ class ModelWaiter(object):
         ask = lambda timeout: self.http(p["health_url"], self.headers(), timeout)  # noqa: E731 - one line
         w = Watch(follower, LogClassifier(clock=lambda: self.clock() - t0 + since_launch), t0, deadline, self.clock,
                   handle, state["pid"], self.procs, state.get("start_time"), ask, self.background_health, p,
-                  watching=watch is not None, patient=watch is not None or attached)
+                  watching=watch is not None, patient=watch is not None or attached, events=self.events)
         try:
             while True:
                 verdict = w.look(self.clock())
@@ -1976,16 +1981,21 @@ class ModelWaiter(object):
                     break
                 if watch is None:
                     self.check_caller()
-                w.pause(p["poll_interval"], self.sleep, self.real_sleep)
+                w.pause(p["poll_interval"], self.sleep, self.real_sleep, until=step_end)
+        except BaseException:
+            w.close()
+            raise
         finally:
             elapsed = self.clock() - t0 + since_launch  # a later step reports the time since the launch
         if verdict is None:  # this step is over, the load goes on: report progress, keep the phases for the next
+            w.close()
             follower.close()
             os.close(log_fd)
             st = self.detached_status(state, w, resumed, None)
             return self.pending(self.progress_of(st, "detached"), {"server_pid": state["pid"],
                                                                     "log_path": state["log_path"]})
         w.drain(verdict, p["settle_time"], p["poll_interval"], self.sleep)
+        w.close()
         self.result["log_offset"] = follower.offset
         self.result["health_polls"] = w.health.summary()
         follower.close()

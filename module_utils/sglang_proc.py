@@ -591,6 +591,67 @@ def log_writer_of(state):
     return pid
 
 
+class NoPidfd(Exception):
+    """This system has no pidfd (Python < 3.9, Linux < 5.3, or a seccomp filter refusing ``pidfd_open``)."""
+
+
+def open_pidfd(pid, start_time=None, opener=None):
+    """A pidfd of PID while PID is still the process that started at ``start_time`` (clock ticks; None: an unreaped
+    child of ours, which cannot have been reused). The descriptor is opened first and the identity checked after:
+    what the check proves is then what the descriptor names, for good (a PID reused later is another process, which
+    the descriptor never reaches). Returns the fd (close it), None when PID is gone or another process, and raises
+    ``NoPidfd`` when pidfds are missing here. ``opener``: ``os.pidfd_open`` (injectable)."""
+    opener = opener if opener is not None else getattr(os, "pidfd_open", None)
+    if opener is None:
+        raise NoPidfd("os.pidfd_open is missing (Python < 3.9)")
+    try:
+        fd = opener(pid)
+    except ProcessLookupError:
+        return None
+    except OSError as e:  # ENOSYS (Linux < 5.3), EPERM/EACCES (seccomp), EINVAL
+        raise NoPidfd("pidfd_open: %s" % e)
+    if start_time is not None and not (pid_alive(pid) and proc_start_time(pid) == start_time):
+        os.close(fd)
+        return None
+    return fd
+
+
+def signal_verified(pid, start_time, sig, opener=None, sender=None, kill=None):
+    """Send ``sig`` to PID only while it is the process that started at ``start_time``; True when sent.
+
+    Through a pidfd opened before the identity check (:func:`open_pidfd`) and ``signal.pidfd_send_signal``: a
+    process that exits after the check and whose PID is handed to another process meanwhile is never hit. Where
+    pidfds are missing, the same check and ``os.kill`` (the small window between them stays). ``opener``,
+    ``sender``, ``kill``: ``os.pidfd_open``, ``signal.pidfd_send_signal``, ``os.kill`` (injectable)."""
+    if start_time is None:
+        return False  # nothing to prove its identity with
+    sender = sender if sender is not None else getattr(signal, "pidfd_send_signal", None)
+    kill = kill if kill is not None else os.kill
+    fd = None
+    if sender is not None:
+        try:
+            fd = open_pidfd(pid, start_time, opener)
+        except NoPidfd:
+            fd = -1
+        if fd is None:
+            return False
+    if fd is None or fd < 0:
+        if not (pid_alive(pid) and proc_start_time(pid) == start_time):
+            return False
+        try:
+            kill(pid, sig)
+            return True
+        except OSError:
+            return False
+    try:
+        sender(fd, sig)
+        return True
+    except OSError:  # exited meanwhile (ESRCH), or not ours to signal (EPERM)
+        return False
+    finally:
+        os.close(fd)
+
+
 # Seconds the log writer has, after the server's processes are gone, to write their last output and end.
 WRITER_DRAIN = 5.0
 
@@ -598,7 +659,8 @@ WRITER_DRAIN = 5.0
 def stop_tree(state, grace=30.0, clock=time.monotonic, sleep=None, poll=0.1):
     """SIGTERM our whole tree, wait up to ``grace`` seconds, SIGKILL what is left.
 
-    Only processes proven ours are signalled. Processes that join the tree while it stops (a
+    Only processes proven ours are signalled, each through a pidfd opened before its identity is checked
+    (:func:`signal_verified`), so a PID reused meanwhile is never hit. Processes that join the tree while it stops (a
     worker forked during shutdown) are picked up too. The log writer (:func:`log_writer_of`) is
     signalled last: it ignores SIGTERM and ends by itself once every server process has closed its
     pipe; only if it is still there ``WRITER_DRAIN`` s after them is it SIGKILLed. Returns
@@ -636,12 +698,8 @@ def stop_tree(state, grace=30.0, clock=time.monotonic, sleep=None, poll=0.1):
 
     def send(sig, into):
         for pid in sorted(idents):
-            if pid not in into and still_same(pid):
-                try:
-                    os.kill(pid, sig)
-                    into.append(pid)
-                except OSError:
-                    pass
+            if pid not in into and still_same(pid) and signal_verified(pid, idents[pid], sig):
+                into.append(pid)
 
     send(signal.SIGTERM, result["signalled"])
     deadline = t0 + grace
@@ -676,11 +734,8 @@ def _end_log_writer(pid, start_time, result, clock, sleep, poll):
         sleep(poll)
     if not alive():
         return
-    try:
-        os.kill(pid, signal.SIGKILL)
+    if signal_verified(pid, start_time, signal.SIGKILL):
         result["killed"].append(pid)
-    except OSError:
-        pass
     deadline = clock() + 10.0
     while alive() and clock() < deadline:
         sleep(poll)

@@ -16,12 +16,15 @@ hurries.
 from __future__ import annotations
 
 import http.client as http_client
+import math
 import os
 import queue
 import re
 import secrets
+import select
 import ssl
 import threading
+import time
 from urllib.parse import urlparse
 
 try:
@@ -58,26 +61,39 @@ def http_status(url, headers, timeout):
 
 
 
+def _read_bytes(path):
+    """A small /proc file's bytes (one read), or None."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return None
+    try:
+        return os.read(fd, 65536)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
 class ProcView(object):
     """What the waiter needs to know about processes. Injectable for tests."""
 
     def children(self, pid):
-        """{child_pid: start_time} of direct children, zombies excluded."""
+        """{child_pid: start_time} of direct children, zombies excluded. (Raw reads: this runs at most every look.)"""
         out = {}
-        data = None
-        try:
-            with open("/proc/%d/task/%d/children" % (pid, pid)) as fh:
-                data = fh.read()
-        except (IOError, OSError):
-            data = None
+        data = _read_bytes("/proc/%d/task/%d/children" % (pid, pid))
         if data is None:
             pids = [p for p, info in sglang_proc.process_table().items() if info["ppid"] == pid]
         else:
             pids = [int(x) for x in data.split()]
         for c in pids:
-            st = sglang_proc.proc_state(c)
-            if st is not None and st not in ("Z", "X"):
-                out[c] = sglang_proc.proc_start_time(c)
+            data = _read_bytes("/proc/%d/stat" % c)  # state and start time from one read
+            rpar = data.rfind(b")") if data else -1
+            if rpar < 0:
+                continue
+            f = data[rpar + 2:].split()
+            if len(f) > 19 and f[0] not in (b"Z", b"X"):
+                out[c] = int(f[19])
         return out
 
     def alive(self, pid):
@@ -328,6 +344,7 @@ class BackgroundAsk(InlineAsk):
         self.requests = queue.Queue()
         self.answered = threading.Event()  # set when the request under way has its answer
         self.worker = None
+        self.notify = None  # called (from the worker) once an answer is in: the Waker's poke, when the wait has one
 
     def _work(self):
         while True:
@@ -337,6 +354,9 @@ class BackgroundAsk(InlineAsk):
             except Exception:  # noqa: BLE001 - a failed request is no answer, never the worker's end
                 self.answer = (None,)
             self.answered.set()
+            notify = self.notify  # read after the answer is set: a pause that set it first then sees done()
+            if notify is not None:
+                notify()
 
     def start(self, timeout):
         if self.worker is None:
@@ -385,16 +405,22 @@ class HealthWatch(object):
         crash = self.log.clf.crash
         return None if crash is None else self.log.t0 + crash["at"]
 
+    def send_due(self, now):
+        """Send the next request if none is under way and it is due; whether one was sent."""
+        if self.sent is None and now >= self.next_at:
+            self.sent = self.clock()
+            timeout = self.timeout if self.patient else max(0.5, min(2.0, self.deadline - now))
+            if not self.patient and self._crash_since() is not None:
+                timeout = max(timeout, self.hang_bound + 0.5)  # a crash line stands: time to prove a hang
+            self.runner.start(timeout)
+            return True
+        return False
+
     def poll(self, now):
         if self.log.woke:
             self.next_at = now
         crash_since = None if self.patient else self._crash_since()
-        if self.sent is None and now >= self.next_at:
-            self.sent = self.clock()
-            timeout = self.timeout if self.patient else max(0.5, min(2.0, self.deadline - now))
-            if crash_since is not None:  # a crash line stands: give the request the time to prove a hang
-                timeout = max(timeout, self.hang_bound + 0.5)
-            self.runner.start(timeout)
+        self.send_due(now)
         if self.sent is not None and self.runner.done():
             code = self.runner.take()
             self.polls += 1
@@ -451,6 +477,228 @@ class ClockWatch(object):
         return None
 
 
+
+
+# ------------------------------------------------------------------------------ waking on events, not a poll
+EVENT_WAIT = 1.0  # s: the longest pause when every event source is watched (the clock's checks still get a look)
+LOG_GAP = 0.005  # s: a log that keeps growing wakes the wait at most once per this much (the processes at once)
+IN_MODIFY, IN_ATTRIB, IN_DELETE_SELF, IN_MOVE_SELF = 0x2, 0x4, 0x400, 0x800
+LOG_EVENTS = IN_MODIFY | IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF
+
+
+def _inotify_libc():
+    """libc's inotify_init1/inotify_add_watch through ctypes, or None (no ctypes, no such symbols)."""
+    try:
+        import ctypes
+    except ImportError:
+        return None
+    for name in (None, "libc.so.6"):  # the running program's own symbols first (no ldconfig run to find libc)
+        try:
+            libc = ctypes.CDLL(name, use_errno=True)
+            init, add = libc.inotify_init1, libc.inotify_add_watch
+        except (OSError, AttributeError):
+            continue
+        init.argtypes, init.restype = [ctypes.c_int], ctypes.c_int
+        add.argtypes, add.restype = [ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32], ctypes.c_int
+        return libc
+    return None
+
+
+def _drain(fd):
+    try:
+        while os.read(fd, 4096):
+            pass
+    except (BlockingIOError, InterruptedError):
+        pass
+    except OSError:
+        pass
+
+
+class Waker(object):
+    """One poll(2) over what ends a pause early: a tracked process exits (its pidfd becomes readable), the log file
+    is written (inotify), a health answer comes in (``poke``, from the health thread, through a pipe).
+
+    ``arm()`` says which processes and which file to watch and whether every one of them could be watched
+    (``complete``): only then may a pause last longer than the poll interval. Where pidfds (``os.pidfd_open``,
+    Linux 5.3, Python 3.9) or inotify are missing, or a descriptor cannot be had, the wait falls back to the timed
+    poll. Each pidfd reports once: it is closed when it fires (the next look sees the exit), so a dead process never
+    makes the wait spin. Real clock only: unit tests keep the injected sleep (or inject a waker of their own)."""
+
+    def __init__(self, pidfd_open=None, libc=None, clock=time.monotonic):
+        self.clock = clock
+        self.opener = pidfd_open if pidfd_open is not None else getattr(os, "pidfd_open", None)
+        self.poller = select.poll()
+        self.lock = threading.Lock()
+        self.poke_r, self.poke_w = os.pipe()  # non-inheritable
+        os.set_blocking(self.poke_r, False)
+        os.set_blocking(self.poke_w, False)
+        self.poller.register(self.poke_r, select.POLLIN)
+        self.libc = libc if libc is not None else _inotify_libc()
+        self.ino = None
+        if self.libc is not None:
+            fd = self.libc.inotify_init1(os.O_NONBLOCK | os.O_CLOEXEC)
+            if fd >= 0:
+                self.ino = fd
+                self.poller.register(fd, select.POLLIN)
+        self.file_ident = None  # (dev, inode) the inotify watch is on
+        self.pidfds = {}  # (pid, start_time) -> pidfd
+        self.by_fd = {}
+        self.fired = set()  # keys whose pidfd reported (or that were gone when asked for): not watched again
+        self.ready_now = None  # a reason to end the next wait at once, found while arming
+        self.complete = False
+        self.last_end = None  # when the last wait ended (the log's LOG_GAP counts from it)
+        self.wakes = {}  # reason -> count (for tests and benches)
+
+    @classmethod
+    def make(cls):
+        """A Waker, or None where this host has no poll(2) (then the wait is the timed poll)."""
+        try:
+            return cls()
+        except (OSError, AttributeError, ValueError):
+            return None
+
+    # ---------------------------------------------------------------- what to watch
+    def poke(self):
+        """Wake the wait (from any thread). Safe after close()."""
+        with self.lock:
+            if self.poke_w is None:
+                return
+            try:
+                os.write(self.poke_w, b"!")
+            except OSError:
+                pass  # full (a wake is already pending) or closed
+
+    def arm(self, processes, log_path, log_behind=False, health_done=False):
+        """Watch ``processes`` ({(pid, start_time): None}; start_time None for an unreaped child of ours) and the file
+        at ``log_path``; forget processes no longer asked for. ``log_behind``: the file has bytes the last look did
+        not read; ``health_done``: an answer is waiting. Either ends the next wait at once. Returns ``complete``."""
+        complete = self.ino is not None and self.opener is not None
+        for key in [k for k in self.pidfds if k not in processes]:
+            self._forget(key)
+        self.fired.intersection_update(processes)
+        for key in processes:
+            if key in self.pidfds or key in self.fired:
+                continue
+            try:
+                fd = sglang_proc.open_pidfd(key[0], key[1], self.opener)
+            except sglang_proc.NoPidfd:
+                complete = False
+                continue
+            if fd is None:  # gone since the last look (or another process now): look again at once
+                self.fired.add(key)
+                self.ready_now = "process"
+                continue
+            self.pidfds[key] = fd
+            self.by_fd[fd] = key
+            self.poller.register(fd, select.POLLIN)
+        if self.ino is not None:
+            _drain(self.ino)  # what was written before this point is what log_behind tells
+            complete = self._watch_file(log_path) and complete
+        _drain(self.poke_r)
+        if log_behind:
+            self.ready_now = self.ready_now or "log"
+        if health_done:
+            self.ready_now = self.ready_now or "health"
+        self.complete = complete
+        return complete
+
+    def _watch_file(self, path):
+        try:
+            st = os.stat(path)
+        except (OSError, TypeError):
+            return False  # not there yet: the timed poll until it is
+        ident = (st.st_dev, st.st_ino)
+        if ident != self.file_ident:
+            try:
+                raw = os.fsencode(path)
+            except TypeError:
+                return False
+            if self.libc.inotify_add_watch(self.ino, raw, LOG_EVENTS) < 0:
+                return False
+            self.file_ident = ident
+        return True
+
+    def _forget(self, key):
+        fd = self.pidfds.pop(key, None)
+        if fd is not None:
+            self.by_fd.pop(fd, None)
+            try:
+                self.poller.unregister(fd)
+            except (KeyError, ValueError):
+                pass
+            os.close(fd)
+
+    # ---------------------------------------------------------------- the wait
+    def wait(self, seconds):
+        """Wait up to ``seconds``; the reasons it ended early ({"process", "log", "health"}), or an empty set."""
+        if self.ready_now is not None:
+            why, self.ready_now = set([self.ready_now]), None
+            return self._ended(why)
+        end = self.clock() + max(0.0, seconds)
+        why = set()
+        left = max(0.0, seconds)
+        while True:  # at least one poll: an event already in is reported, also by a wait of 0 s
+            try:
+                events = self.poller.poll(int(math.ceil(left * 1000)))
+            except InterruptedError:
+                events = []
+            why = self._reasons(events)
+            if why == set(["log"]) and self.last_end is not None and self.clock() - self.last_end < LOG_GAP:
+                why |= self._log_gap(min(end, self.last_end + LOG_GAP))
+            left = end - self.clock()
+            if why or left <= 0:
+                break
+        return self._ended(why)
+
+    def _log_gap(self, gap_end):
+        """A log that keeps growing: wait out the gap on the processes and health only (the log's wake is kept)."""
+        why = set()
+        self.poller.modify(self.ino, 0)
+        try:
+            while not why:
+                left = gap_end - self.clock()
+                if left <= 0:
+                    break
+                try:
+                    why = self._reasons(self.poller.poll(int(math.ceil(left * 1000))))
+                except InterruptedError:
+                    continue
+        finally:
+            self.poller.modify(self.ino, select.POLLIN)
+        return why
+
+    def _reasons(self, events):
+        why = set()
+        for fd, _ev in events:
+            if fd == self.poke_r:
+                _drain(fd)
+                why.add("health")
+            elif fd == self.ino:
+                _drain(fd)
+                why.add("log")
+            elif fd in self.by_fd:
+                key = self.by_fd[fd]
+                self._forget(key)
+                self.fired.add(key)
+                why.add("process")
+        return why
+
+    def _ended(self, why):
+        self.last_end = self.clock()
+        for reason in why:
+            self.wakes[reason] = self.wakes.get(reason, 0) + 1
+        if not why:
+            self.wakes["timer"] = self.wakes.get("timer", 0) + 1
+        return why
+
+    def close(self):
+        for key in list(self.pidfds):
+            self._forget(key)
+        with self.lock:
+            for fd in (self.poke_r, self.poke_w, self.ino):
+                if fd is not None:
+                    os.close(fd)
+            self.poke_r = self.poke_w = self.ino = None
 
 
 # ------------------------------------------------------------------------------ per-attempt logs
@@ -622,8 +870,16 @@ class Watch(object):
     window runs to ``deadline``); ``patient``: health requests get their full timeout (a watch, an attach)."""
 
     def __init__(self, follower, classifier, t0, deadline, clock, handle, pid, procs, start_time, ask, background,
-                 settings, watching=False, patient=False):
+                 settings, watching=False, patient=False, waker=None, events=True):
         self.clock = clock
+        # pause(): with the real clock a Waker (made at the first pause; injectable) ends it at the first event;
+        # events=False keeps the timed poll (a baseline for the benches)
+        self.waker = waker
+        self.events = events
+        self.last_look = t0
+        self.poll_interval = settings.get("poll_interval", 0.1)
+        self.woken_by = None  # why the last pause ended: a set of reasons (empty: its time was up), None: no Waker
+        self.children_at = None  # when the children were last listed
         self.watching = watching
         self.settle_time = settings["settle_time"]
         self.log = LogWatch(follower, classifier, t0)
@@ -654,7 +910,15 @@ class Watch(object):
 
     def look(self, now):
         """Poll every watcher once; the verdict, or None to keep waiting."""
-        candidates = dict((name, watcher.poll(now)) for name, watcher in self.watchers)
+        self.last_look = now
+        candidates = {}
+        for name, watcher in self.watchers:
+            if name == "children" and self.children_can_wait(now):
+                candidates[name] = None
+                continue
+            candidates[name] = watcher.poll(now)
+            if name == "children":
+                self.children_at = now
         if outlived(candidates) and self.watching:
             # The server answered after the crash line: the line was not its death. Set it aside (it is
             # reported as log_crash) so that a later crash is named by its own line.
@@ -667,12 +931,91 @@ class Watch(object):
         self.candidates = candidates
         return verdict
 
-    def pause(self, seconds, sleep, real):
-        """Wait ``seconds`` before the next look; with the real clock, less when a health answer comes in first."""
-        if self.health.sent is not None and real and isinstance(self.health.runner, BackgroundAsk):
+    def pause(self, seconds, sleep, real, until=None):
+        """Wait before the next look. With the real clock and a Waker (event waits): until a watched process exits,
+        the log is written or a health answer comes in, else at most ``EVENT_WAIT`` s, and never past the next
+        time the clock's checks are due (``due()``, the caller's ``until``); ``seconds`` (the poll interval) when
+        some source cannot be watched. Without a Waker: ``seconds``, less when a health answer comes in first."""
+        waker = self._waker(real)
+        if waker is not None:
+            runner = self.health.runner
+            if isinstance(runner, BackgroundAsk) and runner.notify is None:
+                runner.notify = waker.poke  # set before done() is read below: no answer slips between
+            complete = waker.arm(self.processes(), self.log.follower.path, self.log_behind(),
+                                 self.health.sent is not None and runner.done())
+            end = self.clock() + (max(seconds, EVENT_WAIT) if complete else seconds)
+            while True:
+                why = waker.wait(self.wait_time(max(0.0, end - self.clock()), until))
+                # The time was up for the next health request: send it and wait on for its answer (one look per
+                # request, not one to send it and one to read the answer); any other time up needs a look.
+                if why or not complete or not self.health.send_due(self.clock()):
+                    break
+            self.woken_by = why if complete else None
+        elif self.health.sent is not None and real and isinstance(self.health.runner, BackgroundAsk):
             self.health.runner.pause(seconds)
         else:
             sleep(seconds)
+
+    def children_can_wait(self, now):
+        """Whether this look may skip listing the children: the last pause was ended by the log or a health answer
+        (no process exited: every one seen has a pidfd that would have said so) and they were listed less than a
+        poll interval ago. A chatty log then costs no more /proc reads than the timed poll did."""
+        why = self.woken_by
+        return (why is not None and bool(why) and "process" not in why and self.children_at is not None
+                and now - self.children_at < self.poll_interval)
+
+    def _waker(self, real):
+        if not (real and self.events):
+            return None
+        if self.waker is None:
+            self.waker = Waker.make() or False
+        return self.waker or None
+
+    def processes(self):
+        """{(pid, start_time): None} of what the Waker watches: the leader (None: our unreaped child) and every child
+        ChildrenWatch has seen."""
+        leader = self.leader
+        out = {(leader.pid, None if leader.handle is not None else leader.start_time): None}
+        for pid, seen in list(self.children.seen.items()):
+            out[(pid, seen[0])] = None
+        return out
+
+    def log_behind(self):
+        """Whether the log has bytes the last look did not read (or was cut shorter)."""
+        follower = self.log.follower
+        try:
+            return os.stat(follower.path).st_size != follower.offset
+        except (OSError, TypeError):
+            return False
+
+    def due(self):
+        """The next time a clock-based check wants a look (a health request, the stall, the deadline), or None.
+        Times not after the last look were looked at then (or stay past, as a watch's deadline does)."""
+        health, clockwatch = self.health, self.clockwatch
+        times = [clockwatch.deadline]
+        if health.sent is None:
+            times.append(health.next_at)
+        if clockwatch.stall_timeout:
+            times.append(max(self.log.last_growth, health.last_answer) + clockwatch.stall_timeout)
+        crash_since = None if health.patient else health._crash_since()  # noqa: SLF001 - the same watcher's
+        if crash_since is not None and health.sent is not None and health.hang_bound:
+            times.append(max(health.sent, crash_since) + health.hang_bound)  # a held request proves a hang then
+        future = [t for t in times if t > self.last_look]
+        return min(future) if future else None
+
+    def wait_time(self, longest, until=None):
+        """``longest``, cut at the next due time and at ``until`` (never negative)."""
+        now = self.clock()
+        for t in (self.due(), until):
+            if t is not None:
+                longest = min(longest, max(0.0, t - now))
+        return longest
+
+    def close(self):
+        """Let go of the Waker's descriptors (the health thread's late poke is then a no-op)."""
+        if self.waker:
+            self.waker.close()
+        self.waker = False
 
     def drain(self, verdict, settle_time, poll_interval, sleep):
         """Read what is left of the log. When the process side spoke first, give the log the settle time to say why."""
@@ -681,6 +1024,10 @@ class Watch(object):
         if verdict in ("exited", "child_died", "crashed"):
             end = self.clock() + settle_time
             while not (clf.crash is not None and clf.settled) and self.clock() < end:
-                sleep(poll_interval)
+                waker = self.waker or None  # there only when pause() ran on the real clock
+                if waker is not None and waker.arm({}, self.log.follower.path, self.log_behind()):
+                    waker.wait(min(poll_interval, max(0.0, end - self.clock())))  # the next line, or the poll
+                else:
+                    sleep(poll_interval)
                 clf.feed(self.log.follower.read())
             clf.finalize()

@@ -147,6 +147,8 @@ class FakeProcs(object):
         monkeypatch.setattr(sp, "proc_start_time", lambda pid: 9 if pid == self.writer else self.server.get(pid))
         monkeypatch.setattr(sp, "log_writer_of", lambda state: self.writer if self.alive(self.writer) else None)
         monkeypatch.setattr(sp.os, "kill", self.kill)
+        # a fake /proc: its PIDs are no real processes, so no real pidfd may be opened (the os.kill path)
+        monkeypatch.delattr(sp.signal, "pidfd_send_signal", raising=False)
 
     def alive(self, pid):
         if pid == self.writer:
