@@ -660,7 +660,7 @@ from ansible.module_utils.sglang_unit import (
 )
 from ansible.module_utils.sglang_paths import file_sha256
 from ansible.module_utils.sglang_watch import (
-    ProcView, Watch, explain, http_status, next_attempt, point_link, prune_attempts, start_of_line,
+    ProcView, Waker, Watch, explain, http_status, next_attempt, point_link, prune_attempts, start_of_line,
 )
 
 
@@ -920,6 +920,7 @@ class ModelWaiter(object):
         self.module = module
         self.events = events  # False: the wait polls every poll_interval (no Waker; the benches' baseline)
         self.supervisors = supervisors or Supervisors()
+        self._status_waker = None  # the Waker of wait_service (None: not made yet; False: none to be had)
         self.unit_dirs = unit_dirs  # where systemd reads units (default: unit_dir + UNIT_DIRS), see check_unit
         self.unit_before = None  # our unit file's text before this run (None: there was none), set by check_unit
         self.caller_gone = caller_gone or CallerWatch()
@@ -1763,7 +1764,31 @@ class ModelWaiter(object):
             if step_end is not None and now >= step_end:
                 return self.pending(self.progress_of(st if mine else None, self.launcher), st if mine else None)
             self.check_caller()
+            self.pause_for_status(min(deadline, step_end if step_end is not None else deadline), supervisor)
+
+    def pause_for_status(self, until, supervisor=None):
+        """Until the supervisor writes its status file (inotify on the run dir), its process ends (a pidfd, detached)
+        or at most SHOW_EVERY s; ``poll_interval`` where events cannot be had (and with a fake clock)."""
+        p = self.p
+        waker = self.status_waker(supervisor)
+        if waker is None:
             self.sleep(p["poll_interval"])
+            return
+        waker.wait(max(0.0, min(SHOW_EVERY, until - self.clock())))
+
+    def status_waker(self, supervisor):
+        if not (self.real_sleep and self.events):
+            return None
+        if self._status_waker is None:
+            waker = Waker.make()
+            if waker is None or not waker.watch_dir(self.run_dir):
+                self._status_waker = False
+                return None
+            pid = getattr(getattr(supervisor, "__self__", None), "pid", None)  # handle.poll of the one we started
+            if pid is not None and not waker.arm({(pid, None): None}, None):
+                pass  # its exit is still seen at the next look (at most SHOW_EVERY s)
+            self._status_waker = waker
+        return self._status_waker or None
 
     def service_ready(self, st, attached):
         r = self.result

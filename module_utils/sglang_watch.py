@@ -483,7 +483,9 @@ class ClockWatch(object):
 EVENT_WAIT = 1.0  # s: the longest pause when every event source is watched (the clock's checks still get a look)
 LOG_GAP = 0.005  # s: a log that keeps growing wakes the wait at most once per this much (the processes at once)
 IN_MODIFY, IN_ATTRIB, IN_DELETE_SELF, IN_MOVE_SELF = 0x2, 0x4, 0x400, 0x800
+IN_CLOSE_WRITE, IN_MOVED_TO = 0x8, 0x80
 LOG_EVENTS = IN_MODIFY | IN_ATTRIB | IN_DELETE_SELF | IN_MOVE_SELF
+DIR_EVENTS = IN_CLOSE_WRITE | IN_MOVED_TO  # a file of the directory written, or renamed into it (atomic writes)
 
 
 def _inotify_libc():
@@ -601,6 +603,16 @@ class Waker(object):
             self.ready_now = self.ready_now or "health"
         self.complete = complete
         return complete
+
+    def watch_dir(self, path):
+        """Wake on every file written or renamed into the directory ``path`` too (the supervisor's status file is
+        written atomically there). Whether it could be watched."""
+        if self.ino is None:
+            return False
+        try:
+            return self.libc.inotify_add_watch(self.ino, os.fsencode(path), DIR_EVENTS) >= 0
+        except (TypeError, ValueError):
+            return False
 
     def _watch_file(self, path):
         try:
