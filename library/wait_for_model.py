@@ -1366,16 +1366,13 @@ class ModelWaiter(object):
             elif self.launcher != "systemd" and state.get("watcher") and self.install_watcher()[1]:
                 self.result["changed"] = True  # the supervisor program brought up to date (its next start uses it)
             detached_alone = state.get("launcher") != "systemd" and not self.supervisor_alive(state)
-            if detached_alone:
-                self.result["supervisor"] = "gone"
-                self.module.warn("the server of %s (PID %s) runs without its supervisor program: nothing follows its "
-                                 "processes or writes its log now. It is kept as it is; force_restart (or a changed "
-                                 "setting) starts it again under a supervisor." % (p["name"], state.get("pid")))
             code = self.http(p["health_url"], self.headers(), p["health_timeout"])
             self.result.update(pid=state["pid"], log_path=state.get("log_path"), attempt=state.get("attempt"),
                                restart_reason=None, tree_tracking=state.get("tree_tracking", "session"))
             if sglang_proc.log_writer_of(state) is not None:
                 self.result["log_writer_pid"] = state["log_writer"]["pid"]
+            if detached_alone:
+                self.supervisor_gone(state, healthy=code == 200)
             if code == 200:
                 tail, offset = self._tail_of(state)
                 self.result.update(elapsed=0.0, phases=[], phase="ready", log_tail=tail, log_offset=offset)
@@ -1549,6 +1546,41 @@ class ModelWaiter(object):
                 self.cgroups.remove(*cgroup)  # empty: nothing of ours is in it (the supervisor records none)
         self.result.update(changed=True, tree_tracking=tracking, supervisor_pid=handle.pid)
         return self.wait_service(token, attached=False, supervisor=handle)
+
+    def supervisor_gone(self, state, healthy):
+        """Our detached server runs, but its supervisor program is gone (killed, or a server of an older eagle-deploy
+        that had none): say so, and put one back without a restart when the server answers (``--adopt``: it takes
+        over the recorded tree and watches it serving). Its output went to the old supervisor: what it printed since
+        is lost, and the next (re)start logs again."""
+        p = self.p
+        self.result["supervisor"] = "gone"
+        words = ("the server of %s (PID %s) was running without its supervisor program (nothing followed its "
+                 "processes, and its output since the supervisor went is lost)" % (p["name"], state.get("pid")))
+        if not healthy or self.module.check_mode or not state.get("watcher"):
+            self.warn(words + ("; %s" % ("it would be put back (check mode)" if healthy and state.get("watcher")
+                                         else "force_restart starts it again under one")))
+            return
+        program, _changed = self.install_watcher()
+        cg = sglang_proc.dedicated_cgroup(state)
+        cgroup_procs = os.path.join(cg[0], cg[1].lstrip("/"), "cgroup.procs") if cg else None
+        try:
+            dir_fd = sglang_proc.open_run_dir(self.run_dir)
+        except sglang_proc.UntrustedState as e:
+            raise WaitError(str(e))
+        try:
+            err_fd = os.open(SUPERVISOR_LOG % p["name"], os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW |
+                             os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+        finally:
+            os.close(dir_fd)
+        try:
+            handle = self.popener.spawn_supervisor([sys.executable, "-I", program, self.run_dir, p["name"], "--adopt"],
+                                                   err_fd, cgroup_procs=cgroup_procs)
+        except OSError as e:
+            raise WaitError("%s; a supervisor could not be put back: %s" % (words, e))
+        finally:
+            os.close(err_fd)
+        self.result.update(changed=True, supervisor="restored", supervisor_pid=handle.pid)
+        self.warn(words + "; a supervisor was put back (PID %d), without a restart" % handle.pid)
 
     def supervisor_alive(self, state):
         """Whether the supervisor program recorded in ``state`` (detached) still runs."""

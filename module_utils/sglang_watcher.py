@@ -186,7 +186,7 @@ class LogCopy(threading.Thread):
 # ------------------------------------------------------------------------------ the program
 class Watcher(object):
     def __init__(self, run_dir, name, notifier=None, clock=time.monotonic, wall=time.time, sleep=None, spawner=None,
-                 procs=None, http=None, serving=True):
+                 procs=None, http=None, serving=True, adopt=False):
         """Everything but ``run_dir`` and ``name`` is injectable for unit tests (a fake clock, a fake server, a fake
         /proc and HTTP): ``serving=False`` ends ``steps()`` at the verdict ``ready``."""
         self.run_dir, self.name = run_dir, name
@@ -198,6 +198,7 @@ class Watcher(object):
         self.procs = procs or sglang_watch.ProcView()
         self.http = http or sglang_watch.http_status
         self.serving = serving
+        self.adopt = adopt  # watch the recorded, serving server whose supervisor is gone (no new launch)
         self.w = None
         self.code = None
         self.cfg = None
@@ -298,11 +299,17 @@ class Watcher(object):
             pwd.getpwuid(os.geteuid()).pw_name, "port": cfg.get("port"),
             "tree_tracking": "cgroup" if cgroup else "session", "run_token": token, "cgroup": cgroup,
             "launcher": "systemd" if unit else "detached", "unit": unit,
-            "watcher": {"pid": os.getpid(), "start_time": sglang_proc.proc_start_time(os.getpid()), "cmdline": mine},
+            "watcher": self.me(),
         }
         sglang_proc.write_state(self.run_dir, self.name, state)
         self.state = state
         return state
+
+    @staticmethod
+    def me():
+        """This program's identity in the run state (``watcher``): what a run checks before it signals it."""
+        return {"pid": os.getpid(), "start_time": sglang_proc.proc_start_time(os.getpid()),
+                "cmdline": sglang_proc.proc_cmdline(os.getpid())}
 
     @staticmethod
     def own_cgroup():
@@ -330,9 +337,55 @@ class Watcher(object):
             self.w.pause(pause, self.sleep, self.real)
         return self.code
 
+    def adopt_steps(self):
+        """``--adopt``: the recorded server serves, but its supervisor is gone (killed, say). Take it over without a
+        restart: verify it is ours, record this program as its supervisor, and watch it as a serving server (the same
+        watchers and ``decide()``). Its output went to the old supervisor's pipe, so its log cannot be followed: the
+        status says so, and a failure is explained by the processes and health alone."""
+        cfg = self.load_config()
+        self.signals()
+        state = sglang_proc.read_state(self.run_dir, self.name)
+        why = "no run state" if not state else (state.get("untrusted") or sglang_proc.why_not_ours(state))
+        if why:
+            self.say("failed: cannot adopt the recorded server: %s" % why)
+            self.code = EXIT_SETUP
+            return
+        state["watcher"] = self.me()
+        sglang_proc.write_state(self.run_dir, self.name, state)
+        self.state = state
+        settings = cfg["settings"]
+        headers = cfg.get("headers") or {}
+        t0 = self.clock()
+        follower = LogFollower(os.devnull)
+        self.w = w = sglang_watch.Watch(follower, LogClassifier(clock=lambda: self.clock() - t0), t0, t0 + 10 ** 9,
+                                        self.clock, None, state["pid"], self.procs, state.get("start_time"),
+                                        lambda timeout: self.http(cfg["health_url"], headers, timeout), self.real,
+                                        settings)
+        w.serve(settings.get("serve_health_interval", SERVE_HEALTH_INTERVAL))
+        w.children.poll(t0)
+        w.children.serving()  # every child alive now is part of the serving server
+        self.status = {"launch": cfg.get("launch"), "attempt": state.get("attempt"), "log_path": state.get("log_path"),
+                       "server_pid": state["pid"], "watcher_pid": os.getpid(), "started_at": state.get("started_at"),
+                       "phase": "ready", "verdict": "ready", "adopted": True, "launcher": "detached",
+                       "status": "serving (its supervisor was put back; the output since it was lost is not logged)",
+                       "report": None, "fingerprint": cfg.get("fingerprint")}
+        self.write_status()
+        self.say("adopted the serving server (PID %d): its supervisor had gone" % state["pid"])
+        while not self.stopping:
+            verdict = w.look(self.clock())
+            if verdict is not None and verdict != "ready":
+                self.code = self.failed(w, follower, state, verdict, self.clock() - t0, ready=True)
+                return
+            yield SERVE_POLL
+        self.code = self.stopped(follower, w)
+
     def steps(self):
         """The work as a generator: it yields the seconds to wait before its next look (``run`` waits them; a unit
         test's fake clock steps it) and leaves the exit status in ``self.code``."""
+        if self.adopt:
+            for pause in self.adopt_steps():
+                yield pause
+            return
         cfg = self.load_config()
         settings = cfg["settings"]
         user = self.user()
@@ -494,6 +547,9 @@ class Watcher(object):
         """Stop the server's session (systemd also stops the unit's cgroup once we exit) and let the log writer
         write its last lines."""
         proc = self.proc
+        if proc is None and self.adopt and self.state is not None:
+            # an adopted server is no child of ours: its verified tree (cgroup, session, run token), as a run would
+            sglang_proc.stop_tree(self.state, grace=grace, clock=self.clock, sleep=self.sleep)
         if proc is not None and proc.poll() is None:
             try:
                 os.killpg(proc.pid, signal.SIGTERM)
@@ -513,11 +569,12 @@ class Watcher(object):
 
 def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
-    if len(argv) != 2:
-        sys.stderr.write("usage: sglang_watcher.py RUN_DIR NAME\n")
+    adopt = argv[2:] == ["--adopt"]
+    if len(argv) != 2 and not adopt:
+        sys.stderr.write("usage: sglang_watcher.py RUN_DIR NAME [--adopt]\n")
         return 64
     try:
-        return Watcher(argv[0], argv[1]).run()
+        return Watcher(argv[0], argv[1], adopt=adopt).run()
     except sglang_proc.UntrustedState as e:
         sys.stderr.write("sglang-watcher: %s\n" % e)
         return EXIT_PERMANENT

@@ -81,10 +81,15 @@ def server(tmp_path):
     os.makedirs(run_dir, mode=0o755)
     port = free_port()
 
+    # The role's 0600 --config file holds the key (its one copy on disk; the supervisor reads it from there).
+    config = str(tmp_path / "server.yaml")
+    with open(os.open(config, os.O_WRONLY | os.O_CREAT, 0o600), "w") as fh:
+        fh.write('api-key: "%s"\n' % API_KEY)
+
     def args(*extra, **kw):
         a = {"name": "client", "state": "started", "log_dir": log_dir, "run_dir": run_dir, "port": port,
              "health_url": "http://127.0.0.1:%d/health_generate" % port, "api_key": API_KEY, "timeout": 120,
-             "argv": [TARGET_PYTHON, EMULATOR, "--port", str(port), "--api-key", API_KEY,
+             "argv": [TARGET_PYTHON, EMULATOR, "--port", str(port), "--config", config,
                       "--emulator-load-seconds", "0.3", "--emulator-capture-seconds", "0.1"] + list(extra)}
         a.update(kw)
         return a

@@ -1,13 +1,13 @@
-"""The API key and the other secrets never reach a file other than the server's config: the real wait_for_model,
-run by Ansible (AnsiballZ ships module_utils/sglang_redact.py to the log writer), on a TEST-ONLY server that
-prints its secrets the ways real servers do (secret_printing_server.py); and the real log writer process alone."""
+"""The API key and the other secrets never reach a file other than the server's config (and, while the server runs,
+the supervisor's own 0600 config for the secret environment): the real wait_for_model, run by Ansible, and the real
+supervisor program it starts (its log copy masks them), on a TEST-ONLY server that prints its secrets the ways real
+servers do (secret_printing_server.py); and the supervisor's log copy alone on a pipe."""
 from __future__ import annotations
 
 import json
 import os
 import pwd
 import shutil
-import signal
 import subprocess
 import sys
 import tempfile
@@ -16,10 +16,9 @@ from urllib.parse import quote
 
 import pytest
 
-from ansible.module_utils import sglang_proc
+from ansible.module_utils import sglang_proc, sglang_watcher
 from ansible.module_utils.sglang_redact import encoded_forms
 
-import wait_for_model as wfm
 from ansible_run import EMULATOR, TARGET_PYTHON, free_port, run_module
 
 SERVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "secret_printing_server.py")
@@ -64,16 +63,21 @@ def deployment():
     os.chmod(config, 0o600)
     log_dir = os.path.join(top, "logs")
     os.mkdir(log_dir, 0o755)
+    run_dir = os.path.join(top, "run")
+    os.mkdir(run_dir, 0o755)
     port = free_port()
-    d = {"top": top, "config": config, "log_dir": log_dir, "port": port, "uid": pw.pw_uid}
+    d = {"top": top, "config": config, "log_dir": log_dir, "run_dir": run_dir, "port": port, "uid": pw.pw_uid,
+         "supervisor_config": os.path.join(run_dir, "red.watcher.json")}
     yield d
-    run_module("wait_for_model", {"name": "red", "state": "stopped", "log_dir": log_dir, "on_foreign_pid": "ignore"})
+    run_module("wait_for_model", {"name": "red", "state": "stopped", "log_dir": log_dir, "run_dir": run_dir,
+                                  "on_foreign_pid": "ignore"})
     shutil.rmtree(top, ignore_errors=True)
 
 
 def module_args(d, **kw):
     a = {"name": "red", "argv": [TARGET_PYTHON, SERVER, "--config", d["config"], "--port", str(d["port"])],
-         "log_dir": d["log_dir"], "run_as": USER, "chdir": d["top"], "fingerprint_files": [d["config"]],
+         "log_dir": d["log_dir"], "run_dir": d["run_dir"], "run_as": USER, "chdir": d["top"],
+         "fingerprint_files": [d["config"]],
          "health_url": "http://127.0.0.1:%d/health" % d["port"], "api_key": KEY,
          "secret_environment": {"HF_TOKEN": HF}, "redact": [EXTRA], "timeout": 60, "stall_timeout": 30}
     a.update(kw)
@@ -81,7 +85,7 @@ def module_args(d, **kw):
 
 
 # The second case runs the module with this venv's interpreter, which lives where the service user cannot reach
-# (/root): the log writer starts as root and switches to the service user itself.
+# (/root): the supervisor runs as root with it and starts the server as the service user.
 @pytest.mark.parametrize("cgroup, python", [(True, TARGET_PYTHON), (False, sys.executable)],
                          ids=["own_cgroup", "session_root_only_interpreter"])
 def test_no_secret_reaches_the_log_dir_and_the_last_lines_survive_the_stop(deployment, cgroup, python):
@@ -89,51 +93,52 @@ def test_no_secret_reaches_the_log_dir_and_the_last_lines_survive_the_stop(deplo
     r = run_module("wait_for_model", module_args(d, cgroup=cgroup), python=python)
     assert not r.get("failed"), r.get("msg")
     assert r["tree_tracking"] == ("cgroup" if cgroup and sglang_proc.cgroup2_mount() else "session")
-    state = sglang_proc.read_state(d["log_dir"], "red")
-    writer, leader = r["log_writer_pid"], r["pid"]
-    assert state["pid"] == leader and state["log_writer"]["pid"] == writer
+    state = sglang_proc.read_state(d["run_dir"], "red")
+    supervisor, leader = r["supervisor_pid"], r["pid"]
+    assert state["pid"] == leader and state["watcher"]["pid"] == supervisor
     assert proc_text(leader, "cmdline").split(b"\0")[1] == SERVER.encode()  # the leader is the server itself
-    # The log writer: the service user's, no secret in its argv, environment or anyone's ps line.
-    assert sglang_proc.proc_uid(writer) == d["uid"]
+    assert sglang_proc.proc_uid(leader) == d["uid"] and os.readlink("/proc/%d/fd/1" % leader).startswith("pipe:")
+    # The supervisor: no secret in its argv, environment or anyone's ps line.
     for secret in SECRETS:
-        assert secret.encode() not in proc_text(writer, "cmdline")
-        assert secret.encode() not in proc_text(writer, "environ")
+        for pid in (supervisor, leader):
+            assert secret.encode() not in proc_text(pid, "cmdline")
+        assert secret.encode() not in proc_text(supervisor, "environ")
         assert secret not in subprocess.run(["ps", "-eo", "args"], capture_output=True, text=True).stdout
-    assert sorted(os.listdir("/proc/%d/fd" % writer)) == ["0", "1", "2"]  # the config pipe is closed
     if r["tree_tracking"] == "cgroup":
-        assert sglang_proc.proc_cgroup(writer) == sglang_proc.proc_cgroup(leader)
+        assert sglang_proc.proc_cgroup(supervisor) == sglang_proc.proc_cgroup(leader)
     with open(r["log_path"], "rb") as fh:
         log = fh.read()
     assert b"server_args={'model_path': '/models/tiny', 'api_key': \"***\", 'port'" in log  # repr of a str with '
-
     assert b"server_args=ServerArgs(model_path='/models/tiny', api_key=\"***\", port=" in log
     assert b'"api_key": "***"' in log
     assert b"GET /v1/models?api_key=*** HTTP/1.1" in log
     assert b"HF token: ***\n" in log and b"split key: *** end\n" in log and b"[child] api_key=***\n" in log
     assert b"\rLoading safetensors checkpoint shards: 1/2 [progress]\n" in log
-    assert hits(d["top"]) == {d["config"]: [KEY]}  # the key in its config file, and nowhere else
+    # the key in its config file only; the secret environment in the supervisor's 0600 config while it runs
+    assert hits(d["top"]) == {d["config"]: [KEY], d["supervisor_config"]: [HF, EXTRA]}
 
-    stopped = run_module("wait_for_model", {"name": "red", "state": "stopped", "log_dir": d["log_dir"]})
+    stopped = run_module("wait_for_model", {"name": "red", "state": "stopped", "log_dir": d["log_dir"],
+                                            "run_dir": d["run_dir"]})
     assert not stopped.get("failed"), stopped.get("msg")
-    assert leader in stopped["stopped"]["signalled"] and writer not in stopped["stopped"]["signalled"]
-    assert stopped["stopped"]["killed"] == []  # the log writer ended by itself at end of file
-    assert not sglang_proc.pid_alive(writer)
+    assert leader in stopped["stopped"]["signalled"] and stopped["stopped"]["killed"] == []
+    assert not sglang_proc.pid_alive(supervisor) and not sglang_proc.pid_alive(leader)
     with open(r["log_path"], "rb") as fh:
         log = fh.read()
-    assert log.endswith(b"SIGTERM received, shutting down (api_key=***)\nLAST LINE\n")
-    assert hits(d["top"]) == {d["config"]: [KEY]}
+    assert log.endswith(b"SIGTERM received, shutting down (api_key=***)\nLAST LINE\n")  # copied to the end
+    assert hits(d["top"]) == {d["config"]: [KEY]}  # nothing else holds a secret once stopped
 
 
-def test_without_secrets_the_server_writes_its_log_file_itself(deployment):
+def test_without_secrets_the_output_is_copied_all_the_same(deployment):
     d = deployment
     r = run_module("wait_for_model", module_args(d, api_key=None, secret_environment={}, redact=[],
                                                  argv=[TARGET_PYTHON, SERVER, "--port", str(d["port"])]))
     assert not r.get("failed"), r.get("msg")
-    assert "log_writer_pid" not in r and "log_writer" not in sglang_proc.read_state(d["log_dir"], "red")
-    assert os.readlink("/proc/%d/fd/1" % r["pid"]) == r["log_path"]
+    assert os.readlink("/proc/%d/fd/1" % r["pid"]).startswith("pipe:")  # the supervisor's: it copies and follows
+    with open(r["log_path"], "rb") as fh:
+        assert b"Loading safetensors checkpoint shards" in fh.read()
 
 
-def test_the_emulator_logs_the_key_like_sglang_and_the_log_writer_masks_it(deployment):
+def test_the_emulator_logs_the_key_like_sglang_and_the_supervisor_masks_it(deployment):
     """The emulator prints server_args with the key in clear, as SGLang does; a client request with the key in its
     query string lands in uvicorn's access line. Neither reaches the file."""
     d = deployment
@@ -149,10 +154,10 @@ def test_the_emulator_logs_the_key_like_sglang_and_the_log_writer_masks_it(deplo
     assert log.startswith(b"[EMULATOR] ")
     assert b"server_args=ServerArgs(" in log and b'api_key="***"' in log
     assert b"GET /v1/models?api_key=*** HTTP/1.1" in log  # uvicorn's access line, the key percent-encoded
-    assert hits(d["top"]) == {d["config"]: [KEY]}
+    assert hits(d["top"]) == {d["config"]: [KEY], d["supervisor_config"]: [HF, EXTRA]}
 
 
-# ------------------------------------------------------------------ the log writer process alone
+# ------------------------------------------------------------------ the supervisor's log copy alone
 def wait_for(path, needle, timeout=3.0):
     end = time.monotonic() + timeout
     while time.monotonic() < end:
@@ -165,19 +170,23 @@ def wait_for(path, needle, timeout=3.0):
 
 
 @pytest.fixture
-def writer(tmp_path):
+def copy(tmp_path):
     path = str(tmp_path / "w.log")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
-    handle, pipe = wfm.Popener().spawn_log_writer(fd, [KEY], None, label="eagle-deploy-log-writer:test")
+    r, w = os.pipe()
+    thread = sglang_watcher.LogCopy(r, fd, [KEY])
+    thread.start()
+    yield thread, w, path
+    try:
+        os.close(w)
+    except OSError:
+        pass
+    thread.join(5)
     os.close(fd)
-    yield handle, pipe, path
-    if handle.poll() is None:
-        handle.kill()
-        handle.wait()
 
 
-def test_log_writer_writes_progress_at_once_and_never_a_paused_half_secret(writer):
-    handle, pipe, path = writer
+def test_the_log_copy_writes_progress_at_once_and_never_a_paused_half_secret(copy):
+    _thread, pipe, path = copy
     t0 = time.monotonic()
     os.write(pipe, b"\rLoading 50%|#####     | 1/2")
     wait_for(path, b"1/2", timeout=1.0)
@@ -190,14 +199,11 @@ def test_log_writer_writes_progress_at_once_and_never_a_paused_half_secret(write
     wait_for(path, b"key=***\n")
 
 
-def test_log_writer_ignores_stop_signals_and_ends_at_end_of_file(writer):
-    handle, pipe, path = writer
-    for sig in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
-        handle.send_signal(sig)
-    time.sleep(0.3)
-    assert handle.poll() is None
+def test_the_log_copy_writes_the_last_bytes_at_end_of_file(copy):
+    thread, pipe, path = copy
     os.write(pipe, b"last words " + repr(KEY).encode())  # no newline: written at end of file
     os.close(pipe)
-    assert handle.wait(timeout=5) == 0
+    thread.join(5)
+    assert not thread.is_alive()
     with open(path, "rb") as fh:
         assert fh.read() == b'last words "***"'

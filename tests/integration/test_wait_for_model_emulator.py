@@ -167,3 +167,41 @@ def test_replayed_ready_log_at_warning_level_is_ready_by_http(server):
         "--emulator-replay", os.path.join(CORPUS, "046-ready-eagle3-log-level-warning-no-ready-line.log"),
         "--emulator-replay-speed", "1000"]))
     assert not r.get("failed"), r.get("msg")
+
+
+def test_a_serving_server_whose_supervisor_was_killed_gets_one_back_that_watches_it(server):
+    """detached: kill -9 of the supervisor program leaves the server serving; the next run says so and puts a
+    supervisor back without a restart, and that one decides when a worker of the server then dies."""
+    r = run_module("wait_for_model", server())
+    assert not r.get("failed"), r.get("msg")
+    state = sglang_proc.read_state(server.log_dir, "emu")
+    leader, supervisor = state["pid"], state["watcher"]["pid"]
+    assert supervisor == r["supervisor_pid"] and sglang_proc.pid_alive(supervisor)
+    os.kill(supervisor, signal.SIGKILL)
+    end = time.monotonic() + 10
+    while sglang_proc.pid_alive(supervisor) and time.monotonic() < end:
+        time.sleep(0.05)  # a child of ours while the module ran; now reaped by init
+    again = run_module("wait_for_model", server())
+    assert not again.get("failed"), again.get("msg")
+    assert again["supervisor"] == "restored" and again["pid"] == leader, again  # no restart
+    assert any("a supervisor was put back" in w for w in again.get("warnings", [])), again.get("warnings")
+    state = sglang_proc.read_state(server.log_dir, "emu")
+    assert state["watcher"]["pid"] == again["supervisor_pid"] != supervisor
+    # the adopted server is watched: a worker's death is a failure, the tree is stopped
+    workers = [p for p in sglang_proc.our_tree(state) if p != leader
+               and "spawn_main" in " ".join(sglang_proc.proc_cmdline(p) or [])]
+    assert workers
+    os.kill(workers[0], signal.SIGKILL)
+    end = time.monotonic() + 20
+    st = None
+    while time.monotonic() < end:
+        st = sglang_proc.read_json(server.log_dir, "emu.status.json")
+        if st and st.get("verdict") not in (None, "ready"):
+            break
+        time.sleep(0.1)
+    assert st["verdict"] in ("child_died", "child_sigquit", "killed"), st
+    assert st["report"]["evidence"] == "worker PID %d of the server died" % workers[0]
+    end = time.monotonic() + 20
+    while sglang_proc.pid_alive(leader) and time.monotonic() < end:
+        time.sleep(0.1)
+    assert not sglang_proc.pid_alive(leader)  # the adopted supervisor stopped the failed tree

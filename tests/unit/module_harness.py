@@ -189,7 +189,7 @@ class FakeSupervisor(object):
     passed the pause it asked for, so the module's wait and the supervisor go on side by side, as two processes
     would. It stops at the verdict (no serving loop)."""
 
-    def __init__(self, world, run_dir, name, number, cgroup=None):
+    def __init__(self, world, run_dir, name, number, cgroup=None, adopt=False):
         self.world = world
         self.cgroup = cgroup  # the deployment cgroup it was started in (its path), or None
         self.pid = 4200000 + number  # above pid_max: never a real process
@@ -206,14 +206,11 @@ class FakeSupervisor(object):
                 # where the fake supervisor "is": the cgroup it was asked to join, when the world lets it join
                 return ("/sys/fs/cgroup", sup.cgroup) if sup.cgroup and world.supervisor_joins else (None, None)
 
-            def record(self, proc, attempt, log_path, token):
-                state = super(Watcher, self).record(proc, attempt, log_path, token)
-                state["watcher"] = {"pid": sup.pid, "start_time": 1, "cmdline": ["fake-supervisor"]}
-                sglang_proc.write_state(self.run_dir, self.name, state)
-                return state
+            def me(self):
+                return {"pid": sup.pid, "start_time": 1, "cmdline": ["fake-supervisor"]}
 
         self.watcher = Watcher(run_dir, name, clock=world.clock, wall=lambda: 0.0, sleep=world.sleep,
-                               spawner=self.spawn, procs=Procs(world), http=world.http, serving=False)
+                               spawner=self.spawn, procs=Procs(world), http=world.http, serving=False, adopt=adopt)
         self.steps = self.watcher.steps()
         self.wake = world.now
         world.tickers.append(self.tick)
@@ -248,12 +245,13 @@ class Popener(object):
         self.w = world
 
     def spawn_supervisor(self, argv, err_fd, cgroup_procs=None):
-        run_dir, name = argv[-2], argv[-1]
+        adopt = argv[-1] == "--adopt"
+        run_dir, name = (argv[-3], argv[-2]) if adopt else (argv[-2], argv[-1])
         self.w.supervisor_cgroup_procs = cgroup_procs
         cgroup = None
         if cgroup_procs is not None:
             cgroup = "/" + os.path.relpath(os.path.dirname(cgroup_procs), "/sys/fs/cgroup")
-        sup = FakeSupervisor(self.w, run_dir, name, len(self.w.supervisors) + 1, cgroup)
+        sup = FakeSupervisor(self.w, run_dir, name, len(self.w.supervisors) + 1, cgroup, adopt=adopt)
         self.w.supervisors.append(sup)
         return sup
 

@@ -366,3 +366,37 @@ def test_fresh_host_check_mode_and_stop_need_no_directories(world):
 def test_check_mode_with_a_config_file_not_written_yet(world):
     status, r = run(world, check_mode=True, fingerprint_files=[os.path.join(world.log_dir, "server.yaml")])
     assert status == "ok" and r["changed"] is True and "not written yet" in r["msg"]
+
+
+# ------------------------------------------------------------------ a detached server whose supervisor is gone
+def _served_then_orphaned(world):
+    """A serving server of ours (this test process stands in for it) whose recorded supervisor is gone."""
+    argv = [sys.executable, "-m", "sglang.launch_server", "--config", "/etc/sglang.yaml"]
+    fp = wfm.fingerprint_of(wfm.fingerprint_parts(argv, {}, [], {}, None))
+    record_self_as_server(world, fingerprint=fp, watcher={"pid": UNUSED_PID, "start_time": 1, "cmdline": ["gone"]},
+                          launcher="detached")
+    sglang_proc.write_files(world.log_dir, (("sglang.watcher.json", json.dumps({
+        "launch": "l1", "argv": argv, "env": {}, "log_dir": world.log_dir, "health_url": "http://127.0.0.1:1/h",
+        "headers": {}, "secrets": [], "settings": {"health_interval": 0.25, "health_timeout": 10, "unhealthy_after": 3,
+                                                   "child_grace": 2.0, "settle_time": 0.3, "stall_timeout": 0,
+                                                   "poll_interval": 0.1}})),), mode=0o600)
+    world.health = lambda t: 200
+    return os.getpid()
+
+
+def test_a_healthy_server_whose_supervisor_is_gone_gets_one_back_without_a_restart(world, stops):
+    pid = _served_then_orphaned(world)
+    status, r = run(world)
+    assert status == "ok" and r["supervisor"] == "restored" and r["changed"] is True, r
+    assert r["pid"] == pid and world.spawned == [] and stops == []  # the same server: no restart, nothing stopped
+    assert world.supervisors[-1].watcher.adopt and r["supervisor_pid"] == world.supervisors[-1].pid
+    state = json.load(open(os.path.join(world.log_dir, "sglang.json")))
+    assert state["watcher"]["pid"] == world.supervisors[-1].pid  # the new supervisor is recorded as the server's
+    st = json.load(open(os.path.join(world.log_dir, "sglang.status.json")))
+    assert st["adopted"] is True and st["verdict"] == "ready" and st["server_pid"] == pid
+
+
+def test_in_check_mode_a_gone_supervisor_is_reported_and_nothing_is_started(world, stops):
+    _served_then_orphaned(world)
+    status, r = run(world, check_mode=True)
+    assert status == "ok" and r["supervisor"] == "gone" and world.supervisors == [], r
