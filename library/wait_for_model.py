@@ -160,6 +160,14 @@ options:
         (at least 1 s apart) until a request answers 200 or this many have failed.
     type: int
     default: 3
+  serve_health_interval:
+    description:
+      - With O(launcher=systemd), seconds between two health requests the watcher program sends to a serving
+        server (each C(/health_generate) costs it a 1-token generation). Each request is given O(health_timeout);
+        O(unhealthy_after) failures in a row fail the unit (exit 69, restarted by C(Restart=on-failure)).
+      - Read by the watcher program when the unit starts; a change applies at the next (re)start of the server.
+    type: float
+    default: 10.0
   log_offset:
     description:
       - With O(state=watched), the byte offset of the log where the watch starts; what was written before
@@ -797,6 +805,7 @@ RANGES = {
     "health_interval": (0, 600, True),
     "health_timeout": (0, 600, True),
     "unhealthy_after": (1, 1000, False),
+    "serve_health_interval": (0, 86400, True),
     "child_grace": (0, 3600, False),
     "stop_timeout": (0, 3600, False),
     "lock_timeout": (0, 86400, False),
@@ -1492,6 +1501,7 @@ class ModelWaiter(object):
         settings = dict((k, p[k]) for k in ("health_interval", "health_timeout", "unhealthy_after", "child_grace",
                                             "settle_time", "stall_timeout", "poll_interval"))
         settings["extend_timeout"] = p["stall_timeout"] + 60 if p["stall_timeout"] else 0
+        settings["serve_health_interval"] = p["serve_health_interval"]  # the watch of the serving server
         systemd = self.launcher == "systemd"
         config = {
             "launch": token, "argv": list(p["argv"]), "env": self.child_env(), "chdir": p["chdir"],
@@ -2226,6 +2236,7 @@ def argument_spec():
         port=dict(type="int"),
         health_timeout=dict(type="float", default=10.0),
         unhealthy_after=dict(type="int", default=3),
+        serve_health_interval=dict(type="float", default=10.0),
         log_offset=dict(type="int", default=0),
         lock_timeout=dict(type="float", default=60.0),
         min_free_space_mib=dict(type="int", default=64),

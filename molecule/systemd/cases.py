@@ -26,6 +26,16 @@ where it must (a state that never comes) raises: side_effect fails, loudly.
   dropin      a foreign drop-in in /etc/systemd/system/sglang-sglang.service.d/ (daemon-reload done): a start and
               playbooks/stop.yml on `sglang` are refused naming it; the server serves on untouched. Removed
               afterwards.
+  unhealthy   deployment `unhealthy` (module_call.yml: health_timeout 2, unhealthy_after 2, serve_health_interval 1)
+              serving: the emulator's test control makes every health request take 15 s; the watcher fails the
+              serving server (status `unhealthy`, after_ready, exit 69, the journal's `sglang-watcher: failed:
+              unhealthy` line), systemd shows the unit `activating/auto-restart` with ExecMainStatus 69 (Restart=
+              on-failure, RestartSec=10), no process of the old tree is left; the restart (a fresh emulator, no
+              delay) serves again. Then state=stopped.
+  stop_loading  deployment `stoploading` (a 120 s load), launched by module_call.yml in the background: `systemctl
+              stop` of its unit while it loads weights, inside a wait step: the task fails with crash_class
+              `stopped` and "stopped while loading" (not unit_failed), the status file says `stopped`, its
+              processes are gone, its port is free. Then state=stopped.
 
 Usage: cases.py HOST [CASE...]   (every case, in order, by default)
 """
@@ -51,6 +61,8 @@ EMULATOR = "{{ sglang_install_venv }}/bin/sglang-emulator"
 SLOW = ("slow", 30001, 90, 18)
 CRASH = ("crash", 30002, 2, 2)
 CRASH_LOAD = ("crashload", 30003, 40, 8)
+UNHEALTHY = ("unhealthy", 30020, 2, 2)
+STOP_LOADING = ("stoploading", 30021, 120, 24)
 
 
 class CaseError(Exception):
@@ -392,6 +404,100 @@ def case_dropin(host):
 UNIT_MAIN = unit_of("sglang")
 
 
+# ------------------------------------------------------------------ a serving server's health fails; a stop mid-load
+def emulator_deployment(deployment, **extra):
+    """wait_for_model's arguments for an emulator deployment of its own (name, port, load seconds, shards)."""
+    name, port, load, shards = deployment
+    args = emulator_args(name, port)
+    args["argv"] = args["argv"] + ["--emulator-load-seconds", str(load), "--emulator-shards", str(shards)]
+    args.update(extra)
+    return args
+
+
+def stop_deployment(host, label, deployment):
+    """state=stopped (systemctl disable --now) of a deployment of the cases: nothing of it runs afterwards."""
+    name, port = deployment[:2]
+    return call(host, label, {"name": name, "state": "stopped", "port": port, "run_dir": RUN_DIR,
+                              "log_dir": "/var/log/sglang"})
+
+
+def case_unhealthy(host):
+    name, port = UNHEALTHY[:2]
+    # Small numbers: a request may take 2 s, one every 1 s while serving, 2 failures in a row fail it (the
+    # defaults, 10 s / 10 s / 3, would take about a minute).
+    start = call(host, "unhealthy-start", emulator_deployment(UNHEALTHY, health_timeout=2, unhealthy_after=2,
+                                                              serve_health_interval=1))
+    if start["result"].get("failed"):
+        raise CaseError("the start of %s failed: %s" % (name, start["result"].get("msg")))
+    serving = host.until(name, port, 60, "ActiveState=active")[-1]
+    status_serving = host.status(name)
+    tree = host.tree(name)
+    if not tree["procs"]:
+        raise CaseError("%s serves with no process in its unit: %s" % (unit_of(name), tree))
+    # Every health request from now on takes 15 s (> health_timeout): the server looks hung to the watcher.
+    delay = host.probe("health-delay", port, 15, 1000)[0]
+    log("health delay on %s: %s" % (unit_of(name), delay))
+    # Port 0: the probe asks no health itself. The unit's restart state lasts RestartSec (10 s).
+    samples = host.until(name, 0, 90, "SubState=auto-restart")
+    status = host.status(name)  # before the restart's watcher writes its own
+    alive = host.alive(tree["procs"])
+    tree_failed = host.tree(name)
+    journal = host.probe("journal", unit_of(name))[0]
+    log("%s: %s/%s ExecMainStatus %s, verdict %s"
+        % (unit_of(name), samples[-1]["ActiveState"], samples[-1]["SubState"], samples[-1]["ExecMainStatus"],
+           (status or {}).get("verdict")))
+    # Restart=on-failure: the restarted server (a fresh emulator, no delay) serves again.
+    restart = host.until(name, port, 120, "ActiveState=active", "health_generate=200")
+    save("unhealthy", {"start": start, "serving": serving, "status_serving": status_serving, "tree": tree,
+                       "delay": delay, "samples": samples, "status": status, "alive": alive,
+                       "tree_failed": tree_failed, "journal": journal, "restart": restart[-1],
+                       "status_restart": host.status(name), "stop": stop_deployment(host, "unhealthy-stop", UNHEALTHY),
+                       "after_stop": host.show(name), "tree_after_stop": host.tree(name),
+                       "listening_after_stop": host.listening(port)})
+
+
+def case_stop_loading(host):
+    name, port = STOP_LOADING[:2]
+    rec = os.path.join(OUT, "stop_loading-start.result.json")
+    if os.path.exists(rec):
+        os.unlink(rec)
+    evars = {"eagle_call": emulator_deployment(STOP_LOADING, timeout=300), "eagle_check": False}
+    run = playbook(host, "stop_loading-start", os.path.join(SCENARIO, "module_call.yml"), evars, background=True,
+                   record=rec)
+    deadline = time.monotonic() + 300
+    first = None
+    while True:
+        if run.poll() is not None:
+            raise CaseError("the start of %s ended (rc=%s) before it could be stopped mid-load; log %s"
+                            % (name, run.returncode, run.out.name))
+        unit = host.show(name)
+        pids = {m["module"]["pid"] for m in host.probe("module")[0]}
+        if unit.get("ActiveState") == "activating" and "loading weights" in unit.get("StatusText", "") and pids:
+            # A wait step that has just begun (the action plugin calls the module in steps of 10 s): the stop
+            # lands inside a step, whose wait reads the watcher's verdict.
+            if first is None:
+                first = pids
+            elif not pids & first:
+                break
+        if time.monotonic() > deadline:
+            raise CaseError("%s never loaded weights with a new wait step running; last: %s" % (unit_of(name), unit))
+        time.sleep(0.2)
+    tree = host.tree(name)
+    status_before = host.status(name)
+    t = time.monotonic()
+    stop_rc, stop_out = sh(host, "systemctl", "stop", unit_of(name), check=False)
+    stop_seconds = round(time.monotonic() - t, 1)
+    log("systemctl stop %s (rc=%s, %.1f s) while %r" % (unit_of(name), stop_rc, stop_seconds, unit["StatusText"]))
+    start = finish(host, run, timeout=300)
+    start["result"] = _read_json(rec)
+    save("stop_loading", {"unit_at_stop": unit, "status_before": status_before, "tree": tree,
+                          "stop_rc": stop_rc, "stop_out": stop_out, "stop_seconds": stop_seconds, "start": start,
+                          "after": host.show(name), "status": host.status(name), "alive": host.alive(tree["procs"]),
+                          "tree_after": host.tree(name), "listening": host.listening(port),
+                          "journal": host.probe("journal", unit_of(name))[0],
+                          "cleanup": stop_deployment(host, "stop_loading-cleanup", STOP_LOADING)})
+
+
 def _read_json(path):
     try:
         with open(path) as fh:
@@ -402,7 +508,7 @@ def _read_json(path):
 
 CASES = {"reboot": case_reboot, "ssh_drop": case_ssh_drop, "crash": case_crash, "crash_load": case_crash_load,
          "second_deployment": case_second_deployment, "foreign_unit": case_foreign_unit, "transient": case_transient,
-         "dropin": case_dropin}
+         "dropin": case_dropin, "unhealthy": case_unhealthy, "stop_loading": case_stop_loading}
 
 
 def main(argv):

@@ -168,6 +168,27 @@ def test_launch_writes_the_unit_the_program_and_a_private_config_then_waits_for_
     assert cfg["unit"] == "sglang-sglang.service" and cfg["settings"]["extend_timeout"] == 180
 
 
+@pytest.mark.parametrize("args, interval", [({}, 10.0), ({"serve_health_interval": 1.5}, 1.5)])
+def test_the_serve_health_interval_reaches_the_watchers_settings(world, args, interval):  # noqa: F811
+    status, r, fake = systemd_run(world, READY, **args)
+    assert status == "ok", r
+    cfg = json.load(open(os.path.join(world.log_dir, "sglang.watcher.json")))
+    # the watcher program's serve() reads it from there (sglang_watcher.Watcher.serve)
+    assert cfg["settings"]["serve_health_interval"] == interval
+    assert cfg["settings"]["health_timeout"] == 10.0 and cfg["settings"]["unhealthy_after"] == 3
+
+
+@pytest.mark.parametrize("value, needle", [(0, "serve_health_interval must be > 0"),
+                                           (-1, "serve_health_interval must be > 0"),
+                                           (86401, "and <= 86400"),
+                                           (float("inf"), "serve_health_interval must be a finite number")])
+def test_a_bad_serve_health_interval_is_refused_before_anything(world, stops, value, needle):  # noqa: F811
+    status, r, fake = systemd_run(world, READY, serve_health_interval=value)
+    assert status == "failed" and needle in r["msg"], r["msg"]
+    assert fake.touched() == [] and stops == []
+    assert not os.path.exists(os.path.join(world.log_dir, "sglang.watcher.json"))
+
+
 def test_a_failed_start_reports_the_watchers_class_and_leaves_the_failed_unit(world):  # noqa: F811
     report = {"failed": True, "crash_class": "cuda_oom", "hint": "lower --mem-fraction-static",
               "deciding_line": "torch.OutOfMemoryError: CUDA out of memory", "exit_status": 78,

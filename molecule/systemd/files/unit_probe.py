@@ -16,6 +16,10 @@ one JSON document per line. Standard library only (the host has python3 and syst
   alive PID:START...                         which of these processes (PID and start time) still exist
   journal UNIT                               the unit's journal of this boot (the last 200 lines)
   listening PORT                             whether a TCP socket listens on PORT (/proc/net/tcp, tcp6)
+  health-delay PORT SECONDS COUNT            the emulator's test control POST /emulator/health_delay on
+                                             127.0.0.1:PORT: its next COUNT health requests take SECONDS s
+
+A sample with PORT 0 asks no health (health_generate: null): a probe request would wait out a health delay.
 """
 
 import json
@@ -44,7 +48,9 @@ def show(unit):
 
 
 def health(port):
-    """Status of GET /health_generate (0: no answer: refused, reset or timed out)."""
+    """Status of GET /health_generate (0: no answer: refused, reset or timed out; None: port 0, not asked)."""
+    if not port:
+        return None
     try:
         with urllib.request.urlopen("http://127.0.0.1:%d/health_generate" % port, timeout=5) as resp:
             return resp.status
@@ -52,6 +58,15 @@ def health(port):
         return e.code
     except (OSError, ValueError):
         return 0
+
+
+def health_delay(port, seconds, count):
+    """The emulator's test control (the emulator only, NOT SGLang): its next `count` health requests sleep first."""
+    body = json.dumps({"seconds": seconds, "count": count}).encode()
+    req = urllib.request.Request("http://127.0.0.1:%d/emulator/health_delay" % port, data=body, method="POST",
+                                 headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(req, timeout=10) as resp:
+        return {"status": resp.status, "body": json.loads(resp.read().decode()), "at": time.time()}
 
 
 def holds(sample, cond):
@@ -235,6 +250,8 @@ def main(argv):
         out = subprocess.run(["journalctl", "-b", "-u", argv[1], "-n", "200", "--no-pager", "-o", "short-monotonic"],
                              stdout=subprocess.PIPE, universal_newlines=True, check=False).stdout
         print(json.dumps(out.splitlines()))
+    elif cmd == "health-delay":
+        print(json.dumps(health_delay(int(argv[1]), float(argv[2]), int(argv[3]))))
     elif cmd == "listening":
         print(json.dumps(listening(int(argv[1]))))
     else:

@@ -1,6 +1,6 @@
 """Verify scenario `systemd`: the server under systemd (the role's systemd launcher) after converge, idempotence and
 the ordered cases of cases.py (reboot, SSH drop mid-wait, kill -9 of a scheduler when serving and while loading,
-stop.yml).
+stop.yml, units that are not this deployment's, a serving server whose health fails, systemctl stop while loading).
 
 The cases recorded what they saw, sample by sample, in $MOLECULE_EPHEMERAL_DIRECTORY/systemd-cases/<case>.json;
 the rest is read from the host as it is now (systemctl, /proc, sockets, HTTP from inside).
@@ -330,3 +330,101 @@ def test_a_foreign_drop_in_is_refused_for_a_start_and_for_stop_yml():
     assert r["stop"]["rc"] != 0 and r["path"] in r["stop"]["tail"], r["stop"]["tail"][-2000:]
     assert r["before"]["unit"]["ActiveState"] == "active" and r["before"]["health"] == 200
     assert r["after"] == r["before"]  # the server serves on, its unit and the drop-in unchanged
+
+
+# --------------------------------------------------------------------------- a serving server whose health fails
+def test_unhealthy_the_deployment_served_with_the_small_numbers_before_its_health_failed():
+    r = record("unhealthy")
+    res = r["start"]["result"]
+    assert not res.get("failed") and res["changed"] and res["launcher"] == "systemd", res
+    assert (r["serving"]["ActiveState"], r["serving"]["health_generate"]) == ("active", 200)
+    assert r["status_serving"]["verdict"] == "ready"
+    assert len(r["tree"]["procs"]) >= 3, r["tree"]  # the watcher, the emulator's leader and its children
+    assert r["delay"]["status"] == 200 and r["delay"]["body"]["health_delay"] == [15.0, 1000]
+
+
+def test_unhealthy_the_watcher_failed_the_serving_server_with_exit_69():
+    r = record("unhealthy")
+    st = r["status"]
+    assert st["verdict"] == "unhealthy", st
+    assert st["attempt"] == r["status_serving"]["attempt"]  # the attempt that served, not a new one
+    assert st["report"]["after_ready"] is True
+    assert st["report"]["exit_status"] == EXIT_RESTARTABLE
+    assert any("sglang-watcher: failed: unhealthy" in line for line in r["journal"]), r["journal"][-20:]
+    # serve_health_interval 1, health_timeout 2, unhealthy_after 2 took effect: the defaults (10, 10, 3) would take
+    # about a minute from the first delayed request to the verdict.
+    assert r["samples"][-1]["t"] < 30, [(s["t"], s["ActiveState"], s["SubState"]) for s in r["samples"]]
+
+
+def test_unhealthy_systemd_shows_the_unit_restarting_with_exec_main_status_69():
+    """Restart=on-failure (RestartSec=10, StartLimitBurst=3 in 600 s): exit 69 is restarted, so systemd shows the
+    unit waiting for its restart (activating/auto-restart), not `failed`."""
+    r = record("unhealthy")
+    s = r["samples"][-1]
+    assert (s["ActiveState"], s["SubState"], s["Result"]) == ("activating", "auto-restart", "exit-code"), s
+    assert (s["ExecMainCode"], s["ExecMainStatus"]) == ("1", EXIT_RESTARTABLE), s  # 1: CLD_EXITED
+    assert s["Restart"] == "on-failure" and s["NRestarts"] == 0
+    assert s["MainPID"] == 0
+    assert r["serving"]["MainPID"] != 0
+
+
+def test_unhealthy_no_process_of_the_old_tree_is_left():
+    r = record("unhealthy")
+    assert r["alive"] and not any(r["alive"].values()), r["alive"]
+    assert r["tree_failed"]["procs"] == []
+
+
+def test_unhealthy_the_restart_serves_again_and_the_stop_leaves_nothing(host):
+    r = record("unhealthy")
+    back = r["restart"]
+    assert (back["ActiveState"], back["health_generate"], back["NRestarts"]) == ("active", 200, 1)
+    assert back["MainPID"] not in (0, r["serving"]["MainPID"])
+    assert r["status_restart"]["verdict"] == "ready"
+    assert r["status_restart"]["attempt"] > r["status"]["attempt"]
+    assert not r["stop"]["result"].get("failed"), r["stop"]["result"]
+    assert r["after_stop"]["ActiveState"] == "inactive" and r["tree_after_stop"]["procs"] == []
+    assert r["listening_after_stop"] is False
+    u = unit(host, "unhealthy")
+    assert u["ActiveState"] == "inactive" and u["UnitFileState"] != "enabled"
+    assert not host.socket("tcp://127.0.0.1:30020").is_listening
+
+
+# --------------------------------------------------------------------------- systemctl stop while loading
+def test_stop_loading_the_stop_came_while_the_unit_loaded_weights():
+    r = record("stop_loading")
+    assert r["unit_at_stop"]["ActiveState"] == "activating" and loading(r["unit_at_stop"])
+    assert r["tree"]["procs"], "nothing ran when the unit was stopped"
+    assert r["stop_rc"] == 0, r["stop_out"]
+
+
+def test_stop_loading_the_task_says_stopped_while_loading_not_a_crash():
+    r = record("stop_loading")
+    res = r["start"]["result"]
+    assert res is not None, r["start"]["tail"]
+    assert res.get("failed") is True, res
+    assert res["crash_class"] == "stopped", res
+    assert "the server was stopped while loading (phase 'loading_weights'), not crashed" in res["msg"], res["msg"]
+    assert "unit_failed" not in json.dumps(res)
+    assert res["attempt"] == r["status_before"]["attempt"]
+
+
+def test_stop_loading_the_status_says_stopped_and_nothing_is_left(host):
+    r = record("stop_loading")
+    assert r["status"]["verdict"] == "stopped", r["status"]
+    assert r["status"]["attempt"] == r["status_before"]["attempt"]
+    # The watcher ended the server and exited 0: the unit is inactive, not failed, and was not restarted.
+    assert (r["after"]["ActiveState"], r["after"]["Result"], r["after"]["NRestarts"]) == ("inactive", "success", 0)
+    assert not any(r["alive"].values()), r["alive"]
+    assert r["tree_after"]["procs"] == []
+    assert r["listening"] is False
+    assert not any("Scheduled restart job" in line for line in r["journal"]), r["journal"][-10:]
+    assert not r["cleanup"]["result"].get("failed"), r["cleanup"]["result"]
+    u = unit(host, "stoploading")
+    assert u["ActiveState"] == "inactive" and u["UnitFileState"] != "enabled"
+    assert not host.socket("tcp://127.0.0.1:30021").is_listening
+
+
+@pytest.mark.parametrize("port", [30020, 30021])
+def test_no_emulator_of_the_last_cases_runs(procs, port):
+    assert procs
+    assert not [p for p in procs if "sglang-emulator" in " ".join(p["argv"]) and str(port) in p["argv"]]
