@@ -1407,6 +1407,15 @@ class ModelWaiter(object):
                 return self.wait_service(None, attached=not resuming, attempt=state.get("attempt"),
                                          supervisor=lambda: None if self.supervisor_alive(state) else -1)
             return self.wait(state, handle=None, attached=not resuming, resumed=resuming)
+        if p["resume_attempt"] is not None and not resuming:
+            # A later step of a launch whose server is gone: the attempt it waited for ended between two steps (a
+            # stop, a crash). Its supervisor's verdict is the answer; starting it again is not this step's to do.
+            st = self.read_status()
+            if st is not None and st.get("attempt") == p["resume_attempt"] and st.get("verdict") not in (None, "ready"):
+                self.result["restart_reason"] = None
+                if st["verdict"] == "stopped":
+                    return self.service_stopped(st, {})
+                return self.service_failed(st, {})
         if not ours:
             reason = "not running"
         elif state.get("fingerprint") == fp:
