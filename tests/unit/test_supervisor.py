@@ -1,0 +1,100 @@
+"""The supervisor program (module_utils/sglang_watcher.py, Watcher) on the fake clock, past its verdict: a serving
+server is watched with the same decide() as the start. No process, no sleep: the world's fake server, /proc and HTTP
+(tests/unit/module_harness.py), the supervisor stepped as the clock moves."""
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+import pytest
+
+from ansible.module_utils import sglang_proc, sglang_watcher
+from module_harness import Procs, World
+
+SPAWN_WORKER = ["/usr/bin/python3", "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5)",
+                "--multiprocessing-fork"]
+READY_LINE = "[2026-12-02 10:00:02] The server is fired up and ready to roll!\n"
+
+
+def configure(world, **settings):
+    s = {"health_interval": 0.25, "health_timeout": 10, "unhealthy_after": 3, "child_grace": 2.0, "settle_time": 0.3,
+         "stall_timeout": 0, "poll_interval": 0.1, "serve_health_interval": 10.0}
+    s.update(settings)
+    cfg = {"launch": "l1", "argv": [sys.executable, "-m", "sglang.launch_server"], "env": {}, "chdir": None,
+           "user": None, "log_dir": world.log_dir, "health_url": "http://127.0.0.1:1/health_generate",
+           "headers": {}, "secrets": [], "fingerprint": "f" * 64, "fingerprint_parts": {}, "port": 1,
+           "keep_attempts": 5, "unit": None, "timeout": 600, "stop_timeout": 30, "tail_lines": 20, "settings": s,
+           "journal": False}
+    sglang_proc.write_files(world.log_dir, (("sglang.watcher.json", json.dumps(cfg)),), mode=0o600)
+
+
+class Quiet(sglang_watcher.Watcher):
+    def signals(self):
+        pass
+
+    def me(self):
+        return {"pid": 4300001, "start_time": 1, "cmdline": ["fake-supervisor"]}
+
+
+def supervise(world, until):
+    """Run the real supervisor (serving on) until it ends or the fake clock passes ``until`` s after the launch."""
+    def spawn(cfg, user, out_w, token):
+        return world.spawn(cfg["argv"], dict(cfg["env"]), None, out_w, user)
+    w = Quiet(world.log_dir, "sglang", clock=world.clock, wall=lambda: 0.0, sleep=world.sleep, spawner=spawn,
+              procs=Procs(world), http=world.http)
+    start = world.now
+    for pause in w.steps():
+        if world.now - start >= until:
+            break
+        world.sleep(pause)
+    return w, sglang_proc.read_json(world.log_dir, "sglang.status.json")
+
+
+@pytest.fixture
+def world(tmp_path):
+    w = World(str(tmp_path))
+    w.children = {4100: 111}
+    w.cmdlines = {4100: SPAWN_WORKER}
+    w.write(1, READY_LINE)
+    return w
+
+
+def test_a_serving_server_whose_health_fails_in_a_row_is_unhealthy_and_exits_69(world):
+    configure(world, health_timeout=1, serve_health_interval=2.0)
+    world.health = lambda t: 200 if t is not None and t < 30 else None  # answers, then holds every request
+    w, st = supervise(world, 120)
+    assert w.code == sglang_watcher.EXIT_RESTARTABLE and st["verdict"] == "unhealthy", st
+    assert st["report"]["after_ready"] is True and st["report"]["exit_status"] == 69
+    assert st["report"]["evidence"].startswith("the health URL failed 3 requests in a row")
+    # 3 failures, each at least serve_health_interval after the last: decided within ~10 s of the first
+    assert 30 < world.now - world.t0 <= 30 + 3 * (2.0 + 1.0) + 1.0
+
+
+def test_a_single_failed_health_request_while_serving_is_no_failure(world):
+    configure(world, health_timeout=1, serve_health_interval=2.0)
+    world.health = lambda t: None if t is not None and 30 <= t < 31.5 else 200  # one request lost
+    w, st = supervise(world, 90)
+    assert w.code is None and st["verdict"] == "ready", st
+
+
+def test_a_child_alive_at_ready_is_part_of_the_serving_server_however_briefly_it_was_seen(world):
+    # A plain Python child (not a worker by its command line), seen for less than child_grace before ready: its
+    # death after ready is evidence (the cause of a flaky test: it used to be forgotten).
+    configure(world, child_grace=30.0)
+    world.children = {4200: 222}
+    world.cmdlines = {4200: ["/usr/bin/python3", "-c", "from multiprocessing.resource_tracker import main;main(7)"]}
+    world.health = lambda t: 200 if t is not None and t >= 1 else None
+    world.at(20, lambda: world.children.pop(4200))
+    w, st = supervise(world, 60)
+    assert w.code == sglang_watcher.EXIT_RESTARTABLE and st["verdict"] == "child_died", st
+    assert st["report"]["evidence"] == "worker PID 4200 of the server died"
+
+
+def test_a_crash_line_the_serving_server_outlives_stops_nothing(world):
+    configure(world, serve_health_interval=2.0)
+    world.health = lambda t: 200 if t is not None and t >= 1 else None
+    world.write(20, "[2026-12-02 10:00:05 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+                    "RuntimeError: NCCL error: unhandled system error\n")
+    w, st = supervise(world, 60)
+    assert w.code is None and st["verdict"] == "ready" and world.rc is None, st
