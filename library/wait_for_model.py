@@ -1382,6 +1382,11 @@ class ModelWaiter(object):
                 self.result["log_writer_pid"] = state["log_writer"]["pid"]
             if detached_alone:
                 self.supervisor_gone(state, healthy=code == 200)
+            elif resuming and not self.module.check_mode:
+                # A later step of the launch this task started: its supervisor's verdict (and the load's times) is
+                # the answer, also when our own probe was answered first.
+                return self.wait_service(None, attached=False, attempt=state.get("attempt"), supervisor=None if (
+                    state.get("launcher") == "systemd") else (lambda: None if self.supervisor_alive(state) else -1))
             if code == 200:
                 tail, offset = self._tail_of(state)
                 self.result.update(elapsed=0.0, phases=[], phase="ready", log_tail=tail, log_offset=offset)

@@ -47,3 +47,23 @@ def test_without_resume_attempt_the_same_server_is_an_attach(world, stops, modul
     status, r = run(world, run_as=None)
     assert status == "ok" and r["changed"] is False and not world.spawned
     assert "log_watched_from" in r and r["msg"].startswith("attached")
+
+
+def test_a_later_step_takes_the_supervisors_verdict_and_times_even_when_its_own_probe_is_answered(world, monkeypatch,
+                                                                                                   module_exits):  # noqa: F811
+    # The launch's first step ends while loading; the server then answers between two steps. The next step reports
+    # the supervisor's verdict with the load's time since the launch and its phases, never "0.0 s, no phases".
+    from ansible.module_utils import sglang_proc
+    world.write(1, "[2026-12-02 10:00:00 TP0] Load weight begin. avail mem=78.00 GB\n")
+    world.health = lambda t: 200 if t is not None and t >= 5 else None
+    status, r = run(world, step_time=1.0)
+    assert status == "ok" and r["pending"] is True and r["attempt"] == 1, r
+    monkeypatch.setattr(sglang_proc, "why_not_ours", lambda state: None)  # the fake server counts as ours
+    for _ in range(100):
+        world.sleep(0.1)  # 10 s between the steps: the supervisor, a process of its own, decides ready meanwhile
+    status, r = run(world, step_time=1.0, resume_attempt=1)
+    assert status == "ok" and not r.get("pending"), r
+    assert len(world.spawned) == 1  # no second launch
+    assert 5.0 <= r["elapsed"] < 5.6, r["elapsed"]  # the supervisor's ready_after, since the launch
+    assert [p["phase"] for p in r["phases"]][:2] == ["launching", "loading_weights"]
+    assert r["progress"]["verdict"] == "ready"
