@@ -1543,15 +1543,7 @@ class ModelWaiter(object):
         cgroup = self._own_cgroup()
         token = self.supervisor_config(parts, fp, cgroup)
         cgroup_procs = os.path.join(cgroup[0], cgroup[1].lstrip("/"), "cgroup.procs") if cgroup else None
-        try:
-            dir_fd = sglang_proc.open_run_dir(self.run_dir)
-        except sglang_proc.UntrustedState as e:
-            raise WaitError(str(e))
-        try:
-            err_fd = os.open(SUPERVISOR_LOG % p["name"], os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW |
-                             os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
-        finally:
-            os.close(dir_fd)
+        err_fd = self.open_supervisor_log()
         try:
             handle = self.popener.spawn_supervisor([sys.executable, "-I", program, self.run_dir, p["name"]], err_fd,
                                                    cgroup_procs=cgroup_procs)
@@ -1571,6 +1563,19 @@ class ModelWaiter(object):
         self.result.update(changed=True, tree_tracking=tracking, supervisor_pid=handle.pid)
         return self.wait_service(token, attached=False, supervisor=handle)
 
+    def open_supervisor_log(self):
+        """The detached supervisor's stderr: ``<run_dir>/<name>.supervisor.log`` (0600, appended), opened in the
+        trusted run dir without following a symlink."""
+        try:
+            dir_fd = sglang_proc.open_run_dir(self.run_dir)
+        except sglang_proc.UntrustedState as e:
+            raise WaitError(str(e))
+        try:
+            return os.open(SUPERVISOR_LOG % self.p["name"], os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW |
+                           os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+        finally:
+            os.close(dir_fd)
+
     def supervisor_gone(self, state, healthy):
         """Our detached server runs, but its supervisor program is gone (killed, or a server of an older eagle-deploy
         that had none): say so, and put one back without a restart when the server answers (``--adopt``: it takes
@@ -1587,15 +1592,7 @@ class ModelWaiter(object):
         program, _changed = self.install_watcher()
         cg = sglang_proc.dedicated_cgroup(state)
         cgroup_procs = os.path.join(cg[0], cg[1].lstrip("/"), "cgroup.procs") if cg else None
-        try:
-            dir_fd = sglang_proc.open_run_dir(self.run_dir)
-        except sglang_proc.UntrustedState as e:
-            raise WaitError(str(e))
-        try:
-            err_fd = os.open(SUPERVISOR_LOG % p["name"], os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW |
-                             os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
-        finally:
-            os.close(dir_fd)
+        err_fd = self.open_supervisor_log()
         try:
             handle = self.popener.spawn_supervisor([sys.executable, "-I", program, self.run_dir, p["name"], "--adopt"],
                                                    err_fd, cgroup_procs=cgroup_procs)
