@@ -1,6 +1,7 @@
-"""wait_for_model with secrets: the server's output goes through the log writer, which is recorded in the run
-state and ended last by stop_tree. Fake world (tests/unit/module_harness.py) and a fake /proc for stop_tree:
-no process is spawned or signalled. The real log writer on real SGLang-shaped output: tests/integration."""
+"""wait_for_model with secrets: the supervisor's log copy masks them, and the API key reaches it only through the
+server's --config file. A run state of an older eagle-deploy records a separate log writer process: it is still
+reported, and ended last by stop_tree. Fake world (tests/unit/module_harness.py) and a fake /proc for stop_tree:
+no process is spawned or signalled. The real LogCopy on real SGLang-shaped output: tests/integration."""
 from __future__ import annotations
 
 import errno
@@ -114,6 +115,7 @@ def test_keeping_a_healthy_server_of_an_older_run_reports_its_live_log_writer(wo
 
 
 # ------------------------------------------------------------------ sglang_proc: the recorded log writer
+# (run states of an eagle-deploy older than the supervisor: a host upgraded with such a server running stops it cleanly)
 def test_log_writer_of_a_trusted_state_is_the_live_process_with_that_identity():
     me = sp.identity(os.getpid())
     state = dict(sp.identity(os.getpid()), log_writer=me)
