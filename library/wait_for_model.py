@@ -767,6 +767,22 @@ class Supervisors(object):
             except OSError:
                 pass
 
+    def wait_gone(self, state, grace, clock, sleep, poll=0.05):
+        """After its SIGTERM and the tree's stop: until the supervisor has ended (the server's last lines copied,
+        ``stopped`` written), so that a stop leaves nothing of the deployment running; SIGKILL (verified identity)
+        after ``grace`` s. Returns its PID when it had to be killed, else None."""
+        deadline = clock() + grace
+        while self.alive(state) and clock() < deadline:
+            sleep(poll)
+        if not self.alive(state):
+            return None
+        sup = state["watcher"]
+        sglang_proc.signal_verified(sup["pid"], sup["start_time"], signal.SIGKILL)
+        deadline = clock() + 10.0
+        while self.alive(state) and clock() < deadline:
+            sleep(poll)
+        return sup["pid"]
+
 
 def supervisor_env():
     """The supervisor's own environment: nothing of the module's (the server's comes from its config file)."""
@@ -1484,10 +1500,17 @@ class ModelWaiter(object):
             # no member of the tree stop_tree signals)
             self.supervisors.terminate(state)
             stopped = sglang_proc.stop_tree(state, grace=self.p["stop_timeout"], clock=self.clock, sleep=self.sleep)
+            # the supervisor (in a session of its own) ends once its server is gone: wait for it, so that nothing of
+            # the deployment runs when the stop returns
+            killed = self.supervisors.wait_gone(state, grace=max(5.0, float(self.p["stop_timeout"])),
+                                                clock=self.clock, sleep=self.sleep)
+            if killed is not None and killed not in stopped["killed"]:
+                stopped["killed"].append(killed)
             if stopped["signalled"] or stopped["killed"]:
                 self.result["stopped"] = stopped
-            if stopped["remaining"]:
-                raise WaitError("could not stop our server: PIDs %s survived SIGKILL" % stopped["remaining"])
+            left = stopped["remaining"] + ([killed] if killed is not None and self.supervisors.alive(state) else [])
+            if left:
+                raise WaitError("could not stop our server: PIDs %s survived SIGKILL" % left)
             self._remove_cgroup(state)
         sglang_proc.clear_state(self.run_dir, self.p["name"])
 

@@ -255,6 +255,11 @@ class Popener(object):
             sup.watcher.stopping = True
             sup.tick()
 
+    def wait_gone(self, state, grace, clock, sleep):
+        """A terminated fake supervisor is gone at once (its stop ran in terminate)."""
+        assert not self.alive(state)
+        return None
+
 
 class Prober(object):
     """prove_it_runs() without a process: records the command and answers ``world.probe_rc``."""

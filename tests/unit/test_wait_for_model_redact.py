@@ -197,3 +197,43 @@ def test_stop_tree_ends_a_log_writer_left_alone(monkeypatch):
     f.server = {}
     r = sp.stop_tree({"pid": 500}, grace=10, clock=f.clock, sleep=f.sleep)
     assert r["signalled"] == [] and r["killed"] == [f.writer]
+
+
+# ------------------------------------------------------------------ a stop waits for the detached supervisor's end
+class FakeSupervisorProc(object):
+    """A fake /proc for wfm.Supervisors: the supervisor (PID 700) ends ``lag`` s after the test starts (None: never,
+    until SIGKILL); a fake clock."""
+
+    def __init__(self, monkeypatch, lag):
+        self.now, self.lag, self.alive, self.kills = 0.0, lag, True, []
+        ident = {"pid": 700, "start_time": 77, "cmdline": ["python3", "-I", "sglang_watcher.py", "/run", "sglang"]}
+        self.state = {"pid": 500, "watcher": ident}
+        monkeypatch.setattr(sp, "pid_alive", lambda pid: pid == 700 and self.alive)
+        monkeypatch.setattr(sp, "proc_start_time", lambda pid: 77 if pid == 700 else None)
+        monkeypatch.setattr(sp, "proc_cmdline", lambda pid: ident["cmdline"] if pid == 700 else None)
+        monkeypatch.setattr(sp, "signal_verified", self.kill)
+
+    def kill(self, pid, start_time, sig):
+        self.kills.append((round(self.now, 2), pid, start_time, sig))
+        self.alive = False
+        return True
+
+    def clock(self):
+        return self.now
+
+    def sleep(self, dt):
+        self.now += dt
+        if self.lag is not None and self.now >= self.lag:
+            self.alive = False
+
+
+def test_a_stop_waits_for_the_supervisor_to_end_by_itself(monkeypatch):
+    f = FakeSupervisorProc(monkeypatch, lag=0.6)
+    assert wfm.Supervisors().wait_gone(f.state, grace=5.0, clock=f.clock, sleep=f.sleep) is None
+    assert f.kills == [] and 0.6 <= f.now < 0.7  # it returned when the supervisor was gone, not before
+
+
+def test_a_stop_sigkills_a_supervisor_that_does_not_end_within_the_grace(monkeypatch):
+    f = FakeSupervisorProc(monkeypatch, lag=None)
+    assert wfm.Supervisors().wait_gone(f.state, grace=5.0, clock=f.clock, sleep=f.sleep) == 700
+    assert f.kills == [(pytest.approx(5.0, abs=0.06), 700, 77, signal.SIGKILL)]  # its verified identity only
