@@ -172,15 +172,25 @@ class _Printer(object):
         self.printed += 1
 
 
+# What only the step that started (or put back) a detached supervisor returns: a later step, which waits on it,
+# does not know it.
+FROM_THE_STARTING_STEP = ("supervisor_pid", "supervisor", "tree_tracking_note")
+
+
 def _merge(steps):
     """The steps' results as one: the final step's, with ``changed`` of any step, ``restart_reason`` of the step
-    that (re)started the server, the steps' warnings and deprecations, and ``steps``."""
+    that (re)started the server, ``FROM_THE_STARTING_STEP`` of an earlier step where the final one has none, the
+    steps' warnings and deprecations, and ``steps``."""
     out = dict(steps[-1])
     out["changed"] = any(bool(s.get("changed")) for s in steps)
     for s in steps:
         if s.get("changed") and s.get("restart_reason") is not None:
             out["restart_reason"] = s["restart_reason"]
             break
+    for key in FROM_THE_STARTING_STEP:
+        for s in reversed(steps[:-1]):
+            if key not in out and key in s:
+                out[key] = s[key]
     for key in ("warnings", "deprecations"):
         merged = []
         for s in steps:

@@ -24,10 +24,11 @@ description:
     returned as RV(log_crash) with a warning, and nothing is stopped or failed (a serving server's log also
     holds what clients wrote, in uvicorn's access lines and C(--log-requests) echoes). A crash is reported within a
     poll (0.1 s) of the evidence.
-  - No secret reaches the log file. With O(api_key), O(secret_environment) or O(redact) set, the server's
-    output goes through a small log writer process (C(module_utils/sglang_redact.py)) that replaces each
-    secret with C(***) in every form a log line can show it (raw, Python repr, JSON, percent-encoded) before
-    it is written. SGLang logs its C(server_args), the API key included.
+  - No secret reaches the log file. The server's output is a pipe to its supervisor program
+    (C(module_utils/sglang_watcher.py), both launchers), which replaces each secret (O(api_key),
+    O(secret_environment), O(redact)) with C(***) in every form a log line can show it (raw, Python repr, JSON,
+    percent-encoded; C(module_utils/sglang_redact.py)) before it is written. SGLang logs its C(server_args), the
+    API key included.
   - Idempotent. When our server is running and healthy and its fingerprint (argv, environment,
     the hashes of O(fingerprint_files) and O(fingerprint_data)) is unchanged, nothing is touched
     and C(changed=false). When it is running with the same fingerprint but did not answer the first
@@ -90,7 +91,7 @@ options:
       - A string shorter than 4 characters is not redacted (it would mask every such string of the log); the
         module warns, naming the option, never the value. (A short O(api_key) or O(secret_environment) value is
         refused instead.)
-      - Part of the fingerprint (by hash), so a change restarts the server, whose log writer then knows the new list.
+      - Part of the fingerprint (by hash), so a change restarts the server, whose supervisor then knows the new list.
     type: list
     elements: str
     default: []
@@ -303,9 +304,11 @@ options:
         C(systemd-run --unit)), and any drop-in for it (eagle-deploy writes none). It also checks beforehand what
         C(systemctl enable) needs; when C(daemon-reload) or C(enable) still fails after the unit was written, what
         this run wrote is taken back. Stop and disable act only on a unit file with our mark and our deployment.
-      - C(detached) - the module starts the server itself in a session (and a cgroup) of its own, with a pidfile
-        and the run-state record, and watches it with the same watchers (C(module_utils/sglang_watch.py)). For
-        hosts without systemd as PID 1 (containers).
+      - C(detached) - the module starts the same supervisor program (C(python3 -I <run_dir>/watcher/sglang_watcher.py))
+        in a session (and, as root, a cgroup) of its own, its own lines in C(<run_dir>/<name>.supervisor.log), and
+        waits on its status file as for a unit; stop is SIGTERM to the supervisor, then the recorded process tree.
+        A serving server whose supervisor is gone gets one put back (C(--adopt)) without a restart. For hosts
+        without systemd as PID 1 (containers).
       - C(auto) - C(systemd) where C(/run/systemd/system) exists and the module runs as root, else C(detached).
     type: str
     choices: [auto, systemd, detached]
@@ -345,15 +348,12 @@ attributes:
     platforms: [linux]
     details: Reads C(/proc).
 notes:
-  - The server is started with C(start_new_session), stdin from C(/dev/null), stdout and stderr into
-    the log file and no inherited descriptors, so it outlives the module and Ansible's pipes.
-  - With secrets to redact, the server's stdout and stderr are a pipe to the log writer instead, which writes
-    the log file. The log writer runs C(python -I -S -c <bootstrap>) with the module's interpreter, in the
-    server's cgroup where it has one; it switches to the service user once its code is loaded, before it
-    reads the server's output. Its code and the secrets come through an inherited pipe, never its argv or
-    environment. It ignores SIGTERM, SIGINT and SIGHUP and ends when every
-    server process has closed the pipe, so the server's last lines are kept. It is recorded in the run state;
-    a stop ends it after the server (SIGKILL only if it is still there 5 s after the server's processes).
+  - The supervisor starts the server as O(run_as) in a session of its own, stdin from C(/dev/null), stdout
+    and stderr a pipe to the supervisor and no other inherited descriptor; with C(launcher=detached) the supervisor
+    itself runs in a session of its own, so both outlive the module and Ansible's pipes. The supervisor copies the
+    pipe into the log file until every server process has closed it, so the server's last lines are kept. No secret
+    is in its argv or environment; it reads its config from the 0600 C(<run_dir>/<name>.watcher.json) and the API
+    key from the server's 0600 C(--config) file.
   - Every input is checked before anything is stopped or launched - O(name) and variable names (matched as a whole),
     numeric ranges, O(port) and the port of O(health_url) (1-65535), writable O(log_dir) and O(run_dir) with
     O(min_free_space_mib) free, a trusted O(run_dir), and that the O(run_as) user can run C(argv[0]) the way exec finds
@@ -582,9 +582,21 @@ pruned_logs:
   type: list
   elements: str
   sample: ["sglang_r1.log"]
+supervisor_pid:
+  description: PID of the supervisor program started (C(launcher=detached)) or put back (RV(supervisor=restored)).
+  returned: with O(launcher=detached) when a supervisor was started
+  type: int
+  sample: 41234
+supervisor:
+  description: C(gone) when our detached server ran without its supervisor program; C(restored) when one was put
+    back (C(--adopt)) without a restart.
+  returned: with O(launcher=detached) when the server's supervisor was gone
+  type: str
+  sample: restored
 log_writer_pid:
-  description: PID of the log writer that puts the server's output into the log without the secrets.
-  returned: with O(state=started) when the server's output goes through one
+  description: PID of the separate log writer process of a server started by an eagle-deploy older than the
+    supervisor program (kept as it is, and stopped cleanly); current versions have none.
+  returned: with O(state=started) when a kept server of an older version still has its log writer
   type: int
   sample: 41234
 dead_child_pid:
@@ -755,6 +767,22 @@ class Supervisors(object):
             except OSError:
                 pass
 
+    def wait_gone(self, state, grace, clock, sleep, poll=0.05):
+        """After its SIGTERM and the tree's stop: until the supervisor has ended (the server's last lines copied,
+        ``stopped`` written), so that a stop leaves nothing of the deployment running; SIGKILL (verified identity)
+        after ``grace`` s. Returns its PID when it had to be killed, else None."""
+        deadline = clock() + grace
+        while self.alive(state) and clock() < deadline:
+            sleep(poll)
+        if not self.alive(state):
+            return None
+        sup = state["watcher"]
+        sglang_proc.signal_verified(sup["pid"], sup["start_time"], signal.SIGKILL)
+        deadline = clock() + 10.0
+        while self.alive(state) and clock() < deadline:
+            sleep(poll)
+        return sup["pid"]
+
 
 def supervisor_env():
     """The supervisor's own environment: nothing of the module's (the server's comes from its config file)."""
@@ -844,7 +872,7 @@ MAKE_A_KEY = "openssl rand -hex 24"
 def check_secret_lengths(p):
     """A secret too short to be one is refused before anything is stopped or launched: an ``api_key`` under
     MIN_API_KEY_LENGTH characters (a short key is guessed; one under 4 SGLang itself logs unmasked), a
-    ``secret_environment`` value of 1 to 3 characters (sglang_redact.MIN_SECRET_LENGTH: the log writer cannot mask
+    ``secret_environment`` value of 1 to 3 characters (sglang_redact.MIN_SECRET_LENGTH: the supervisor cannot mask
     it without masking every such string of the log; a value that short is no secret and belongs in
     ``environment``). The messages name the option, never the value. ``state: stopped`` uses neither and never
     refuses: a deployment with an old short key can always be stopped. ``redact`` strings are not secrets of the
@@ -864,8 +892,8 @@ def check_secret_environment_lengths(p):
     for name, value in sorted(p["secret_environment"].items()):
         value = "" if value is None else str(value)
         if 0 < len(value) < sglang_redact.MIN_SECRET_LENGTH:
-            raise WaitError("secret_environment %s is %d characters long, shorter than %d: refused, since the log "
-                            "writer cannot mask it (it would mask every such string of the log). A value this short "
+            raise WaitError("secret_environment %s is %d characters long, shorter than %d: refused, since the "
+                            "supervisor cannot mask it (it would mask every such string of the log). A value this short "
                             "is no secret: put it in environment; a real token is longer (e.g. `%s`). Nothing was "
                             "stopped or launched." % (name, len(value), sglang_redact.MIN_SECRET_LENGTH, MAKE_A_KEY))
 
@@ -956,7 +984,6 @@ class ModelWaiter(object):
         self.exec_program = None  # what runs in the end (argv[0] or its last #! interpreter), set by validate()
         self._secrets = None
         self.key_source = None  # systemd launcher with api_key: {"path", "key"} of the --config file that holds it
-        self.log_writer = None  # the log writer this run started (its handle lives as long as the module)
         self.port = None  # the rest is set by validate()
         self.run_dir = None
         self.fresh = False
@@ -1379,6 +1406,9 @@ class ModelWaiter(object):
             self.result.update(pid=state["pid"], log_path=state.get("log_path"), attempt=state.get("attempt"),
                                restart_reason=None, tree_tracking=state.get("tree_tracking", "session"))
             if sglang_proc.log_writer_of(state) is not None:
+                # a run state of an eagle-deploy older than the supervisor: its server's output goes through a log
+                # writer process, recorded as `log_writer` (stop_tree ends it last). A host upgraded with that server
+                # running keeps it, reports its writer, and stops it cleanly. Current versions record none.
                 self.result["log_writer_pid"] = state["log_writer"]["pid"]
             if detached_alone:
                 self.supervisor_gone(state, healthy=code == 200)
@@ -1475,10 +1505,17 @@ class ModelWaiter(object):
             # no member of the tree stop_tree signals)
             self.supervisors.terminate(state)
             stopped = sglang_proc.stop_tree(state, grace=self.p["stop_timeout"], clock=self.clock, sleep=self.sleep)
+            # the supervisor (in a session of its own) ends once its server is gone: wait for it, so that nothing of
+            # the deployment runs when the stop returns
+            killed = self.supervisors.wait_gone(state, grace=max(5.0, float(self.p["stop_timeout"])),
+                                                clock=self.clock, sleep=self.sleep)
+            if killed is not None and killed not in stopped["killed"]:
+                stopped["killed"].append(killed)
             if stopped["signalled"] or stopped["killed"]:
                 self.result["stopped"] = stopped
-            if stopped["remaining"]:
-                raise WaitError("could not stop our server: PIDs %s survived SIGKILL" % stopped["remaining"])
+            left = stopped["remaining"] + ([killed] if killed is not None and self.supervisors.alive(state) else [])
+            if left:
+                raise WaitError("could not stop our server: PIDs %s survived SIGKILL" % left)
             self._remove_cgroup(state)
         sglang_proc.clear_state(self.run_dir, self.p["name"])
 

@@ -575,7 +575,11 @@ def orphans_of(state, table=None):
 def log_writer_of(state):
     """PID of the server's log writer (the process that puts its output into the log without the secrets)
     recorded in a trusted run state, while it is still the process we started (start time, boot id,
-    command line); else None."""
+    command line); else None.
+
+    Only run states written by an eagle-deploy older than the supervisor program (``sglang_watcher``, whose
+    ``LogCopy`` thread copies the log now) record a ``log_writer``: kept so that a host upgraded with such a server
+    still running reports it and stops it cleanly (:func:`stop_tree`). Current versions record none."""
     writer = state.get("log_writer") if state else None
     if not isinstance(writer, dict) or state.get("untrusted") or state.get("unverified"):
         return None
@@ -652,7 +656,8 @@ def signal_verified(pid, start_time, sig, opener=None, sender=None, kill=None):
         os.close(fd)
 
 
-# Seconds the log writer has, after the server's processes are gone, to write their last output and end.
+# Seconds the log writer (a run state of an older eagle-deploy: log_writer_of) has, after the server's processes are
+# gone, to write their last output and end.
 WRITER_DRAIN = 5.0
 
 
@@ -661,10 +666,10 @@ def stop_tree(state, grace=30.0, clock=time.monotonic, sleep=None, poll=0.1):
 
     Only processes proven ours are signalled, each through a pidfd opened before its identity is checked
     (:func:`signal_verified`), so a PID reused meanwhile is never hit. Processes that join the tree while it stops (a
-    worker forked during shutdown) are picked up too. The log writer (:func:`log_writer_of`) is
-    signalled last: it ignores SIGTERM and ends by itself once every server process has closed its
-    pipe; only if it is still there ``WRITER_DRAIN`` s after them is it SIGKILLed. Returns
-    {"signalled": [...], "killed": [...], "remaining": [...], "seconds": float}."""
+    worker forked during shutdown) are picked up too. The log writer of a run state written by an older
+    eagle-deploy (:func:`log_writer_of`; current versions have none) is signalled last: it ignores SIGTERM and
+    ends by itself once every server process has closed its pipe; only if it is still there ``WRITER_DRAIN`` s
+    after them is it SIGKILLed. Returns {"signalled": [...], "killed": [...], "remaining": [...], "seconds": float}."""
     if sleep is None:
         sleep = lambda seconds: time.sleep(seconds)  # noqa: E731 - looked up when called: the unit-test guard sees it
     t0 = clock()

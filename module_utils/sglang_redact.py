@@ -4,16 +4,10 @@
 """Keep secrets out of the server's log: a streaming redactor between the server's output and its log file.
 
 Standard library only. SGLang logs its ``server_args`` at INFO, ``api_key`` included, and a server's
-output can carry any secret of its environment. ``wait_for_model`` therefore gives the server a pipe for
-stdout and stderr instead of the log file when it has secrets to protect, and a small process, the *log
-writer*, copies the pipe into the log file through :class:`Redactor`, which replaces every secret with
-``***`` in every encoded form a log line can show (:func:`encoded_forms`).
-
-The log writer runs ``python -I -S -c BOOTSTRAP <fd> <label>``: the bootstrap reads this file's source and
-the secrets (JSON) from an inherited pipe descriptor, so no secret is ever in its argv or environment, and
-the code reaches the target host inside the module's AnsiballZ payload like any module_util. It ignores
-SIGTERM, SIGINT and SIGHUP and exits at end of file, after every process of the server closed the pipe,
-so the last lines of a dying server still reach the log.
+output can carry any secret of its environment. The supervisor (``sglang_watcher``, both launchers) therefore
+gives the server a pipe for stdout and stderr, and its ``LogCopy`` thread copies the pipe into the attempt's log
+through :class:`Redactor`, which replaces every secret with ``***`` in every encoded form a log line can show
+(:func:`encoded_forms`).
 
 Nothing but the secrets is changed: no byte is lost, added or reordered. A secret split across two reads
 is still caught: only the bytes at the end of the stream that could begin a secret are held back (at most
@@ -26,16 +20,14 @@ paused.
 from __future__ import annotations
 
 import json
-import os
 import re
-import signal
 from urllib.parse import quote, quote_plus
 
 MASK = b"***"
 # Shorter secrets are not redacted (the module warns): masking every "1" of a log destroys it, and a value
 # that short protects nothing.
 MIN_SECRET_LENGTH = 4
-READ_SIZE = 65536
+READ_SIZE = 65536  # one read of the server's pipe (LogCopy)
 
 _PCT = re.compile(rb"%[0-9A-F]{2}")
 
@@ -198,35 +190,9 @@ class Redactor(object):
         return bytes(out)
 
 
-# ------------------------------------------------------------------ the log writer process
-# argv of the log writer: python -I -S -c BOOTSTRAP <fd> <label>. It reads this file's source and the JSON
-# config, separated by a NUL byte, from <fd> until end of file, then runs serve(config) on stdin/stdout.
-BOOTSTRAP = (
-    "import os,signal,sys;"
-    "[signal.signal(s,signal.SIG_IGN) for s in (signal.SIGHUP,signal.SIGINT,signal.SIGTERM)];"
-    "f=int(sys.argv[1]);d=b''.join(iter(lambda:os.read(f,65536),b''));os.close(f);"
-    "s,_,c=d.partition(b'\\0');g={'__name__':'sglang_redact'};"
-    "exec(compile(s,'sglang_redact.py','exec'),g);g['serve'](c)"
-)
-
-
-def writer_argv(python, fd, label):
-    """The log writer's command line: the interpreter, the bootstrap, the config descriptor, a label for ps."""
-    return [python, "-I", "-S", "-c", BOOTSTRAP, str(fd), label]
-
-
-def writer_payload(source, secrets, user=None):
-    """What the log writer reads from its config descriptor: this module's source, NUL, the JSON config
-    (the secrets, and ``user``: (uid, gid, groups) to switch to before the first read of the server's output)."""
-    if isinstance(source, str):
-        source = source.encode("utf-8")
-    config = {"secrets": list(secrets), "user": [user[0], user[1], list(user[2])] if user else None}
-    return source + b"\0" + json.dumps(config).encode("utf-8")
-
-
 def _write_all(fd, data, write):
-    """Write all of ``data``; False when the file refuses it (disk full): that output is lost, never the
-    server's pipe, which keeps being read."""
+    """Write all of ``data`` (short writes continued); False when the file refuses it (disk full): that output is
+    lost, never the server's pipe, which keeps being read (``sglang_watcher.LogCopy``)."""
     view = memoryview(data)
     while view:
         try:
@@ -235,36 +201,3 @@ def _write_all(fd, data, write):
             return False
         view = view[n:]
     return True
-
-
-def serve(config, in_fd=0, out_fd=1, read=os.read, write=os.write):
-    """The log writer: copy ``in_fd`` (the server's output) to ``out_fd`` (the log file) through the
-    redactor until end of file. Stop signals are ignored: the server's end closes the pipe, and then the
-    last held bytes are written. Started by root, it switches to the service user (``user`` of the config)
-    after its code is loaded and before it reads a byte of the server's output: so it can run the module's
-    interpreter wherever that lives (a venv under /root, say). Returns the number of bytes that could not
-    be written."""
-    for sig in (signal.SIGHUP, signal.SIGINT, signal.SIGTERM):
-        signal.signal(sig, signal.SIG_IGN)
-    if isinstance(config, (bytes, bytearray)):
-        config = config.decode("utf-8")
-    config = json.loads(config)
-    redactor = Redactor(config["secrets"])
-    user = config.get("user")
-    config = None
-    if user and os.geteuid() == 0:
-        os.setgroups(user[2])
-        os.setgid(user[1])
-        os.setuid(user[0])
-    lost = 0
-    while True:
-        data = read(in_fd, READ_SIZE)
-        if not data:
-            break
-        out = redactor.feed(data)
-        if out and not _write_all(out_fd, out, write):
-            lost += len(out)
-    out = redactor.flush()
-    if out and not _write_all(out_fd, out, write):
-        lost += len(out)
-    return lost

@@ -151,7 +151,7 @@ class Notifier(object):
             pass  # systemd went away (shutdown): the server is not the notifier's to stop
 
 
-# ------------------------------------------------------------------------------ the log writer thread
+# ------------------------------------------------------------------------------ the log copy thread
 class LogCopy(threading.Thread):
     """Copies the server's pipe into the log file and to ``echo`` (the journal), secrets replaced, until end of file
     (the last server process closed its end)."""
@@ -544,7 +544,7 @@ class Watcher(object):
         return EXIT_STOPPED
 
     def end_tree(self, grace=10.0):
-        """Stop the server's session (systemd also stops the unit's cgroup once we exit) and let the log writer
+        """Stop the server's session (systemd also stops the unit's cgroup once we exit) and let the log copy
         write its last lines."""
         proc = self.proc
         if proc is None and self.adopt and self.state is not None:

@@ -102,9 +102,17 @@ def host():
 
     state = {"prefix": prefix, "port": port, "play": play}
     yield state
+    rundir = os.path.join(prefix, "var/lib/eagle-deploy/run")
+    ours = {}
+    if os.path.exists(os.path.join(rundir, "sglang.json")):
+        ours = _our_processes(run_state(state))
+        assert len(ours) >= 2, ours  # the supervisor and the server (the last test leaves it serving)
     stopped = play(playbook="stop.yml")
     assert stopped.rc == 0, stopped
-    assert not os.path.exists(os.path.join(prefix, "var/lib/eagle-deploy/run/sglang.json"))
+    assert not os.path.exists(os.path.join(rundir, "sglang.json"))
+    assert not os.path.exists(os.path.join(rundir, "sglang.watcher.json"))  # it held the secret environment
+    # Nothing of the tree is left, its supervisor included.
+    assert not [pid for pid, start in ours.items() if _same_process(pid, start)], ours
     shutil.rmtree(prefix)
 
 
@@ -127,9 +135,52 @@ def serving(host, converged):
     return run_state(host)
 
 
+def run_dir(host):
+    return os.path.join(host["prefix"], "var/lib/eagle-deploy/run")
+
+
 def run_state(host):
-    with open(os.path.join(host["prefix"], "var/lib/eagle-deploy/run/sglang.json")) as f:
+    with open(os.path.join(run_dir(host), "sglang.json")) as f:
         return json.load(f)
+
+
+def _link(path):
+    try:
+        return os.readlink(path)
+    except OSError:
+        return None
+
+
+def _fd_flags(pid, fd):
+    with open("/proc/%d/fdinfo/%s" % (pid, fd)) as f:
+        return int([line.split()[1] for line in f if line.startswith("flags:")][0], 8)
+
+
+def _same_process(pid, start_time):
+    """Still that process, and not a zombie (dead, waiting for its parent - here PID 1 - to reap it)."""
+    try:
+        with open("/proc/%d/stat" % pid) as f:
+            stat_ = f.read()
+    except OSError:
+        return False
+    fields = stat_[stat_.rindex(")") + 2:].split()
+    return fields[0] not in ("Z", "X") and int(fields[19]) == start_time
+
+
+def _our_processes(state):
+    """{pid: start_time} of the server's session (the whole tree: the emulator's children stay in it) and of its
+    supervisor, from /proc."""
+    found = {state["watcher"]["pid"]: state["watcher"]["start_time"]}
+    for d in os.listdir("/proc"):
+        if d.isdigit():
+            try:
+                with open("/proc/%s/stat" % d) as f:
+                    fields = f.read().rsplit(")", 1)[1].split()
+            except OSError:
+                continue
+            if int(fields[3]) == state["pid"]:
+                found[int(d)] = int(fields[19])
+    return found
 
 
 def get(host, path, key=API_KEY):
@@ -164,8 +215,24 @@ def test_first_run_converges_and_serves(host, converged):
     with open("/proc/%d/cmdline" % state["pid"], "rb") as f:
         assert API_KEY.encode() not in f.read()
     assert API_KEY not in json.dumps(run.out)
-    # The server's output reaches its log through the log writer, which masks the key.
-    assert run.result("Launch SGLang and wait for health")["log_writer_pid"] != state["pid"]
+    # The server's output reaches its log through its supervisor (root, recorded as `watcher`), which masks the key:
+    # the server's stdout and stderr are a pipe whose read end only the supervisor holds.
+    assert "log_writer" not in state and state["launcher"] == "detached"
+    sup = state["watcher"]
+    assert run.result("Launch SGLang and wait for health")["supervisor_pid"] == sup["pid"] != state["pid"]
+    assert sup["cmdline"][1:] == ["-I", os.path.join(run_dir(host), "watcher/sglang_watcher.py"), run_dir(host), "sglang"]
+    with open("/proc/%d/cmdline" % sup["pid"], "rb") as f:
+        assert f.read().split(b"\0")[:-1] == [a.encode() for a in sup["cmdline"]]
+    assert os.stat("/proc/%d" % sup["pid"]).st_uid == 0 and os.stat("/proc/%d" % state["pid"]).st_uid == st.st_uid
+    for pid in (sup["pid"], state["pid"]):
+        with open("/proc/%d/environ" % pid, "rb") as f:
+            assert API_KEY.encode() not in f.read()
+    pipe = os.readlink("/proc/%d/fd/1" % state["pid"])
+    assert pipe.startswith("pipe:") and os.readlink("/proc/%d/fd/2" % state["pid"]) == pipe
+    ends = [fd for fd in os.listdir("/proc/%d/fd" % sup["pid"]) if _link("/proc/%d/fd/%s" % (sup["pid"], fd)) == pipe]
+    assert len(ends) == 1 and _fd_flags(sup["pid"], ends[0]) & 3 == os.O_RDONLY
+    ps = subprocess.run(["ps", "-eww", "-o", "args="], capture_output=True, text=True, check=True).stdout
+    assert API_KEY not in ps and sup["cmdline"][2] in ps
     log_dir = os.path.join(host["prefix"], "var/log/sglang")
     for name in os.listdir(log_dir):
         if os.path.isfile(os.path.join(log_dir, name)):

@@ -66,6 +66,56 @@ def processes(host) -> list[dict]:
     return json.loads(host.check_output("python3 -c %s", PROCS_SCRIPT))
 
 
+# Runs inside the host as root: {fd: [link target, open flags (octal text of /proc/PID/fdinfo)]} of one process.
+FDS_SCRIPT = r"""
+import json, os, sys
+pid = sys.argv[1]
+out = {}
+for fd in os.listdir('/proc/%s/fd' % pid):
+    try:
+        target = os.readlink('/proc/%s/fd/%s' % (pid, fd))
+        with open('/proc/%s/fdinfo/%s' % (pid, fd)) as fh:
+            flags = [l.split()[1] for l in fh if l.startswith('flags:')][0]
+    except OSError:
+        continue
+    out[fd] = [target, flags]
+print(json.dumps(out))
+"""
+
+
+def open_files(host, pid: int) -> dict:
+    """{fd (str): (target, flags)} of a process on the host: a pipe reads ``pipe:[inode]``; flags & 3 is the
+    access mode (0 read only, 1 write only)."""
+    return {fd: (t, int(f, 8)) for fd, (t, f) in json.loads(host.check_output("python3 -c %s %s", FDS_SCRIPT, str(pid))).items()}
+
+
+def holders(host, target: str) -> list[int]:
+    """The PIDs of the host that have ``target`` (a path, or ``pipe:[inode]``) open, read as root."""
+    script = ("import glob, os, sys\n"
+              "for p in glob.glob('/proc/[0-9]*/fd/*'):\n"
+              "    try:\n"
+              "        if os.readlink(p) == sys.argv[1]:\n"
+              "            print(p.split('/')[2])\n"
+              "    except OSError:\n"
+              "        pass\n")
+    return sorted({int(pid) for pid in host.check_output("python3 -c %s %s", script, target).split()})
+
+
+def environ_holders(host, needle: str) -> list[str]:
+    """The /proc/PID/environ files of the host that hold ``needle`` (read as root; the needle via stdin, not argv)."""
+    script = ("import glob, sys\n"
+              "n = sys.stdin.buffer.read()\n"
+              "for p in glob.glob('/proc/[0-9]*/environ'):\n"
+              "    try:\n"
+              "        data = open(p, 'rb').read()\n"
+              "    except OSError:\n"
+              "        continue\n"
+              "    if n in data:\n"
+              "        print(p)\n")
+    out = host.check_output(f"printf %s {shlex.quote(needle)} | python3 -c {shlex.quote(script)}")
+    return out.split()
+
+
 def run_state(host, run_dir: str, name: str = "sglang") -> dict:
     return json.loads(host.file(f"{run_dir}/{name}.json").content_string)
 

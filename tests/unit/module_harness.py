@@ -63,7 +63,6 @@ class World(object):
         self.rc = None
         self.children = {}
         self.spawned = []
-        self.writers = []  # log writers started: {"secrets", "log_fd", "server_out"}
         self.reaped = []
         self.killed = []
         self.cmdlines = {}
@@ -121,18 +120,6 @@ class World(object):
                 return world.rc
         self._fire()
         return Handle()
-
-    def spawn_log_writer(self, log_fd, secrets, user, cgroup_procs=None, label=None):
-        """A log writer that is no process: the fake server writes the log file itself."""
-        r, w = os.pipe()
-        os.close(r)
-        self.writers.append({"secrets": list(secrets), "user": user, "cgroup_procs": cgroup_procs, "label": label,
-                             "server_out": w})
-
-        class Writer(object):
-            pid = 4100000 + len(self.writers)  # above pid_max: never a real process
-            args = ["python3", "-I", "-S", "-c", "bootstrap", "9", label]
-        return Writer(), w
 
     # http
     def http(self, url, headers, timeout):
@@ -267,6 +254,11 @@ class Popener(object):
             sup.terminated = True
             sup.watcher.stopping = True
             sup.tick()
+
+    def wait_gone(self, state, grace, clock, sleep):
+        """A terminated fake supervisor is gone at once (its stop ran in terminate)."""
+        assert not self.alive(state)
+        return None
 
 
 class Prober(object):

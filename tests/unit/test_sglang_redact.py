@@ -1,4 +1,5 @@
-"""module_utils/sglang_redact.py: the streaming redactor between the server's output and its log file.
+"""module_utils/sglang_redact.py: the streaming redactor between the server's output and its log file, and the
+supervisor's LogCopy (sglang_watcher) that runs it on the server's pipe.
 
 The property every test leans on: whatever the chunking of the stream, the redactor's output equals the
 whole-stream reference (every occurrence of every encoded form found in the complete stream, overlapping ones
@@ -7,13 +8,14 @@ from __future__ import annotations
 
 import errno
 import json
+import os
 import random
-import signal
 from urllib.parse import quote, quote_plus
 
 import pytest
 
 from ansible.module_utils import sglang_redact as sr
+from ansible.module_utils import sglang_watcher
 from ansible.module_utils.sglang_redact import MASK, Redactor, encoded_forms
 
 KEY = "molecule-cpu-secret-4b1e0d"
@@ -203,19 +205,15 @@ def test_encoded_forms_are_distinct_and_longest_first():
     assert encoded_forms(KEY) == [KEY.encode()]  # a key of URL-safe characters has one form
 
 
-# ------------------------------------------------------------------ the log writer's loop, on pipes (no process)
-class FakeIO(object):
-    def __init__(self, reads, fail_writes=0):
-        self.reads = list(reads)
+# ------------------------------------------------------------------ the supervisor's LogCopy, on pipes (no process)
+# LogCopy.run() is called in the test's own thread: no thread is started, nothing sleeps. Short writes and a log
+# that refuses a write (disk full) are _write_all's; /dev/full refuses every write with ENOSPC.
+class ShortWrites(object):
+    def __init__(self, fail_writes=0):
         self.written = bytearray()
         self.fail_writes = fail_writes
 
-    def read(self, fd, n):
-        assert fd == 0
-        return self.reads.pop(0) if self.reads else b""
-
     def write(self, fd, data):
-        assert fd == 1
         if self.fail_writes:
             self.fail_writes -= 1
             raise OSError(errno.ENOSPC, "No space left on device")
@@ -224,48 +222,45 @@ class FakeIO(object):
         return n
 
 
-@pytest.fixture
-def ignored(monkeypatch):
-    calls = []
-    monkeypatch.setattr(signal, "signal", lambda sig, handler: calls.append((sig, handler)))
-    return calls
+def test_write_all_continues_short_writes_and_reports_a_refused_write():
+    out = ShortWrites()
+    assert sr._write_all(1, SERVER_ARGS, out.write) and bytes(out.written) == SERVER_ARGS  # noqa: SLF001
+    out = ShortWrites(fail_writes=1)
+    assert not sr._write_all(1, b"first line\n", out.write) and out.written == b""  # noqa: SLF001
 
 
-def test_serve_copies_through_the_redactor_until_eof(ignored):
+def copy_through(data, sizes, log_fd, secrets=(KEY,), echo=True):
+    """LogCopy.run() on a real pipe fed ``data`` in ``sizes`` pieces (closed after); (echo bytes, the LogCopy)."""
+    r, w = os.pipe()
+    er, ew = os.pipe() if echo else (None, None)
+    for part in chunks(data, sizes):
+        os.write(w, part)  # the test's data fits a pipe's buffer: no write blocks
+    os.close(w)
+    copy = sglang_watcher.LogCopy(r, log_fd, list(secrets), echo_fd=ew)
+    copy.run()
+    echoed = b""
+    if echo:
+        os.close(ew)
+        echoed = b"".join(iter(lambda: os.read(er, 65536), b""))
+        os.close(er)
+    return echoed, copy
+
+
+def test_log_copy_writes_the_pipe_redacted_into_the_log_and_the_journal_until_eof(tmp_path):
     data = SERVER_ARGS + b"tail without newline " + KEY.encode()[:5]
-    io = FakeIO(chunks(data, [10, 40, 41, len(data) - 3]))
-    config = json.dumps({"secrets": [KEY]}).encode()
-    assert sr.serve(config, read=io.read, write=io.write) == 0
-    assert bytes(io.written) == reference(data, [KEY])
-    assert {s for s, h in ignored if h == signal.SIG_IGN} == {signal.SIGTERM, signal.SIGINT, signal.SIGHUP}
+    fd = os.open(str(tmp_path / "sglang_r1.log"), os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o600)
+    echoed, copy = copy_through(data, [10, 40, 41, len(data) - 3], fd)
+    os.close(fd)
+    assert (tmp_path / "sglang_r1.log").read_bytes() == reference(data, [KEY]) == echoed
+    assert KEY.encode() not in echoed and copy.lost == 0
+    with pytest.raises(OSError):
+        os.fstat(copy.pipe_fd)  # closed at end of file
 
 
-def test_serve_switches_to_the_service_user_before_it_reads_the_server(ignored, monkeypatch):
-    calls = []
-    monkeypatch.setattr(sr.os, "geteuid", lambda: 0)
-    for name in ("setgroups", "setgid", "setuid"):
-        monkeypatch.setattr(sr.os, name, lambda value, name=name: calls.append((name, value)))
-    io = FakeIO([SERVER_ARGS])
-    read = io.read
-    io.read = lambda fd, n: calls.append(("read", fd)) or read(fd, n)
-    config = sr.writer_payload("", [KEY], user=(998, 997, [997, 44])).partition(b"\0")[2]
-    sr.serve(config, read=io.read, write=io.write)
-    assert calls[:4] == [("setgroups", [997, 44]), ("setgid", 997), ("setuid", 998), ("read", 0)]
-    assert bytes(io.written) == reference(SERVER_ARGS, [KEY])
-
-
-def test_serve_keeps_reading_when_the_log_cannot_be_written(ignored):
-    io = FakeIO([b"first line\n", b"second line\n"], fail_writes=1)
-    assert sr.serve(json.dumps({"secrets": [KEY]}), read=io.read, write=io.write) == len(b"first line\n")
-    assert bytes(io.written) == b"second line\n"
-
-
-def test_payload_carries_source_and_secrets_and_argv_carries_neither():
-    source = "def serve(c):\n    pass\n"
-    payload = sr.writer_payload(source, [KEY])
-    code, _, config = payload.partition(b"\0")
-    assert code == source.encode() and json.loads(config) == {"secrets": [KEY], "user": None}
-    argv = sr.writer_argv("/usr/bin/python3", 5, "log-writer:sglang")
-    assert argv[:4] == ["/usr/bin/python3", "-I", "-S", "-c"] and argv[5:] == ["5", "log-writer:sglang"]
-    assert not any(KEY in a for a in argv)
-    compile(sr.BOOTSTRAP, "bootstrap", "exec")
+def test_log_copy_keeps_reading_the_server_when_the_log_cannot_be_written():
+    fd = os.open("/dev/full", os.O_WRONLY)
+    data = b"first line\n" + SERVER_ARGS
+    echoed, copy = copy_through(data, [len(data)], fd)
+    os.close(fd)
+    assert echoed == reference(data, [KEY])  # the pipe was read to its end: the server never blocks on a full disk
+    assert copy.lost == len(echoed)  # every byte the log refused is counted

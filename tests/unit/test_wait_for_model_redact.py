@@ -1,6 +1,7 @@
-"""wait_for_model with secrets: the server's output goes through the log writer, which is recorded in the run
-state and ended last by stop_tree. Fake world (tests/unit/module_harness.py) and a fake /proc for stop_tree:
-no process is spawned or signalled. The real log writer on real SGLang-shaped output: tests/integration."""
+"""wait_for_model with secrets: the supervisor's log copy masks them, and the API key reaches it only through the
+server's --config file. A run state of an older eagle-deploy records a separate log writer process: it is still
+reported, and ended last by stop_tree. Fake world (tests/unit/module_harness.py) and a fake /proc for stop_tree:
+no process is spawned or signalled. The real LogCopy on real SGLang-shaped output: tests/integration."""
 from __future__ import annotations
 
 import errno
@@ -114,6 +115,7 @@ def test_keeping_a_healthy_server_of_an_older_run_reports_its_live_log_writer(wo
 
 
 # ------------------------------------------------------------------ sglang_proc: the recorded log writer
+# (run states of an eagle-deploy older than the supervisor: a host upgraded with such a server running stops it cleanly)
 def test_log_writer_of_a_trusted_state_is_the_live_process_with_that_identity():
     me = sp.identity(os.getpid())
     state = dict(sp.identity(os.getpid()), log_writer=me)
@@ -195,3 +197,43 @@ def test_stop_tree_ends_a_log_writer_left_alone(monkeypatch):
     f.server = {}
     r = sp.stop_tree({"pid": 500}, grace=10, clock=f.clock, sleep=f.sleep)
     assert r["signalled"] == [] and r["killed"] == [f.writer]
+
+
+# ------------------------------------------------------------------ a stop waits for the detached supervisor's end
+class FakeSupervisorProc(object):
+    """A fake /proc for wfm.Supervisors: the supervisor (PID 700) ends ``lag`` s after the test starts (None: never,
+    until SIGKILL); a fake clock."""
+
+    def __init__(self, monkeypatch, lag):
+        self.now, self.lag, self.alive, self.kills = 0.0, lag, True, []
+        ident = {"pid": 700, "start_time": 77, "cmdline": ["python3", "-I", "sglang_watcher.py", "/run", "sglang"]}
+        self.state = {"pid": 500, "watcher": ident}
+        monkeypatch.setattr(sp, "pid_alive", lambda pid: pid == 700 and self.alive)
+        monkeypatch.setattr(sp, "proc_start_time", lambda pid: 77 if pid == 700 else None)
+        monkeypatch.setattr(sp, "proc_cmdline", lambda pid: ident["cmdline"] if pid == 700 else None)
+        monkeypatch.setattr(sp, "signal_verified", self.kill)
+
+    def kill(self, pid, start_time, sig):
+        self.kills.append((round(self.now, 2), pid, start_time, sig))
+        self.alive = False
+        return True
+
+    def clock(self):
+        return self.now
+
+    def sleep(self, dt):
+        self.now += dt
+        if self.lag is not None and self.now >= self.lag:
+            self.alive = False
+
+
+def test_a_stop_waits_for_the_supervisor_to_end_by_itself(monkeypatch):
+    f = FakeSupervisorProc(monkeypatch, lag=0.6)
+    assert wfm.Supervisors().wait_gone(f.state, grace=5.0, clock=f.clock, sleep=f.sleep) is None
+    assert f.kills == [] and 0.6 <= f.now < 0.7  # it returned when the supervisor was gone, not before
+
+
+def test_a_stop_sigkills_a_supervisor_that_does_not_end_within_the_grace(monkeypatch):
+    f = FakeSupervisorProc(monkeypatch, lag=None)
+    assert wfm.Supervisors().wait_gone(f.state, grace=5.0, clock=f.clock, sleep=f.sleep) == 700
+    assert f.kills == [(pytest.approx(5.0, abs=0.06), 700, 77, signal.SIGKILL)]  # its verified identity only

@@ -57,8 +57,17 @@ def test_no_api_key_on_any_command_line(procs):
     assert not [p for p in procs if any(KEY in a for a in p["argv"])]
 
 
+def test_no_api_key_in_any_environment_or_ps_line(host, state):
+    assert hostcheck.environ_holders(host, KEY) == []
+    # Not vacuous: the scan reads the environment of the service user's server (it holds PYTHONUNBUFFERED=1).
+    assert f"/proc/{state['pid']}/environ" in hostcheck.environ_holders(host, "PYTHONUNBUFFERED=1")
+    ps = host.check_output("ps -eww -o user=,pid=,args=")
+    assert KEY not in ps and f"{RUN_DIR}/watcher/sglang_watcher.py {RUN_DIR} sglang" in ps  # ps shows the supervisor
+
+
 def test_api_key_is_in_no_file_under_the_log_dir(host):
-    """Real SGLang logs its server_args, api_key included; the log writer masked it before it reached the disk."""
+    """Real SGLang logs its server_args, api_key included; the supervisor's log copy masked it before it reached the
+    disk (the attempt log, and nothing in the run dir: the supervisor's own log, config and status included)."""
     found = host.run(f"grep -rlF -e {KEY} {LOG_DIR} {RUN_DIR}")
     assert (found.rc, found.stdout) == (1, ""), f"files holding the key: {found.stdout}"  # grep: 1 = no match
     # Not vacuous: the real server did log its server_args line, with the key masked in it.
@@ -66,18 +75,33 @@ def test_api_key_is_in_no_file_under_the_log_dir(host):
     args = [line for line in log.splitlines() if "server_args=" in line]
     assert args and "'api_key': '***'" in args[0], args[:1]
     assert "[EMULATOR]" not in log
+    assert host.file(f"{RUN_DIR}/sglang.watcher.json").exists  # scanned above: the supervisor's config is there
 
 
-def test_the_log_writer_is_the_service_users_and_sits_between_server_and_log(host, state, procs):
-    writer = state["log_writer"]
-    p = next(p for p in procs if p["pid"] == writer["pid"])
-    assert (p["user"], p["start_time"], p["argv"]) == (USER, writer["start_time"], writer["cmdline"])
-    assert p["argv"][-1] == "eagle-deploy-log-writer:sglang"
-    assert KEY.encode() not in host.file(f"/proc/{writer['pid']}/environ").content
-    # The server's stdout is the pipe the writer reads; the writer's stdout is the log file.
-    server_out = host.check_output(f"readlink /proc/{state['pid']}/fd/1")
-    assert server_out.startswith("pipe:") and server_out == host.check_output(f"readlink /proc/{writer['pid']}/fd/0")
-    assert host.check_output(f"readlink /proc/{writer['pid']}/fd/1") == f"{LOG_DIR}/sglang_r1.log"
+def test_the_supervisor_is_roots_and_sits_between_server_and_log(host, state, procs):
+    """The supervisor program (detached here: no systemd in the container) is recorded as `watcher`; it runs as root,
+    `python3 -I <run_dir>/watcher/sglang_watcher.py RUN_DIR NAME`, reads the server's output from the pipe that is
+    the server's stdout and stderr, and holds the log file. No log writer process any more."""
+    assert "log_writer" not in state and state["launcher"] == "detached"
+    sup = state["watcher"]
+    p = next(p for p in procs if p["pid"] == sup["pid"])
+    assert (p["user"], p["start_time"], p["argv"]) == ("root", sup["start_time"], sup["cmdline"])
+    assert Path(p["argv"][0]).name.startswith("python3")
+    assert p["argv"][1:] == ["-I", f"{RUN_DIR}/watcher/sglang_watcher.py", RUN_DIR, "sglang"]
+    assert p["pid"] not in {q["pid"] for q in hostcheck.server_tree(procs, state["pid"])}  # not of the server's tree
+    assert KEY.encode() not in host.file(f"/proc/{sup['pid']}/environ").content
+    # The server's stdout and stderr are one pipe, written by the server and read by the supervisor alone.
+    server = hostcheck.open_files(host, state["pid"])
+    pipe = server["1"][0]
+    assert pipe.startswith("pipe:") and server["2"][0] == pipe and server["1"][1] & 3 == 1
+    held = {fd: flags for fd, (target, flags) in hostcheck.open_files(host, sup["pid"]).items() if target == pipe}
+    assert len(held) == 1 and list(held.values())[0] & 3 == 0, held  # the read end only
+    tree = {q["pid"] for q in hostcheck.server_tree(procs, state["pid"])}
+    assert state["pid"] in hostcheck.holders(host, pipe) and set(hostcheck.holders(host, pipe)) <= tree | {sup["pid"]}
+    # The supervisor writes the attempt's log; the server has no descriptor of it.
+    log = f"{LOG_DIR}/sglang_r1.log"
+    assert log in {t for t, _f in hostcheck.open_files(host, sup["pid"]).values()}
+    assert log not in {t for t, _f in server.values()}
 
 
 def test_real_sglang_tree_runs_as_the_service_user(state, procs):
@@ -91,10 +115,12 @@ def test_real_sglang_tree_runs_as_the_service_user(state, procs):
 
 
 def test_the_real_server_is_the_only_sglang_left(state, procs):
-    """converge started one server; the fault servers (a, b) are gone, nothing else launched (c, d)."""
+    """converge started one server; the fault servers (a, b) and their supervisors are gone, nothing else launched
+    (c, d). The one supervisor left is the server's own (its argv names sglang_watcher.py)."""
     tree = {p["pid"] for p in hostcheck.server_tree(procs, state["pid"])}
     sglang = [p for p in procs if any("sglang" in a for a in p["argv"][:3])]
-    assert {p["pid"] for p in sglang} <= tree
+    assert {p["pid"] for p in sglang} <= tree | {state["watcher"]["pid"]}
+    assert [p["pid"] for p in sglang if "sglang_watcher" in " ".join(p["argv"])] == [state["watcher"]["pid"]]
     assert not [p for p in procs if p["state"] == "Z"], "zombies left"
 
 
@@ -141,11 +167,16 @@ def test_fault_b_scheduler_death_reported_within_seconds(host):
     b = fault(host, "b")
     assert b["crash_class"] in ("child_died", "child_sigquit")
     assert b["kill_to_verdict_s"] < 3.0
-    # After the verdict the module stopped the rest of fault_b's tree (stop_on_failure), and its log writer ended.
+    # After the verdict the stop ended the rest of fault_b's tree and its supervisor; its config went with it.
     assert not host.file(f"/proc/{b['leader_pid']}").exists
-    assert not host.file(f"/proc/{b['log_writer_pid']}").exists
+    assert not host.file(f"/proc/{b['supervisor_pid']}").exists
+    assert not host.file(f"{RUN_DIR}/fault_b.watcher.json").exists
     log = host.file(f"{LOG_DIR}/fault_b_r1.log").content_string
-    assert "server_args=" in log  # the log writer copied real SGLang's output
+    assert "server_args=" in log  # the supervisor copied real SGLang's output
+    # The last lines of the dying server reach the log: SGLang's parent logs one when it is signalled after the
+    # kill (0.5.23: "Subprocess scheduler_0 (pid=N) crashed", "SIGQUIT received. ..."; older: "Received sigquit from
+    # a child process"; or the stop's "SIGTERM received. ..."), then ends; the supervisor copied it before it ended.
+    assert re.search(r"SIGQUIT received|SIGTERM received|Received sigquit from a child process", log), log[-2000:]
 
 
 def test_fault_c_foreign_port_holder_untouched(host):
