@@ -753,19 +753,12 @@ class Supervisors(object):
     command line) and, for a stop, SIGTERM (it ends its server's session and writes ``stopped``). Injectable."""
 
     def alive(self, state):
-        sup = (state or {}).get("watcher")
-        if not isinstance(sup, dict) or not isinstance(sup.get("pid"), int):
-            return False
-        pid = sup["pid"]
-        return (sglang_proc.pid_alive(pid) and sglang_proc.proc_start_time(pid) == sup.get("start_time")
-                and sglang_proc.proc_cmdline(pid) == sup.get("cmdline"))
+        return sglang_proc.recorded_process(state, "watcher") is not None
 
     def terminate(self, state):
-        if self.alive(state):
-            try:
-                os.kill(state["watcher"]["pid"], signal.SIGTERM)
-            except OSError:
-                pass
+        pid = sglang_proc.recorded_process(state, "watcher")
+        if pid is not None:  # through a pidfd opened before the identity check: never a reused PID
+            sglang_proc.signal_verified(pid, state["watcher"]["start_time"], signal.SIGTERM)
 
     def wait_gone(self, state, grace, clock, sleep, poll=0.05):
         """After its SIGTERM and the tree's stop: until the supervisor has ended (the server's last lines copied,

@@ -572,27 +572,33 @@ def orphans_of(state, table=None):
     return out
 
 
-def log_writer_of(state):
-    """PID of the server's log writer (the process that puts its output into the log without the secrets)
-    recorded in a trusted run state, while it is still the process we started (start time, boot id,
-    command line); else None.
-
-    Only run states written by an eagle-deploy older than the supervisor program (``sglang_watcher``, whose
-    ``LogCopy`` thread copies the log now) record a ``log_writer``: kept so that a host upgraded with such a server
-    still running reports it and stops it cleanly (:func:`stop_tree`). Current versions record none."""
-    writer = state.get("log_writer") if state else None
-    if not isinstance(writer, dict) or state.get("untrusted") or state.get("unverified"):
+def recorded_process(state, key):
+    """PID of a helper process recorded under ``key`` in a trusted run state (``watcher``: the supervisor program;
+    ``log_writer``: the log writer of an older version) while it is still that process (boot id, start time,
+    command line); else None. What a run checks before it waits for or signals it (then through
+    :func:`signal_verified`)."""
+    proc = state.get(key) if state else None
+    if not isinstance(proc, dict) or state.get("untrusted") or state.get("unverified"):
         return None
-    pid = writer.get("pid")
+    pid = proc.get("pid")
     if not isinstance(pid, int) or isinstance(pid, bool) or pid <= 0 or not pid_alive(pid):
         return None
     if state.get("boot_id") and state.get("boot_id") != boot_id():
         return None
-    if writer.get("start_time") is None or proc_start_time(pid) != writer.get("start_time"):
+    if proc.get("start_time") is None or proc_start_time(pid) != proc.get("start_time"):
         return None
-    if writer.get("cmdline") and proc_cmdline(pid) != writer.get("cmdline"):
+    if proc.get("cmdline") and proc_cmdline(pid) != proc.get("cmdline"):
         return None
     return pid
+
+
+def log_writer_of(state):
+    """PID of the server's log writer recorded in a trusted run state while it is still the process we started.
+
+    Only run states written by an eagle-deploy older than the supervisor program (``sglang_watcher``, whose
+    ``LogCopy`` thread copies the log now) record a ``log_writer``: kept so that a host upgraded with such a server
+    still running reports it and stops it cleanly (:func:`stop_tree`). Current versions record none."""
+    return recorded_process(state, "log_writer")
 
 
 class NoPidfd(Exception):

@@ -401,16 +401,22 @@ class HealthWatch(object):
         self.unanswered = None  # (sent, ended) of the last request that got no answer at all
         self.hang_bound = HANG_BOUND
 
-    def _crash_since(self):
-        crash = self.log.clf.crash
-        return None if crash is None else self.log.t0 + crash["at"]
+    def crash_since(self):
+        """When the crash line that arms the hang rule was read, or None. A crash after a raw request echo may be a
+        client's text (no framing tells it from SGLang's): it never arms the rule, so text and a slow answer
+        alone never fail a start; the processes and the clock still decide."""
+        clf = self.log.clf
+        crash = clf.crash
+        if crash is None or (hasattr(clf, "crash_after_raw_echo") and clf.crash_after_raw_echo() is not None):
+            return None
+        return self.log.t0 + crash["at"]
 
     def send_due(self, now):
         """Send the next request if none is under way and it is due; whether one was sent."""
         if self.sent is None and now >= self.next_at:
             self.sent = self.clock()
             timeout = self.timeout if self.patient else max(0.5, min(2.0, self.deadline - now))
-            if not self.patient and self._crash_since() is not None:
+            if not self.patient and self.crash_since() is not None:
                 timeout = max(timeout, self.hang_bound + 0.5)  # a crash line stands: time to prove a hang
             self.runner.start(timeout)
             return True
@@ -419,7 +425,7 @@ class HealthWatch(object):
     def poll(self, now):
         if self.log.woke:
             self.next_at = now
-        crash_since = None if self.patient else self._crash_since()
+        crash_since = None if self.patient else self.crash_since()
         self.send_due(now)
         if self.sent is not None and self.runner.done():
             code = self.runner.take()
@@ -1009,7 +1015,7 @@ class Watch(object):
             times.append(health.next_at)
         if clockwatch.stall_timeout:
             times.append(max(self.log.last_growth, health.last_answer) + clockwatch.stall_timeout)
-        crash_since = None if health.patient else health._crash_since()  # noqa: SLF001 - the same watcher's
+        crash_since = None if health.patient else health.crash_since()
         if crash_since is not None and health.sent is not None and health.hang_bound:
             times.append(max(health.sent, crash_since) + health.hang_bound)  # a held request proves a hang then
         future = [t for t in times if t > self.last_look]

@@ -94,6 +94,16 @@ def test_a_start_whose_health_request_the_crashed_server_holds_fails_within_the_
     assert r["evidence"].startswith("our health request got no answer for 3 s after the crash line")
 
 
+def test_a_crash_line_after_a_raw_request_echo_never_arms_the_hang_rule(world):
+    # Older SGLang echoes a request's text raw (--log-requests): a client can write a crash-shaped line, so that line
+    # and a slow health answer alone never fail a start. The processes and the clock still decide.
+    world.write(30, "[2026-12-03 09:24:18] Receive: obj=GenerateReqInput(rid='1', text='hi', input_ids=None, "
+                    "sampling_params={})\n" + SCHED_CRASH)
+    world.http = _held_after(world, 30)
+    status, r = run(world, timeout=60, stall_timeout=0)
+    assert status == "failed" and r["crash_class"] == "timeout", r
+
+
 def test_a_crash_line_with_health_answering_503_is_no_hang(world):
     # The server answers (503 while loading): it is alive and not holding requests; the line alone never acts.
     world.write(30, SCHED_CRASH)

@@ -11,6 +11,7 @@ import hashlib
 import json
 import os
 import shutil
+import signal
 import sys
 import tempfile
 
@@ -623,3 +624,22 @@ def test_a_log_name_with_a_trailing_newline_is_no_attempt_of_ours(world):
     open(planted, "w").close()
     assert wfm.next_attempt(world.log_dir, "sglang") == 1
     assert wfm.prune_attempts(world.log_dir, "sglang", 1) == [] and os.path.exists(planted)
+
+
+# ------------------------------------------------------------------ the recorded supervisor
+def test_a_supervisor_is_recognised_and_signalled_only_as_the_recorded_process(monkeypatch):
+    sent = []
+    monkeypatch.setattr(sglang_proc, "signal_verified", lambda pid, start, sig: sent.append((pid, start, sig)) or True)
+    me = sglang_proc.identity(os.getpid())
+    state = dict(me, watcher=dict(me))
+    sups = wfm.Supervisors()
+    assert sups.alive(state)
+    sups.terminate(state)
+    assert sent == [(os.getpid(), me["start_time"], signal.SIGTERM)]  # through the pidfd-checked signal, never kill()
+    for other in (dict(state, watcher=dict(me, start_time=me["start_time"] + 1)),  # a reused PID
+                  dict(state, watcher=dict(me, cmdline=["other"])),
+                  dict(state, boot_id="another boot"),
+                  dict(state, untrusted="written by someone else")):
+        assert not sups.alive(other)
+        sups.terminate(other)
+    assert len(sent) == 1
