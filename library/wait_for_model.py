@@ -1808,8 +1808,9 @@ class ModelWaiter(object):
         """Wait on the supervisor's status file (its verdict) and its state (the unit's, or ``supervisor``'s
         process, detached), until ready, a failure, the timeout, or the end of this step (step_time)."""
         p = self.p
+        watched_pid = None  # the supervisor this run started (its unreaped child): its exit wakes the wait (pidfd)
         if supervisor is not None and hasattr(supervisor, "poll"):
-            supervisor = supervisor.poll
+            watched_pid, supervisor = getattr(supervisor, "pid", None), supervisor.poll
         t0 = self.clock()
         # The watcher ends the start at `timeout` after the launch (its own clock, with the phase it reached); this
         # is the backstop when it cannot, counted from the launch too (its status's started_at), never per step.
@@ -1847,19 +1848,20 @@ class ModelWaiter(object):
             if step_end is not None and now >= step_end:
                 return self.pending(self.progress_of(st if mine else None, self.launcher), st if mine else None)
             self.check_caller()
-            self.pause_for_status(min(deadline, step_end if step_end is not None else deadline), supervisor)
+            self.pause_for_status(min(deadline, step_end if step_end is not None else deadline), watched_pid)
 
-    def pause_for_status(self, until, supervisor=None):
-        """Until the supervisor writes its status file (inotify on the run dir), its process ends (a pidfd, detached)
-        or at most SHOW_EVERY s; ``poll_interval`` where events cannot be had (and with a fake clock)."""
-        p = self.p
-        waker = self.status_waker(supervisor)
+    def pause_for_status(self, until, pid=None):
+        """Until the supervisor writes its status file (inotify on the run dir), the supervisor ``pid`` this run
+        started ends (a pidfd), or at most SHOW_EVERY s; ``poll_interval`` where events cannot be had (and with a
+        fake clock)."""
+        waker = self.status_waker(pid)
         if waker is None:
-            self.sleep(p["poll_interval"])
+            self.sleep(self.p["poll_interval"])
             return
         waker.wait(max(0.0, min(SHOW_EVERY, until - self.clock())))
 
-    def status_waker(self, supervisor):
+    def status_waker(self, pid):
+        """The wait's Waker, made once: the run dir watched and, when given, the supervisor's exit; None without."""
         if not (self.real_sleep and self.events):
             return None
         if self._status_waker is None:
@@ -1867,9 +1869,8 @@ class ModelWaiter(object):
             if waker is None or not waker.watch_dir(self.run_dir):
                 self._status_waker = False
                 return None
-            pid = getattr(getattr(supervisor, "__self__", None), "pid", None)  # handle.poll of the one we started
-            if pid is not None and not waker.arm({(pid, None): None}, None):
-                pass  # its exit is still seen at the next look (at most SHOW_EVERY s)
+            if pid is not None:
+                waker.arm({(pid, None): None}, None)  # not armed: its exit is seen at the next look (SHOW_EVERY)
             self._status_waker = waker
         return self._status_waker or None
 
