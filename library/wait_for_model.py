@@ -838,6 +838,9 @@ RANGES = {
     "step_time": (0, 86400, False),
 }
 
+# Seconds a supervisor put back (--adopt) has to record itself before the run that started it lets the lock go.
+ADOPT_RECORD_WAIT = 10
+
 # The detached supervisor's own lines (its stderr; what the journal holds for a unit), in the run dir.
 SUPERVISOR_LOG = "%s.supervisor.log"
 
@@ -1630,6 +1633,17 @@ class ModelWaiter(object):
             raise WaitError("%s; a supervisor could not be put back: %s" % (words, e))
         finally:
             os.close(err_fd)
+        # Under the lock until it has recorded itself: a run right after ours must find it, not start a second one.
+        deadline = self.clock() + ADOPT_RECORD_WAIT
+        while handle.poll() is None and self.clock() < deadline:
+            now = sglang_proc.read_state(self.run_dir, p["name"]) or {}
+            if (now.get("watcher") or {}).get("pid") == handle.pid:
+                break
+            self.sleep(0.02)
+        else:
+            raise WaitError("%s; the supervisor put back (PID %d) did not take over within %d s (exit status %s): read "
+                            "%s" % (words, handle.pid, ADOPT_RECORD_WAIT, handle.poll(),
+                                    os.path.join(self.run_dir, SUPERVISOR_LOG % p["name"])))
         self.result.update(changed=True, supervisor="restored", supervisor_pid=handle.pid)
         self.warn(words + "; a supervisor was put back (PID %d), without a restart" % handle.pid)
 
