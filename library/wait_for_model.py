@@ -1549,6 +1549,8 @@ class ModelWaiter(object):
                                             "settle_time", "stall_timeout", "poll_interval"))
         settings["extend_timeout"] = p["stall_timeout"] + 60 if p["stall_timeout"] else 0
         settings["serve_health_interval"] = p["serve_health_interval"]  # the watch of the serving server
+        if not self.events:
+            settings["events"] = False  # the benches' baseline: the supervisor's wait polls too
         systemd = self.launcher == "systemd"
         config = {
             "launch": token, "argv": list(p["argv"]), "env": self.child_env(), "chdir": p["chdir"],

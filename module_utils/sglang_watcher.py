@@ -360,7 +360,7 @@ class Watcher(object):
         self.w = w = sglang_watch.Watch(follower, LogClassifier(clock=lambda: self.clock() - t0), t0, t0 + 10 ** 9,
                                         self.clock, None, state["pid"], self.procs, state.get("start_time"),
                                         lambda timeout: self.http(cfg["health_url"], headers, timeout), self.real,
-                                        settings)
+                                        settings, events=settings.get("events", True))
         w.serve(settings.get("serve_health_interval", SERVE_HEALTH_INTERVAL))
         w.children.poll(t0)
         w.children.serving()  # every child alive now is part of the serving server
@@ -440,7 +440,8 @@ class Watcher(object):
         follower = LogFollower("/proc/self/fd/%d" % log_read_fd)
         self.w = w = sglang_watch.Watch(follower, LogClassifier(clock=lambda: self.clock() - t0), t0, deadline,
                                         self.clock, self.proc, self.proc.pid, self.procs, state.get("start_time"), ask,
-                                        self.real, settings)
+                                        self.real, settings,
+                                        events=settings.get("events", True))
         extend_usec = int(settings.get("extend_timeout", 0) * 1e6)
         last_extend = moved = None
         shown = None
