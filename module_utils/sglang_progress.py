@@ -27,15 +27,16 @@ import re
 import time
 
 try:
+    from ansible.module_utils.sglang_contract import PHASES
     from ansible.module_utils.sglang_proc import UntrustedState, read_json, safe_name, write_files
 except ImportError:  # a plain module next to sglang_proc.py (the host watcher program)
+    from sglang_contract import PHASES
     from sglang_proc import UntrustedState, read_json, safe_name, write_files
 
 HISTORY_VERSION = 1
 HISTORY_KEEP = 10
-# The order a healthy load goes through (module_utils/sglang_log.PHASES); other names are placed by the
-# history's own order.
-PHASE_ORDER = ("launching", "loading_weights", "kv_cache", "cuda_graph", "warmup", "ready")
+# The order a healthy load goes through (sglang_contract.PHASES); other names are placed by the history's own order.
+PHASE_ORDER = PHASES
 _WORDS = {
     "launching": "starting",
     "loading_weights": "loading weights",

@@ -15,7 +15,9 @@ import select
 import stat
 import sys
 
-from ansible.module_utils import sglang_log, sglang_proc, sglang_progress, sglang_redact, sglang_watch, sglang_watcher
+from ansible.module_utils import (
+    sglang_contract, sglang_log, sglang_proc, sglang_progress, sglang_redact, sglang_watch, sglang_watcher,
+)
 
 UNIT_MARK = "# Written by eagle-deploy (wait_for_model)."
 WATCHER_DIR = "watcher"
@@ -50,7 +52,8 @@ def module_source(mod):
 def watcher_files():
     """{file name: source} of the host watcher program and the module_utils it imports."""
     return dict(("%s.py" % m.__name__.rsplit(".", 1)[-1], module_source(m))
-                for m in (sglang_watcher, sglang_watch, sglang_log, sglang_proc, sglang_redact, sglang_progress))
+                for m in (sglang_watcher, sglang_contract, sglang_watch, sglang_log, sglang_proc, sglang_redact,
+                          sglang_progress))
 
 
 def systemd_quote(arg):

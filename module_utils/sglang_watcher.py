@@ -39,7 +39,6 @@ import pwd
 import secrets
 import signal
 import socket
-import stat
 import subprocess
 import sys
 import threading
@@ -50,80 +49,28 @@ if __name__ == "__main__":  # run as a program: its module_utils lie next to it 
 
 try:
     from ansible.module_utils import sglang_proc, sglang_progress, sglang_redact, sglang_watch
+    from ansible.module_utils.sglang_contract import (
+        API_KEY_NAMES, CONFIG, EXIT_PERMANENT, EXIT_RESTARTABLE, EXIT_SETUP, EXIT_STOPPED, STATUS, exit_status,
+        read_config_secret,
+    )
     from ansible.module_utils.sglang_log import LogClassifier, LogFollower
 except ImportError:  # the installed program
+    from sglang_contract import (
+        API_KEY_NAMES, CONFIG, EXIT_PERMANENT, EXIT_RESTARTABLE, EXIT_SETUP, EXIT_STOPPED, STATUS, exit_status,
+        read_config_secret,
+    )
     import sglang_proc
     import sglang_progress
     import sglang_redact
     import sglang_watch
     from sglang_log import LogClassifier, LogFollower
 
-EXIT_STOPPED = 0
-EXIT_RESTARTABLE = 69  # EX_UNAVAILABLE: a serving server died, or a load hung; Restart=on-failure may help
-EXIT_PERMANENT = 78  # EX_CONFIG: a start that failed; restarting repeats it (RestartPreventExitStatus=78)
-EXIT_SETUP = 71  # EX_OSERR: the watcher could not set up (config, log file, spawn); the message says why
-
-# The files the program is installed with (wait_for_model copies them into <run_dir>/watcher/).
-PROGRAM_FILES = ("sglang_watcher.py", "sglang_watch.py", "sglang_log.py", "sglang_proc.py", "sglang_redact.py",
-                 "sglang_progress.py")
-CONFIG = "%s.watcher.json"
-STATUS = "%s.status.json"
+# The contract with wait_for_model (file names, exit statuses, the config's API key source): sglang_contract.
+PROGRAM_FILES = ("sglang_watcher.py", "sglang_contract.py", "sglang_watch.py", "sglang_log.py", "sglang_proc.py",
+                 "sglang_redact.py", "sglang_progress.py")
 SERVE_POLL = 0.5  # s between looks at a serving server's processes
 SERVE_HEALTH_INTERVAL = 10.0  # s between health requests to a serving server (each /health_generate is a generation)
 EXTEND_EVERY = 5.0  # s at least between two EXTEND_TIMEOUT_USEC (each one counts from when it is received)
-
-
-API_KEY_NAMES = ("api_key", "api-key")  # how SGLang's --config file may name the key (the role writes api-key)
-CONFIG_FILE_MAX = 1 << 20
-
-
-def config_file_of(argv):
-    """The server's ``--config <file>`` (or ``--config=<file>``) in argv, the last one; None without one."""
-    path = None
-    for i, arg in enumerate(argv or ()):
-        if arg == "--config" and i + 1 < len(argv):
-            path = argv[i + 1]
-        elif arg.startswith("--config="):
-            path = arg[len("--config="):]
-    return path
-
-
-def read_config_secret(path, names=API_KEY_NAMES):
-    """(name, value) of the first ``<name>: <JSON value>`` line of SGLang's ``--config`` file whose name is one of
-    ``names`` (the role's 0600 file of ``key: <JSON value>`` lines; a plain YAML scalar is taken as it is, without
-    a trailing comment), or None when no such line is there. The file is opened without following a symlink
-    (O_NOFOLLOW) and must be a regular file of at most 1 MiB. Raises OSError (ValueError for a file that is not one).
-    The API key's one copy on disk lives there: the watcher program reads it from there at every start."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | getattr(os, "O_NONBLOCK", 0))
-    try:
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_size > CONFIG_FILE_MAX:
-            raise ValueError("%s is not a regular file of at most 1 MiB" % path)
-        data = os.read(fd, CONFIG_FILE_MAX + 1).decode("utf-8", "replace")
-    finally:
-        os.close(fd)
-    for line in data.splitlines():
-        name, sep, rest = line.partition(":")
-        if not sep or name.strip() != name or name not in names:
-            continue
-        rest = rest.strip()
-        try:
-            value = json.loads(rest)
-        except ValueError:
-            value = rest.split(" #", 1)[0].strip()
-            if len(value) >= 2 and value[0] == value[-1] and value[0] in "'\"":
-                value = value[1:-1]
-        if value is None:
-            continue
-        return name, value if isinstance(value, str) else json.dumps(value)
-    return None
-
-
-def exit_status(verdict, ready):
-    """The exit status for a failure: a start that failed is not retried (except a hang); a serving server is."""
-    if not ready and verdict != "stalled":
-        return EXIT_PERMANENT
-    return EXIT_RESTARTABLE
 
 
 # ------------------------------------------------------------------------------ systemd

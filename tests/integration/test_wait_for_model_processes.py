@@ -13,6 +13,7 @@ import pytest
 
 from ansible.module_utils import sglang_proc
 
+from ansible.module_utils import sglang_plan
 import wait_for_model as wfm
 from module_harness import module_exits, run, world  # noqa: F401 - fixtures
 
@@ -43,8 +44,8 @@ def sleepers():
 
 def record(world, proc, **extra):
     """Record a live process as our server, with the fingerprint of SLEEPER."""
-    parts = wfm.fingerprint_parts(SLEEPER, {}, [], {}, None)
-    state = dict(sglang_proc.identity(proc.pid), fingerprint=wfm.fingerprint_of(parts), fingerprint_parts=parts,
+    parts = sglang_plan.fingerprint_parts(SLEEPER, {}, [], {}, None)
+    state = dict(sglang_proc.identity(proc.pid), fingerprint=sglang_plan.fingerprint_of(parts), fingerprint_parts=parts,
                  attempt=1, log_path=os.path.join(world.log_dir, "sglang_r1.log"))
     state.update(extra)
     open(state["log_path"], "w").close()

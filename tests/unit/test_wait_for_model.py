@@ -13,6 +13,7 @@ import pytest
 
 from ansible.module_utils import sglang_proc
 
+from ansible.module_utils import sglang_plan
 import wait_for_model as wfm
 from module_harness import SCHED_CRASH, module_exits, record_self_as_server, run, stops, world  # noqa: F401 - fixtures
 
@@ -219,8 +220,8 @@ SERVER_ARGV = [sys.executable, "-m", "sglang.launch_server", "--config", "/etc/s
 
 
 def fingerprint_of_argv(argv):
-    parts = wfm.fingerprint_parts(argv, {}, [], {}, None)
-    return wfm.fingerprint_of(parts)
+    parts = sglang_plan.fingerprint_parts(argv, {}, [], {}, None)
+    return sglang_plan.fingerprint_of(parts)
 
 
 def test_already_healthy_same_fingerprint_touches_nothing(world, stops):
@@ -234,7 +235,7 @@ def test_already_healthy_same_fingerprint_touches_nothing(world, stops):
 
 def test_fingerprint_changed_restarts_and_stops_the_old_tree(world, stops):
     state = record_self_as_server(world, fingerprint=fingerprint_of_argv(SERVER_ARGV),
-                                  fingerprint_parts=wfm.fingerprint_parts(SERVER_ARGV, {}, [], {}, None))
+                                  fingerprint_parts=sglang_plan.fingerprint_parts(SERVER_ARGV, {}, [], {}, None))
     world.health = lambda t: 200
     status, r = run(world, argv=SERVER_ARGV + ["--changed"], stop_timeout=5)
     assert status == "ok" and r["changed"] is True
@@ -357,9 +358,9 @@ def test_secret_environment_reaches_the_server_and_restarts_on_change(world):
     assert status == "ok" and world.spawned[0]["env"]["HF_TOKEN"] == "hf_abc"
     state = json.load(open(os.path.join(world.log_dir, "sglang.json")))
     assert "hf_abc" not in json.dumps(state)
-    parts_a = wfm.fingerprint_parts(["x"], {}, [], {}, None, {"HF_TOKEN": "a"})
-    parts_b = wfm.fingerprint_parts(["x"], {}, [], {}, None, {"HF_TOKEN": "b"})
-    assert wfm.describe_change(parts_a, parts_b) == "fingerprint changed: secret_environment"
+    parts_a = sglang_plan.fingerprint_parts(["x"], {}, [], {}, None, {"HF_TOKEN": "a"})
+    parts_b = sglang_plan.fingerprint_parts(["x"], {}, [], {}, None, {"HF_TOKEN": "b"})
+    assert sglang_plan.describe_change(parts_a, parts_b) == "fingerprint changed: secret_environment"
 
 
 def test_fresh_host_check_mode_and_stop_need_no_directories(world):
@@ -382,7 +383,7 @@ def test_check_mode_with_a_config_file_not_written_yet(world):
 def _served_then_orphaned(world):
     """A serving server of ours (this test process stands in for it) whose recorded supervisor is gone."""
     argv = [sys.executable, "-m", "sglang.launch_server", "--config", "/etc/sglang.yaml"]
-    fp = wfm.fingerprint_of(wfm.fingerprint_parts(argv, {}, [], {}, None))
+    fp = sglang_plan.fingerprint_of(sglang_plan.fingerprint_parts(argv, {}, [], {}, None))
     record_self_as_server(world, fingerprint=fp, watcher={"pid": UNUSED_PID, "start_time": 1, "cmdline": ["gone"]},
                           launcher="detached")
     sglang_proc.write_files(world.log_dir, (("sglang.watcher.json", json.dumps({

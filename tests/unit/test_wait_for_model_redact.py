@@ -14,6 +14,8 @@ import pytest
 from ansible.module_utils import sglang_proc as sp
 from ansible.module_utils.common.warnings import get_warning_messages
 
+from ansible.module_utils import sglang_launch
+from ansible.module_utils import sglang_plan
 import wait_for_model as wfm
 from module_harness import Popener, World, module_exits, record_self_as_server, run, stops  # noqa: F401
 
@@ -78,10 +80,10 @@ def test_every_secret_is_masked_by_the_supervisor_and_a_short_redact_string_is_w
 
 
 def test_the_redact_list_is_part_of_the_fingerprint_by_hash():
-    plain = wfm.fingerprint_parts(["/bin/true"], {}, [], {}, None)
-    more = wfm.fingerprint_parts(["/bin/true"], {}, [], {}, None, redact=["another-secret"])
+    plain = sglang_plan.fingerprint_parts(["/bin/true"], {}, [], {}, None)
+    more = sglang_plan.fingerprint_parts(["/bin/true"], {}, [], {}, None, redact=["another-secret"])
     assert "redact" not in plain  # no list: the fingerprint of a server without one is unchanged
-    assert wfm.describe_change(plain, more) == "fingerprint changed: redact"
+    assert sglang_plan.describe_change(plain, more) == "fingerprint changed: redact"
     assert "another-secret" not in json.dumps(more)
 
 
@@ -106,8 +108,8 @@ def test_a_server_that_cannot_start_is_reported_with_its_error(world):
 
 def test_keeping_a_healthy_server_of_an_older_run_reports_its_live_log_writer(world, stops):
     # A server started by an earlier eagle-deploy (its own log writer process) is kept as it is.
-    parts = wfm.fingerprint_parts(["/bin/true"], {}, [], {}, None)
-    record_self_as_server(world, fingerprint=wfm.fingerprint_of(parts), log_writer=sp.identity(os.getpid()))
+    parts = sglang_plan.fingerprint_parts(["/bin/true"], {}, [], {}, None)
+    record_self_as_server(world, fingerprint=sglang_plan.fingerprint_of(parts), log_writer=sp.identity(os.getpid()))
     world.health = lambda t: 200
     status, r = run(world, argv=["/bin/true"])
     assert status == "ok" and not r["changed"] and r["log_writer_pid"] == os.getpid()
@@ -201,7 +203,7 @@ def test_stop_tree_ends_a_log_writer_left_alone(monkeypatch):
 
 # ------------------------------------------------------------------ a stop waits for the detached supervisor's end
 class FakeSupervisorProc(object):
-    """A fake /proc for wfm.Supervisors: the supervisor (PID 700) ends ``lag`` s after the test starts (None: never,
+    """A fake /proc for sglang_launch.Supervisors: the supervisor (PID 700) ends ``lag`` s after the test starts (None: never,
     until SIGKILL); a fake clock."""
 
     def __init__(self, monkeypatch, lag):
@@ -229,11 +231,11 @@ class FakeSupervisorProc(object):
 
 def test_a_stop_waits_for_the_supervisor_to_end_by_itself(monkeypatch):
     f = FakeSupervisorProc(monkeypatch, lag=0.6)
-    assert wfm.Supervisors().wait_gone(f.state, grace=5.0, clock=f.clock, sleep=f.sleep) is None
+    assert sglang_launch.Supervisors().wait_gone(f.state, grace=5.0, clock=f.clock, sleep=f.sleep) is None
     assert f.kills == [] and 0.6 <= f.now < 0.7  # it returned when the supervisor was gone, not before
 
 
 def test_a_stop_sigkills_a_supervisor_that_does_not_end_within_the_grace(monkeypatch):
     f = FakeSupervisorProc(monkeypatch, lag=None)
-    assert wfm.Supervisors().wait_gone(f.state, grace=5.0, clock=f.clock, sleep=f.sleep) == 700
+    assert sglang_launch.Supervisors().wait_gone(f.state, grace=5.0, clock=f.clock, sleep=f.sleep) == 700
     assert f.kills == [(pytest.approx(5.0, abs=0.06), 700, 77, signal.SIGKILL)]  # its verified identity only

@@ -20,6 +20,9 @@ import pytest
 from ansible.module_utils import sglang_proc
 
 import wait_for_model as wfm
+from ansible.module_utils import sglang_launch
+from ansible.module_utils import sglang_plan
+from ansible.module_utils import sglang_watch
 from ansible.module_utils import sglang_exec
 from module_harness import SCHED_CRASH, module_exits, record_self_as_server, run, stops, world  # noqa: F401 - fixtures
 
@@ -203,7 +206,7 @@ def test_unwritable_run_dir_is_refused_before_anything(world, stops, monkeypatch
 
     def mkstemp(prefix="", dir=None):
         raise OSError(errno.EROFS, "Read-only file system")
-    monkeypatch.setattr(wfm.tempfile, "mkstemp", mkstemp)
+    monkeypatch.setattr(tempfile, "mkstemp", mkstemp)
     status, r = run(world)
     assert status == "failed" and "run_dir %s is not writable (Read-only file system)" % world.log_dir in r["msg"]
     assert stops == [] and world.spawned == []
@@ -322,8 +325,8 @@ def test_offset_inside_a_line_starts_at_the_next_line(world, stops):
 
 def test_started_returns_the_log_offset_when_it_keeps_the_server(world, stops):
     argv = [sys.executable, "-m", "sglang.launch_server", "--config", "/etc/sglang.yaml"]  # run()'s default
-    parts = wfm.fingerprint_parts(argv, {}, [], {}, None, {})
-    record_self_as_server(world, fingerprint=wfm.fingerprint_of(parts), log_text="line one\nline two\n")
+    parts = sglang_plan.fingerprint_parts(argv, {}, [], {}, None, {})
+    record_self_as_server(world, fingerprint=sglang_plan.fingerprint_of(parts), log_text="line one\nline two\n")
     world.health = lambda t: 200
     status, r = run(world, argv=argv)
     assert status == "ok" and r["changed"] is False
@@ -622,8 +625,8 @@ def test_a_log_name_with_a_trailing_newline_is_no_attempt_of_ours(world):
     # The service user owns log_dir and may create any name there: it never counts as an attempt, nor is it pruned.
     planted = os.path.join(world.log_dir, "sglang_r99999.log\n")
     open(planted, "w").close()
-    assert wfm.next_attempt(world.log_dir, "sglang") == 1
-    assert wfm.prune_attempts(world.log_dir, "sglang", 1) == [] and os.path.exists(planted)
+    assert sglang_watch.next_attempt(world.log_dir, "sglang") == 1
+    assert sglang_watch.prune_attempts(world.log_dir, "sglang", 1) == [] and os.path.exists(planted)
 
 
 # ------------------------------------------------------------------ the recorded supervisor
@@ -632,7 +635,7 @@ def test_a_supervisor_is_recognised_and_signalled_only_as_the_recorded_process(m
     monkeypatch.setattr(sglang_proc, "signal_verified", lambda pid, start, sig: sent.append((pid, start, sig)) or True)
     me = sglang_proc.identity(os.getpid())
     state = dict(me, watcher=dict(me))
-    sups = wfm.Supervisors()
+    sups = sglang_launch.Supervisors()
     assert sups.alive(state)
     sups.terminate(state)
     assert sent == [(os.getpid(), me["start_time"], signal.SIGTERM)]  # through the pidfd-checked signal, never kill()

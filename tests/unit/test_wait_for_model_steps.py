@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import sys
 
+from ansible.module_utils import sglang_plan
 import wait_for_model as wfm
 from module_harness import module_exits, record_self_as_server, run, stops, world  # noqa: F401 - fixtures
 
@@ -15,7 +16,7 @@ READY = "[2026-12-03 10:00:09] The server is fired up and ready to roll!\n"
 
 
 def same_fingerprint():
-    return wfm.fingerprint_of(wfm.fingerprint_parts(ARGV, {}, [], {}, None))
+    return sglang_plan.fingerprint_of(sglang_plan.fingerprint_parts(ARGV, {}, [], {}, None))
 
 
 def test_a_step_that_ends_while_loading_is_pending_not_failed(world, module_exits):  # noqa: F811

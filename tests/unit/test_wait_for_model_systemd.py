@@ -10,6 +10,7 @@ import stat
 import pytest
 
 import wait_for_model as wfm
+from ansible.module_utils import sglang_plan
 from ansible.module_utils import sglang_proc, sglang_unit, sglang_watcher
 from module_harness import module_exits, run, stops, world  # noqa: F401 - fixtures
 
@@ -149,7 +150,7 @@ def test_launch_writes_the_unit_the_program_and_a_private_config_then_waits_for_
                  "RestartPreventExitStatus=78", "TimeoutStopSec=30s", "TimeoutStartSec=180s",
                  "WantedBy=multi-user.target", "NotifyAccess=main"):
         assert line in unit.splitlines(), line
-    assert unit.startswith(wfm.UNIT_MARK)
+    assert unit.startswith(sglang_unit.UNIT_MARK)
     assert "sk-unit" not in unit  # the unit file is world-readable: no secret in it
     program = os.path.join(world.log_dir, "watcher", "sglang_watcher.py")
     assert ('"%s" "-I" "%s"' % (wfm.sys.executable, program)) in unit
@@ -230,7 +231,7 @@ def test_the_watcher_gets_the_timeout_and_the_backstop_counts_from_the_launch_no
     cfg = json.load(open(os.path.join(world.log_dir, "sglang.watcher.json")))
     assert cfg["timeout"] == 520  # the watcher itself ends the start at the timeout, with the phase it reached
     assert status == "failed" and r["crash_class"] == "timeout"
-    assert world.now - world.t0 <= 520 + wfm.SERVICE_TIMEOUT_MARGIN - 500 + 1.5
+    assert world.now - world.t0 <= 520 + sglang_unit.SERVICE_TIMEOUT_MARGIN - 500 + 1.5
     assert ("stop", "sglang-sglang.service") in fake.calls
 
 
@@ -323,11 +324,11 @@ def test_an_attach_never_takes_an_earlier_attempts_verdict(world, stops, module_
     fake = FakeSystemd(world, unit_dir, [])
     fake.active = "activating"
     with open(os.path.join(unit_dir, "sglang-sglang.service"), "w") as fh:  # our unit, as the launch wrote it
-        fh.write("%s\n%s\n" % (wfm.UNIT_MARK, sglang_unit.deployment_line("sglang", world.log_dir)))
-    parts = wfm.fingerprint_parts([wfm.sys.executable, "-m", "sglang.launch_server", "--config", "/etc/sglang.yaml"],
+        fh.write("%s\n%s\n" % (sglang_unit.UNIT_MARK, sglang_unit.deployment_line("sglang", world.log_dir)))
+    parts = sglang_plan.fingerprint_parts([wfm.sys.executable, "-m", "sglang.launch_server", "--config", "/etc/sglang.yaml"],
                                   {}, [], {}, None)
-    parts["launcher"] = wfm._h("systemd")
-    record_self_as_server(world, fingerprint=wfm.fingerprint_of(parts), attempt=2, launcher="systemd")
+    parts["launcher"] = sglang_plan._h("systemd")
+    record_self_as_server(world, fingerprint=sglang_plan.fingerprint_of(parts), attempt=2, launcher="systemd")
     old = {"launch": "x", "attempt": 1, "verdict": "cuda_oom", "report": {"failed": True, "crash_class": "cuda_oom"}}
     sglang_proc.write_files(world.log_dir, ((sglang_watcher.STATUS % "sglang", json.dumps(old)),))
     world.t0 = world.now

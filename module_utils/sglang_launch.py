@@ -1,0 +1,277 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, eagle-deploy contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""wait_for_model asks the supervisor program to start: the detached launcher's supervisor (``setsid``, the
+deployment's cgroup), its config (``sglang_contract.supervisor_config``), the program's files in
+``<run_dir>/watcher/``, and a supervisor put back (``--adopt``) next to a serving server whose own is gone.
+
+Module side only. Process launch, cgroups and the recorded supervisor's checks are injectable.
+"""
+
+from __future__ import annotations
+
+import errno
+import json
+import os
+import secrets
+import signal
+import stat
+import subprocess
+import sys
+
+from ansible.module_utils import sglang_contract
+from ansible.module_utils import sglang_proc
+from ansible.module_utils.sglang_unit import WATCHER_DIR, unit_name, watcher_files
+from ansible.module_utils.sglang_inputs import WaitError
+
+
+class Popener(object):
+    """Starts the supervisor program detached (``launcher: detached``). Injectable so unit tests need no processes."""
+
+    def spawn_supervisor(self, argv, err_fd, cgroup_procs=None):
+        """``argv`` (the supervisor program) in a session of its own, stdin and stdout /dev/null, stderr (its own
+        lines) into ``err_fd``; joined to the deployment's cgroup (``cgroup_procs``) before exec, so that every
+        process it starts, the server included, is born in it."""
+        kwargs = {}
+        cg_fd = None
+        if cgroup_procs is not None:
+            cg_fd = os.open(cgroup_procs, os.O_WRONLY | os.O_CLOEXEC)
+
+            def join():
+                try:
+                    os.write(cg_fd, b"0\n")
+                except OSError:
+                    pass  # the supervisor records what it finds: tree tracking by session then
+            kwargs["preexec_fn"] = join
+        try:
+            return subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=err_fd, cwd="/",
+                                    env=supervisor_env(), close_fds=True, start_new_session=True, **kwargs)
+        finally:
+            if cg_fd is not None:
+                os.close(cg_fd)
+
+
+class Supervisors(object):
+    """The detached supervisor recorded in a run state (``state["watcher"]``): alive (same PID, start time and
+    command line) and, for a stop, SIGTERM (it ends its server's session and writes ``stopped``). Injectable."""
+
+    def alive(self, state):
+        return sglang_proc.recorded_process(state, "watcher") is not None
+
+    def terminate(self, state):
+        pid = sglang_proc.recorded_process(state, "watcher")
+        if pid is not None:  # through a pidfd opened before the identity check: never a reused PID
+            sglang_proc.signal_verified(pid, state["watcher"]["start_time"], signal.SIGTERM)
+
+    def wait_gone(self, state, grace, clock, sleep, poll=0.05):
+        """After its SIGTERM and the tree's stop: until the supervisor has ended (the server's last lines copied,
+        ``stopped`` written), so that a stop leaves nothing of the deployment running; SIGKILL (verified identity)
+        after ``grace`` s. Returns its PID when it had to be killed, else None."""
+        deadline = clock() + grace
+        while self.alive(state) and clock() < deadline:
+            sleep(poll)
+        if not self.alive(state):
+            return None
+        sup = state["watcher"]
+        sglang_proc.signal_verified(sup["pid"], sup["start_time"], signal.SIGKILL)
+        deadline = clock() + 10.0
+        while self.alive(state) and clock() < deadline:
+            sleep(poll)
+        return sup["pid"]
+
+
+def supervisor_env():
+    """The supervisor's own environment: nothing of the module's (the server's comes from its config file)."""
+    return {"PATH": os.environ.get("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+            "LANG": os.environ.get("LANG", "C.UTF-8"), "PYTHONUNBUFFERED": "1"}
+
+
+class Cgroups(object):
+    """The server's own cgroup v2 (where the host allows one). Injectable for tests."""
+
+    def create(self, name):
+        """(mount, path) of a fresh, empty cgroup for the server; OSError when not possible."""
+        if os.geteuid() != 0:
+            raise OSError(errno.EPERM, "the module does not run as root")
+        mount = sglang_proc.cgroup2_mount()
+        return mount, sglang_proc.create_cgroup(name, mount=mount)
+
+    def of(self, pid):
+        return sglang_proc.proc_cgroup(pid)
+
+    def remove(self, mount, path):
+        return sglang_proc.remove_cgroup(mount, path)
+
+
+# Seconds a supervisor put back (--adopt) has to record itself before the run that started it lets the lock go.
+ADOPT_RECORD_WAIT = 10
+
+
+
+class Supervision(object):
+    def __init__(self, w):
+        self.w = w  # the ModelWaiter: options, result, injected clock and tools
+
+    def _own_cgroup(self):
+        """(mount, path) of a fresh cgroup for the server, or None (with the reason in the result)."""
+        if not self.w.p["cgroup"]:
+            self.w.result["tree_tracking_note"] = "cgroup: false"
+            return None
+        try:
+            return self.w.cgroups.create(sglang_proc.deployment_name(self.w.p["name"], self.w.run_dir))
+        except (OSError, IOError) as e:
+            self.w.result["tree_tracking_note"] = "no cgroup of its own (%s): process tree by session" % (e.strerror or e)
+            return None
+
+    def supervisor_config(self, parts, fp, cgroup=None):
+        """The supervisor program's config (``<name>.watcher.json``, 0600: the server's environment may hold secrets):
+        what it starts, as whom, where it logs, how it asks health, and the wait's numbers. Written at each (re)start;
+        returns its launch token."""
+        p = self.w.p
+        name = p["name"]
+        token = secrets.token_hex(8)
+        config = sglang_contract.supervisor_config(
+            p, token, self.w.inputs.child_env(),
+            # never the API key: the supervisor reads it from the server's --config file (api_key_file)
+            [v for v in self.w.inputs.secrets() if v != p["api_key"]], self.w.key_source, fp, parts, self.w.port,
+            unit_name(name) if self.w.launcher == "systemd" else None, cgroup, events=self.w.events)
+        try:
+            sglang_proc.write_files(self.w.run_dir, ((sglang_contract.CONFIG % name, json.dumps(config)),), mode=0o600)
+            sglang_proc.remove_file(self.w.run_dir, sglang_contract.STATUS % name)
+        except sglang_proc.UntrustedState as e:
+            raise WaitError(str(e))
+        return token
+
+    def launch(self, parts, fp):
+        """``launcher: detached``: the supervisor program (the one the systemd unit runs) in a session and, as root,
+        the deployment's cgroup of its own; it starts the server, logs, records and decides. Then wait on its status
+        file as for a unit."""
+        p = self.w.p
+        program, _changed = self.install_watcher()
+        cgroup = self._own_cgroup()
+        token = self.supervisor_config(parts, fp, cgroup)
+        cgroup_procs = os.path.join(cgroup[0], cgroup[1].lstrip("/"), "cgroup.procs") if cgroup else None
+        err_fd = self.open_supervisor_log()
+        try:
+            handle = self.w.popener.spawn_supervisor([sys.executable, "-I", program, self.w.run_dir, p["name"]], err_fd,
+                                                   cgroup_procs=cgroup_procs)
+        except OSError as e:
+            if cgroup:
+                self.w.cgroups.remove(*cgroup)
+            raise WaitError("could not start the supervisor program %s: %s" % (program, e))
+        finally:
+            os.close(err_fd)
+        tracking = "session"
+        if cgroup is not None:
+            if self.w.cgroups.of(handle.pid) == cgroup[1]:
+                tracking = "cgroup"
+            else:
+                self.w.result["tree_tracking_note"] = "the supervisor did not join %s: process tree by session" % cgroup[1]
+                self.w.cgroups.remove(*cgroup)  # empty: nothing of ours is in it (the supervisor records none)
+        self.w.result.update(changed=True, tree_tracking=tracking, supervisor_pid=handle.pid)
+        return self.w.status.wait_service(token, attached=False, supervisor=handle)
+
+    def open_supervisor_log(self):
+        """The detached supervisor's stderr: ``<run_dir>/<name>.supervisor.log`` (0600, appended), opened in the
+        trusted run dir without following a symlink."""
+        try:
+            dir_fd = sglang_proc.open_run_dir(self.w.run_dir)
+        except sglang_proc.UntrustedState as e:
+            raise WaitError(str(e))
+        try:
+            return os.open(sglang_contract.SUPERVISOR_LOG % self.w.p["name"], os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW |
+                           os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+        finally:
+            os.close(dir_fd)
+
+    def supervisor_gone(self, state, healthy):
+        """Our detached server runs, but its supervisor program is gone (killed, or a server of an older eagle-deploy
+        that had none): say so, and put one back without a restart when the server answers (``--adopt``: it takes
+        over the recorded tree and watches it serving). Its output went to the old supervisor: what it printed since
+        is lost, and the next (re)start logs again."""
+        p = self.w.p
+        self.w.result["supervisor"] = "gone"
+        words = ("the server of %s (PID %s) was running without its supervisor program (nothing followed its "
+                 "processes, and its output since the supervisor went is lost)" % (p["name"], state.get("pid")))
+        if not healthy or self.w.module.check_mode or not state.get("watcher"):
+            self.w.warn(words + ("; %s" % ("it would be put back (check mode)" if healthy and state.get("watcher")
+                                         else "force_restart starts it again under one")))
+            return
+        program, _changed = self.install_watcher()
+        cg = sglang_proc.dedicated_cgroup(state)
+        cgroup_procs = os.path.join(cg[0], cg[1].lstrip("/"), "cgroup.procs") if cg else None
+        err_fd = self.open_supervisor_log()
+        try:
+            handle = self.w.popener.spawn_supervisor([sys.executable, "-I", program, self.w.run_dir, p["name"], "--adopt"],
+                                                   err_fd, cgroup_procs=cgroup_procs)
+        except OSError as e:
+            raise WaitError("%s; a supervisor could not be put back: %s" % (words, e))
+        finally:
+            os.close(err_fd)
+        # Under the lock until it has recorded itself: a run right after ours must find it, not start a second one.
+        deadline = self.w.clock() + ADOPT_RECORD_WAIT
+        while handle.poll() is None and self.w.clock() < deadline:
+            now = sglang_proc.read_state(self.w.run_dir, p["name"]) or {}
+            if (now.get("watcher") or {}).get("pid") == handle.pid:
+                break
+            self.w.sleep(0.02)
+        else:
+            raise WaitError("%s; the supervisor put back (PID %d) did not take over within %d s (exit status %s): read "
+                            "%s" % (words, handle.pid, ADOPT_RECORD_WAIT, handle.poll(),
+                                    os.path.join(self.w.run_dir, sglang_contract.SUPERVISOR_LOG % p["name"])))
+        self.w.result.update(changed=True, supervisor="restored", supervisor_pid=handle.pid)
+        self.w.warn(words + "; a supervisor was put back (PID %d), without a restart" % handle.pid)
+
+    def supervisor_alive(self, state):
+        """Whether the supervisor program recorded in ``state`` (detached) still runs."""
+        return self.w.supervisors.alive(state)
+
+    def install_watcher(self):
+        """Install the watcher program and its module_utils into ``<run_dir>/watcher/`` (root-owned, 0644): only
+        files whose content differs are written (temporary name + rename). Returns (program path, changed)."""
+        files = watcher_files()
+        program = os.path.join(self.w.run_dir, WATCHER_DIR, "sglang_watcher.py")
+        try:
+            dir_fd = sglang_proc.open_run_dir(self.w.run_dir)
+        except sglang_proc.UntrustedState as e:
+            raise WaitError(str(e))
+        try:
+            if not self.w.module.check_mode:
+                try:
+                    os.mkdir(WATCHER_DIR, 0o755, dir_fd=dir_fd)
+                except FileExistsError:
+                    pass
+            try:
+                wfd = os.open(WATCHER_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+            except FileNotFoundError:
+                return program, True  # check mode on a host without it yet
+        finally:
+            os.close(dir_fd)
+        changed = False
+        try:
+            st = os.fstat(wfd)
+            if st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
+                raise WaitError("%s/%s is not a directory only root can write: remove it" % (self.w.run_dir, WATCHER_DIR))
+            for fname, data in sorted(files.items()):
+                try:
+                    fd = os.open(fname, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=wfd)
+                    with os.fdopen(fd, "rb") as fh:
+                        fst = os.fstat(fh.fileno())
+                        same = (fh.read() == data and stat.S_ISREG(fst.st_mode) and fst.st_uid in (0, os.geteuid())
+                                and not fst.st_mode & 0o022)
+                except OSError:
+                    same = False
+                if same:
+                    continue
+                changed = True
+                if self.w.module.check_mode:
+                    continue
+                tmp = "%s.%s.tmp" % (fname, secrets.token_hex(4))
+                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=wfd)
+                with os.fdopen(fd, "wb") as fh:
+                    os.fchmod(fh.fileno(), 0o644)
+                    fh.write(data)
+                os.rename(tmp, fname, src_dir_fd=wfd, dst_dir_fd=wfd)
+        finally:
+            os.close(wfd)
+        return program, changed
