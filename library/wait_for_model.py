@@ -663,7 +663,7 @@ from ansible.module_utils import sglang_unit
 from ansible.module_utils.sglang_inputs import Inputs, Orphaned, Prober, WaitError, open_log
 from ansible.module_utils.sglang_launch import Cgroups, Popener, Supervision, Supervisors
 from ansible.module_utils.sglang_lock import RunLock
-from ansible.module_utils.sglang_plan import describe_change, fingerprint_of, fingerprint_parts, _h
+from ansible.module_utils import sglang_plan as plan
 from ansible.module_utils.sglang_status_client import StatusWait, Verdicts
 from ansible.module_utils.sglang_stop import Stopper
 from ansible.module_utils.sglang_unit import (
@@ -820,38 +820,19 @@ class ModelWaiter(object):
 
     def _existing(self):
         """(state, ours?) of the recorded server; applies on_foreign_pid for a reused PID."""
-        state = sglang_proc.read_state(self.run_dir, self.p["name"])
-        if state is None:
-            return None, False
-        if state.get("untrusted"):
-            raise WaitError(state["untrusted"])
-        reason = sglang_proc.why_not_ours(state)
-        if reason is None:
-            return state, True
-        pid = state.get("pid")
-        foreign_alive = pid is not None and sglang_proc.pid_alive(pid) and (
-            state.get("unverified") or state.get("boot_id") in (None, sglang_proc.boot_id()))
-        pidfile = sglang_proc.state_paths(self.run_dir, self.p["name"])[0]
-        if foreign_alive and self.p["on_foreign_pid"] == "fail":
-            cmd = " ".join(sglang_proc.proc_cmdline(pid) or [])[:200]
-            raise WaitError(
-                "pidfile %s points at PID %d (%s), which is not the server we launched: %s. Nothing was "
-                "signalled or launched. Remove the stale pidfile (or set on_foreign_pid: ignore)."
-                % (pidfile, pid, cmd or "?", reason))
-        self.result["stale_state"] = reason
-        return state, False
+        state, ours, stale = plan.existing(self.run_dir, self.p["name"], self.p["on_foreign_pid"])
+        if stale:
+            self.result["stale_state"] = stale
+        return state, ours
 
     def start(self):
         p = self.p
-        parts = fingerprint_parts(p["argv"], p["environment"], p["fingerprint_files"], p["fingerprint_data"], p["run_as"],
-                                  p["secret_environment"], p["redact"])
-        if self.launcher == "systemd":
-            parts["launcher"] = _h("systemd")
-        fp = fingerprint_of(parts)
+        parts, fp = plan.fingerprint(p, self.launcher)
         self.result["fingerprint"] = fp
         state, ours = self._existing()
-        resuming = p["resume_attempt"] is not None and ours and p["resume_attempt"] == state.get("attempt")
-        if ours and state.get("fingerprint") == fp and (not p["force_restart"] or resuming):
+        resuming = plan.resuming(p, state, ours)
+        action, reason = plan.start_plan(p, state, ours, fp, parts)
+        if action == plan.KEEP:
             if self.launcher == "systemd" and self.sync_service():
                 self.result["changed"] = True  # the unit or the watcher program was brought up to date (no restart)
             elif self.launcher != "systemd" and state.get("watcher") and self.sup.install_watcher()[1]:
@@ -898,32 +879,14 @@ class ModelWaiter(object):
                                          supervisor=lambda: None if self.sup.supervisor_alive(state) else -1)
             return self.wait(state, handle=None, attached=not resuming, resumed=resuming)
         if p["resume_attempt"] is not None and not resuming:
-            # A later step of a launch whose server is gone: the attempt it waited for ended between two steps (a
-            # stop, a crash). Its supervisor's verdict is the answer; starting it again is not this step's to do.
-            st = self.status.read_status()
-            if st is not None and st.get("attempt") == p["resume_attempt"] and st.get("verdict") not in (None, "ready"):
+            ended = plan.ended_between_steps(p, self.status.read_status())
+            if ended is not None:  # a later step of a launch that ended meanwhile: its verdict is the answer
                 self.result["restart_reason"] = None
-                if st["verdict"] == "stopped":
-                    return self.verdicts.service_stopped(st, {})
-                return self.verdicts.service_failed(st, {})
-        if not ours:
-            reason = "not running"
-        elif state.get("fingerprint") == fp:
-            reason = "force_restart"
-        else:
-            reason = describe_change(state.get("fingerprint_parts"), parts)
+                if ended["verdict"] == "stopped":
+                    return self.verdicts.service_stopped(ended, {})
+                return self.verdicts.service_failed(ended, {})
         self.result["restart_reason"] = reason
-
-        # A foreign process on our port: refuse before touching anything.
-        # Our old server's processes may hold the port (an orphaned child that inherited the socket).
-        ours_pids = set(sglang_proc.our_tree(state)) if ours else set(sglang_proc.orphans_of(state))
-        holders = sglang_proc.pids_holding_sockets(sglang_proc.listeners(self.port)) - ours_pids
-        if holders:
-            desc = ", ".join("PID %d (user %s: %s)" % (h, self._owner(h), " ".join(sglang_proc.proc_cmdline(h) or [])[:120])
-                             for h in sorted(holders))
-            raise WaitError("port %d is held by a process that is not ours: %s. Nothing was stopped or "
-                            "launched; stop it or choose another port." % (self.port, desc))
-
+        plan.refuse_foreign_port(self.port, state, ours)  # before anything is touched
         self.result["changed"] = True
         if self.module.check_mode:
             if p["prove_launch"]:
@@ -936,13 +899,6 @@ class ModelWaiter(object):
         if self.launcher == "systemd":
             return self.launch_service(parts, fp)
         return self.sup.launch(parts, fp)
-
-    def _owner(self, pid):
-        uid = sglang_proc.proc_uid(pid)
-        try:
-            return pwd.getpwuid(uid).pw_name
-        except (KeyError, TypeError):
-            return str(uid)
 
     def sync_service(self):
         """The watcher program, the unit file (daemon-reload when it changed) and its enablement, brought up to

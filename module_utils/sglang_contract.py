@@ -80,7 +80,7 @@ def status_of(st, token=None, attempt=None):
         return None
     if token is not None:
         return st if st.get("launch") == token else None
-    return st if attempt is not None and st.get("attempt") == attempt else None
+    return st if st.get("attempt") == attempt else None
 
 
 def config_file_of(argv):

@@ -2,14 +2,18 @@
 # Copyright: (c) 2026, eagle-deploy contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """wait_for_model's plan: what the running server depends on (its fingerprint), and whether a run keeps it,
-attaches to it or restarts it. Pure functions, module side only.
+attaches to it or restarts it, from the recorded run state. Functions, module side only: they read the run
+state and /proc, and never signal or write.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import pwd
 
+from ansible.module_utils import sglang_proc
+from ansible.module_utils.sglang_inputs import WaitError
 from ansible.module_utils.sglang_paths import file_sha256
 
 
@@ -42,3 +46,89 @@ def describe_change(old_parts, new_parts):
     return "fingerprint changed: " + ", ".join(changed)
 
 
+
+
+KEEP = "keep"
+RESTART = "restart"
+
+
+def fingerprint(p, launcher):
+    """(parts, fingerprint) of what the server run with the options ``p`` depends on: argv, environment, the
+    secret environment, redaction, the service user, ``fingerprint_files``' contents, ``fingerprint_data``, and
+    the launcher when it is systemd."""
+    parts = fingerprint_parts(p["argv"], p["environment"], p["fingerprint_files"], p["fingerprint_data"], p["run_as"],
+                              p["secret_environment"], p["redact"])
+    if launcher == "systemd":
+        parts["launcher"] = _h("systemd")
+    return parts, fingerprint_of(parts)
+
+
+def resuming(p, state, ours):
+    """Whether this call is a later step (``resume_attempt``) of the launch that the recorded server is."""
+    return p["resume_attempt"] is not None and ours and p["resume_attempt"] == state.get("attempt")
+
+
+def start_plan(p, state, ours, fp, parts):
+    """(KEEP, None) for our recorded server with this fingerprint (``force_restart`` restarts it, except in a later
+    step of its own launch), else (RESTART, why)."""
+    same = ours and state.get("fingerprint") == fp
+    if same and (not p["force_restart"] or resuming(p, state, ours)):
+        return KEEP, None
+    if not ours:
+        return RESTART, "not running"
+    if same:
+        return RESTART, "force_restart"
+    return RESTART, describe_change(state.get("fingerprint_parts"), parts)
+
+
+def ended_between_steps(p, st):
+    """A later step (``resume_attempt``) whose attempt ended between two steps (a stop, a crash): the status ``st``
+    with that attempt's verdict, else None. Its verdict is the step's answer; starting again is not its to do."""
+    if p["resume_attempt"] is None or not isinstance(st, dict):
+        return None
+    if st.get("attempt") == p["resume_attempt"] and st.get("verdict") not in (None, "ready"):
+        return st
+    return None
+
+
+def existing(run_dir, name, on_foreign_pid):
+    """(state, ours?, why not ours) of the recorded server. A recorded PID that a live process of another program
+    now has is refused (``on_foreign_pid: fail``), naming the pidfile, unless the option says to ignore it."""
+    state = sglang_proc.read_state(run_dir, name)
+    if state is None:
+        return None, False, None
+    if state.get("untrusted"):
+        raise WaitError(state["untrusted"])
+    reason = sglang_proc.why_not_ours(state)
+    if reason is None:
+        return state, True, None
+    pid = state.get("pid")
+    foreign_alive = pid is not None and sglang_proc.pid_alive(pid) and (
+        state.get("unverified") or state.get("boot_id") in (None, sglang_proc.boot_id()))
+    if foreign_alive and on_foreign_pid == "fail":
+        cmd = " ".join(sglang_proc.proc_cmdline(pid) or [])[:200]
+        raise WaitError(
+            "pidfile %s points at PID %d (%s), which is not the server we launched: %s. Nothing was "
+            "signalled or launched. Remove the stale pidfile (or set on_foreign_pid: ignore)."
+            % (sglang_proc.state_paths(run_dir, name)[0], pid, cmd or "?", reason))
+    return state, False, reason
+
+
+def refuse_foreign_port(port, state, ours):
+    """Before anything is touched: WaitError when a process that is not ours listens on ``port`` (our old server's
+    processes may hold it, an orphaned child that inherited the socket included)."""
+    ours_pids = set(sglang_proc.our_tree(state)) if ours else set(sglang_proc.orphans_of(state))
+    holders = sglang_proc.pids_holding_sockets(sglang_proc.listeners(port)) - ours_pids
+    if holders:
+        desc = ", ".join("PID %d (user %s: %s)" % (h, _user_of(h), " ".join(sglang_proc.proc_cmdline(h) or [])[:120])
+                         for h in sorted(holders))
+        raise WaitError("port %d is held by a process that is not ours: %s. Nothing was stopped or "
+                        "launched; stop it or choose another port." % (port, desc))
+
+
+def _user_of(pid):
+    uid = sglang_proc.proc_uid(pid)
+    try:
+        return pwd.getpwuid(uid).pw_name
+    except (KeyError, TypeError):
+        return str(uid)

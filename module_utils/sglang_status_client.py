@@ -60,7 +60,7 @@ class StatusWait(object):
         while True:
             st = self.read_status()
             # this launch's status (its token), or, attached, the recorded attempt's: never an earlier attempt's verdict
-            mine = st is not None and (st.get("launch") == token if token is not None else st.get("attempt") == attempt)
+            mine = sglang_contract.status_of(st, token, attempt) is not None
             verdict = st.get("verdict") if mine else None
             if mine and isinstance(st.get("started_at"), (int, float)):
                 deadline = t0 + max(0.0, p["timeout"] + SERVICE_TIMEOUT_MARGIN - max(0.0, self.w.wall() - st["started_at"]))
@@ -77,7 +77,7 @@ class StatusWait(object):
                 # inactive right after the start may be the start job still queued: final once the watcher ran
                 if active == "failed" or (active == "inactive" and (mine or now - t0 >= 10)):
                     st = self.read_status()
-                    if st is not None and (st.get("launch") == token if token is not None else st.get("attempt") == attempt):
+                    if sglang_contract.status_of(st, token, attempt) is not None:
                         if st.get("verdict") == "stopped":
                             return self.w.verdicts.service_stopped(st, show)
                         if st.get("verdict") not in (None, "ready"):
