@@ -171,6 +171,31 @@ def open_log(path, log_dir, reader):
 
 
 
+def runnable_program(argv0, chdir, env_path, ids, who):
+    """What runs in the end (argv[0], or its last ``#!`` interpreter), resolved the way exec resolves it (the server's
+    PATH, its working directory) and proven runnable by the service user (``ids``: (uid, gids); ``who``: its name),
+    before any log file is created. WaitError naming what to fix otherwise."""
+    exe = resolve_exec(argv0, env_path, chdir)
+    if exe is None:
+        raise WaitError("argv[0] %s was not found or is not executable (PATH=%s): install it or fix argv. "
+                        "Nothing was stopped or launched." % (argv0, env_path))
+    if chdir:
+        _real, why = walk_as(os.path.join(chdir, "."), ids)
+        if why:
+            raise WaitError("chdir %s cannot be entered by %s: %s. Fix its permissions or choose another "
+                            "chdir. Nothing was stopped or launched." % (chdir, who, why))
+    cwd = chdir or os.getcwd()
+    named = argv0 if "/" in argv0 else which_as(argv0, env_path, cwd, ids)
+    if named is None:
+        raise WaitError("argv[0] %s is not executable by %s on PATH=%s: fix the permissions or argv. "
+                        "Nothing was stopped or launched." % (argv0, who, env_path))
+    why, program = exec_problem(os.path.join(cwd, named), ids, env_path, cwd)
+    if why:
+        raise WaitError("argv[0] %s cannot be run by %s: %s. Fix it (reinstall the venv, fix the #! line or "
+                        "the permissions). Nothing was stopped or launched." % (argv0, who, why))
+    return program
+
+
 class Inputs(object):
     def __init__(self, w):
         self.w = w  # the ModelWaiter: options, result, injected clock and tools
@@ -255,28 +280,8 @@ class Inputs(object):
             self.w.user = (pw.pw_uid, pw.pw_gid, groups)
             self.w.user_pw = pw
         if not check or p["prove_launch"]:
-            # Resolved the way exec resolves it (the server's PATH, its working directory), before
-            # any log file is created; then proven runnable by the service user, interpreters included.
-            env_path = self.child_env()["PATH"]
-            exe = resolve_exec(p["argv"][0], env_path, p["chdir"])
-            if exe is None:
-                raise WaitError("argv[0] %s was not found or is not executable (PATH=%s): install it or fix argv. "
-                                "Nothing was stopped or launched." % (p["argv"][0], env_path))
             ids, who = self.runner_ids()
-            if p["chdir"]:
-                _real, why = walk_as(os.path.join(p["chdir"], "."), ids)
-                if why:
-                    raise WaitError("chdir %s cannot be entered by %s: %s. Fix its permissions or choose another "
-                                    "chdir. Nothing was stopped or launched." % (p["chdir"], who, why))
-            cwd = p["chdir"] or os.getcwd()
-            named = p["argv"][0] if "/" in p["argv"][0] else which_as(p["argv"][0], env_path, cwd, ids)
-            if named is None:
-                raise WaitError("argv[0] %s is not executable by %s on PATH=%s: fix the permissions or argv. "
-                                "Nothing was stopped or launched." % (p["argv"][0], who, env_path))
-            why, self.w.exec_program = exec_problem(os.path.join(cwd, named), ids, env_path, cwd)
-            if why:
-                raise WaitError("argv[0] %s cannot be run by %s: %s. Fix it (reinstall the venv, fix the #! line or "
-                                "the permissions). Nothing was stopped or launched." % (p["argv"][0], who, why))
+            self.w.exec_program = runnable_program(p["argv"][0], p["chdir"], self.child_env()["PATH"], ids, who)
 
     def pick_launcher(self):
         """``systemd`` where systemd runs the host and the module runs as root (auto), else ``detached``."""
