@@ -3,9 +3,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Action plugin of the ``wait_for_model`` module: live progress on the controller while a server loads.
 
-A ``state: started`` task calls the module in steps of ``step_time`` seconds (10 by default): each step
-waits on the host at most that long and answers ``pending: true`` while the server still loads; the next
-step carries ``resume_attempt`` (the previous step's ``progress.attempt``) and continues the same wait, so
+A ``state: started`` task calls the module in steps of ``step_time`` seconds (10 by default; a task argument of
+this plugin's): each step waits on the host at most that long and answers ``pending: true`` while the server still
+loads; the next step carries the previous step's ``progress.attempt`` and continues the same wait, so
 crash detection and deadlines stay those of one long wait (and ``force_restart`` goes only to the first step:
 the later ones wait for the load it started). Between steps a line per host is printed, with
 no ``-v`` needed, at every phase change and at least every 30 s::
@@ -20,7 +20,8 @@ calls). A step that fails ends the task with that step's result.
 
 One module call, as without this plugin: a no-op (the first step answers with a verdict: the server was
 running, healthy and unchanged), check mode, an async task, ``state`` other than ``started``, and the task
-argument ``progress: false`` (the plugin's only own argument; never passed to the module).
+argument ``progress: false``. ``progress`` and ``step_time`` are the plugin's own task arguments; the module gets the
+step protocol as ``_step_time`` and ``_resume_attempt``, which are no user options of the module.
 """
 from __future__ import annotations
 
@@ -79,8 +80,12 @@ class ActionModule(ActionBase):
         args = dict(self._task.args)
         try:
             progress = boolean(args.pop("progress", True), strict=True)
-        except TypeError as e:
-            raise AnsibleActionFail("progress: %s" % e)
+            step_time = args.pop("step_time", None)
+            step_time = STEP_TIME if step_time is None else float(step_time)
+            if not 0 <= step_time <= 86400:
+                raise TypeError("step_time must be >= 0 and <= 86400 (got %s)" % step_time)
+        except (TypeError, ValueError) as e:
+            raise AnsibleActionFail("progress / step_time: %s" % e)
         wrap_async = bool(self._task.async_val) and not self._connection.has_native_async
         check = bool(self._task.check_mode) or bool(self._play_context.check_mode)
         stepping = (progress and not self._task.async_val and not check
@@ -90,8 +95,7 @@ class ActionModule(ActionBase):
             if not wrap_async:
                 self._remove_tmp_path(self._connection._shell.tmpdir)
             return result
-        if args.get("step_time") is None:
-            args["step_time"] = STEP_TIME
+        args["_step_time"] = step_time
         host = task_vars.get("inventory_hostname") or self._play_context.remote_addr or "?"
         try:
             result.update(self._steps(args, task_vars, host))
@@ -122,9 +126,9 @@ class ActionModule(ActionBase):
             if args.get("force_restart"):
                 args["force_restart"] = False  # the first step restarted; the next ones go on with that load
             if isinstance(attempt, int) and not isinstance(attempt, bool):
-                args["resume_attempt"] = attempt
+                args["_resume_attempt"] = attempt
             else:
-                args.pop("resume_attempt", None)
+                args.pop("_resume_attempt", None)
 
     @staticmethod
     def _limit(args):

@@ -318,19 +318,6 @@ options:
       did not write for this deployment, here or in any other unit directory of systemd, is refused (see O(launcher)).
     type: path
     default: /etc/systemd/system
-  step_time:
-    description:
-      - With O(state=started), wait at most this many seconds in this call; a load still under way then returns
-        RV(pending=true) (not a failure) with RV(progress). Call again with O(resume_attempt) to go on. The
-        C(wait_for_model) action plugin does this and prints a progress line per host. C(0) waits for the verdict.
-    type: float
-    default: 0
-  resume_attempt:
-    description:
-      - The RV(progress.attempt) a previous step returned. When it is still the recorded attempt, this call goes
-        on with that launch's wait (log read from its start, O(timeout) counted from the launch) instead of
-        attaching to a running server.
-    type: int
 attributes:
   check_mode:
     support: full
@@ -626,8 +613,9 @@ journal_tail:
   type: list
   elements: str
 pending:
-  description: The step (O(step_time)) ended while the server is still loading; call again with O(resume_attempt).
-  returned: with O(step_time) when the load goes on
+  description: The action plugin's step (its task argument C(step_time)) ended while the server is still loading; the
+    plugin calls the module again, which goes on with the same launch's wait.
+  returned: in a step of the action plugin that ended with the load going on
   type: bool
   sample: true
 progress:
@@ -693,7 +681,9 @@ class ModelWaiter(object):
         self.systemctl = systemctl or Systemctl(module)
         self.booted = booted  # () -> (systemd runs this host?, why not)
         self.launcher = None  # "systemd" | "detached", set by validate()
-        self.p = module.params
+        # The action plugin's step protocol (_step_time, _resume_attempt) under the names the run reads.
+        self.p = dict(module.params, step_time=module.params.get("_step_time") or 0.0,
+                      resume_attempt=module.params.get("_resume_attempt"))
         self.background_health = background_health  # False: health requests run inline (unit tests' fake clock)
         self.clock = clock
         # time.sleep looked up when called (not bound at import): the unit-test guard that forbids sleeping sees it
@@ -1166,8 +1156,10 @@ def argument_spec():
         log_tail_lines=dict(type="int", default=40),
         launcher=dict(type="str", default="auto", choices=["auto", "systemd", "detached"]),
         unit_dir=dict(type="path", default="/etc/systemd/system"),
-        step_time=dict(type="float", default=0.0),
-        resume_attempt=dict(type="int"),
+        # The action plugin's protocol, not user options (undocumented on purpose): a step of at most _step_time s,
+        # and the attempt a later step goes on waiting for.
+        _step_time=dict(type="float", default=0.0),
+        _resume_attempt=dict(type="int"),
         keep_attempts=dict(type="int", default=20),
     )
 

@@ -86,7 +86,7 @@ def test_a_no_op_costs_exactly_one_call_and_prints_nothing():
     h = Harness([ready(0.4, took=0.2)])
     res = h.run()
     assert len(h.calls) == 1 and h.lines == []
-    assert h.calls[0]["args"] == dict(BASE_ARGS, step_time=10.0)
+    assert h.calls[0]["args"] == dict(BASE_ARGS, _step_time=10.0)
     assert res["changed"] is False and res["steps"] == 1 and res["pid"] == 4242
 
 
@@ -123,6 +123,21 @@ def test_progress_must_be_a_boolean():
     assert h.calls == []
 
 
+@pytest.mark.parametrize("bad", ["soon", -1, 86401, "nan"])
+def test_step_time_must_be_a_number_of_seconds(bad):
+    h = Harness([], args=dict(BASE_ARGS, step_time=bad))
+    with pytest.raises(AnsibleActionFail, match="step_time"):
+        h.run()
+    assert h.calls == []  # nothing ran on the host
+
+
+def test_step_time_is_the_plugin_s_own_and_never_reaches_the_module_as_such():
+    h = Harness([({"ansible_job_id": "j1", "started": 1, "finished": 0}, 0.1)], async_val=600,
+                args=dict(BASE_ARGS, step_time=5))
+    h.run()
+    assert h.calls == [{"args": BASE_ARGS, "wrap_async": True}]
+
+
 # ------------------------------------------------------------------ steps
 def test_steps_resume_the_attempt_and_merge_into_one_result():
     h = Harness([
@@ -138,9 +153,9 @@ def test_steps_resume_the_attempt_and_merge_into_one_result():
     res = h.run()
     assert res["supervisor_pid"] == 4100 and "supervisor" not in res
     assert len(h.calls) == 4
-    assert "resume_attempt" not in h.calls[0]["args"]
-    assert [c["args"]["resume_attempt"] for c in h.calls[1:]] == [7, 7, 7]
-    assert all(c["args"]["step_time"] == 10.0 and "progress" not in c["args"] for c in h.calls)
+    assert "_resume_attempt" not in h.calls[0]["args"]
+    assert [c["args"]["_resume_attempt"] for c in h.calls[1:]] == [7, 7, 7]
+    assert all(c["args"]["_step_time"] == 10.0 and "progress" not in c["args"] and "step_time" not in c["args"] for c in h.calls)
     assert res["changed"] is True and res["restart_reason"] == "fingerprint changed: argv"
     assert res["pending"] is False and res["pid"] == 4242 and res["steps"] == 4
     assert res["warnings"] == ["w0", "w1"]
@@ -165,13 +180,13 @@ def test_force_restart_goes_only_to_the_first_step():
 def test_a_task_step_time_is_kept():
     h = Harness([pending("launching", 5.0, took=5.0), ready(7.0)], args=dict(BASE_ARGS, step_time=5))
     h.run()
-    assert [c["args"]["step_time"] for c in h.calls] == [5, 5]
+    assert [c["args"]["_step_time"] for c in h.calls] == [5, 5]
 
 
 def test_a_pending_answer_without_an_attempt_is_asked_again_without_resume():
     h = Harness([pending("launching", 10.0, attempt=None), pending("launching", 20.0, attempt=3), ready(21.0)])
     h.run()
-    assert "resume_attempt" not in h.calls[1]["args"] and h.calls[2]["args"]["resume_attempt"] == 3
+    assert "_resume_attempt" not in h.calls[1]["args"] and h.calls[2]["args"]["_resume_attempt"] == 3
 
 
 @pytest.mark.parametrize("fail_at", [1, 2, 4])

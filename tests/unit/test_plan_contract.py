@@ -94,3 +94,13 @@ def test_exit_statuses():
     assert sglang_contract.exit_status("cuda_oom", ready=False) == sglang_contract.EXIT_PERMANENT
     assert sglang_contract.exit_status("stalled", ready=False) == sglang_contract.EXIT_RESTARTABLE
     assert sglang_contract.exit_status("child_died", ready=True) == sglang_contract.EXIT_RESTARTABLE
+
+
+def test_the_step_protocol_is_no_user_option_of_the_module():
+    import yaml
+    import wait_for_model as wfm
+    documented = set(yaml.safe_load(wfm.DOCUMENTATION)["options"])
+    spec = set(wfm.argument_spec())
+    assert {"_step_time", "_resume_attempt"} <= spec - documented  # the action plugin's protocol, not in ansible-doc
+    assert not {"step_time", "resume_attempt"} & (spec | documented)
+    assert spec - documented == {"_step_time", "_resume_attempt"}  # every other option is documented

@@ -21,7 +21,7 @@ def same_fingerprint():
 
 def test_a_step_that_ends_while_loading_is_pending_not_failed(world, module_exits):  # noqa: F811
     world.health = lambda t: None  # still loading
-    status, r = run(world, step_time=1.0, run_as=None)
+    status, r = run(world, _step_time=1.0, run_as=None)
     assert status == "ok" and r["pending"] is True and r["changed"] is True
     assert r["progress"]["attempt"] == 1 and r["progress"]["launcher"] == "detached"
     assert len(world.spawned) == 1 and not world.killed  # nothing is stopped at the end of a step
@@ -32,7 +32,7 @@ def test_a_later_step_goes_on_with_the_launch_and_reports_the_time_since_it(worl
                                   started_at=-30.0)
     world.t0 = world.now
     world.health = lambda t: 200 if t is not None and t > 0.3 else None  # the first look: not yet
-    status, r = run(world, resume_attempt=1, force_restart=True, run_as=None)
+    status, r = run(world, _resume_attempt=1, force_restart=True, run_as=None)
     assert status == "ok", r
     assert r["changed"] is False and not world.spawned and not stops  # no second restart, even with force_restart
     assert r["pid"] == state["pid"] and r["attempt"] == 1
@@ -57,12 +57,12 @@ def test_a_later_step_takes_the_supervisors_verdict_and_times_even_when_its_own_
     from ansible.module_utils import sglang_proc
     world.write(1, "[2026-12-02 10:00:00 TP0] Load weight begin. avail mem=78.00 GB\n")
     world.health = lambda t: 200 if t is not None and t >= 5 else None
-    status, r = run(world, step_time=1.0)
+    status, r = run(world, _step_time=1.0)
     assert status == "ok" and r["pending"] is True and r["attempt"] == 1, r
     monkeypatch.setattr(sglang_proc, "why_not_ours", lambda state: None)  # the fake server counts as ours
     for _ in range(100):
         world.sleep(0.1)  # 10 s between the steps: the supervisor, a process of its own, decides ready meanwhile
-    status, r = run(world, step_time=1.0, resume_attempt=1)
+    status, r = run(world, _step_time=1.0, _resume_attempt=1)
     assert status == "ok" and not r.get("pending"), r
     assert len(world.spawned) == 1  # no second launch
     assert 5.0 <= r["elapsed"] < 5.6, r["elapsed"]  # the supervisor's ready_after, since the launch

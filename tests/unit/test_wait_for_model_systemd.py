@@ -244,7 +244,7 @@ def test_a_stop_during_the_load_is_reported_as_stopped_not_as_a_crash(world):  #
 
 
 def test_a_step_ends_pending_with_progress(world):  # noqa: F811
-    status, r, fake = systemd_run(world, READY, step_time=1.0)
+    status, r, fake = systemd_run(world, READY, _step_time=1.0)
     assert status == "ok" and r["pending"] is True and r["changed"]
     assert r["progress"]["status"] == "loading weights 1/4 shards" and r["progress"]["shards"] == [1, 4]
     assert r["progress"]["attempt"] == 3
@@ -604,14 +604,14 @@ def test_a_unit_written_before_the_deployment_line_is_ours_when_its_run_dir_is(w
 def test_a_stop_between_two_steps_is_reported_by_the_next_step_not_undone(world):  # noqa: F811
     # The launch task waits in steps (step_time); `systemctl stop` lands between two of them. The next step
     # (resume_attempt) finds no server: it reports the attempt's own verdict instead of starting it again.
-    status, r, fake = systemd_run(world, READY, step_time=1.0)
+    status, r, fake = systemd_run(world, READY, _step_time=1.0)
     assert status == "ok" and r["pending"] is True and r["attempt"] == 3
     st = sglang_proc.read_json(world.log_dir, sglang_watcher.STATUS % "sglang")
     st.update(verdict="stopped", status="stopped", phase="loading_weights")
     sglang_proc.write_files(world.log_dir, ((sglang_watcher.STATUS % "sglang", json.dumps(st)),))
     fake.active = "inactive"
     starts = fake.started
-    status, r, fake = systemd_run(world, [], resume_attempt=3, fake=fake)
+    status, r, fake = systemd_run(world, [], _resume_attempt=3, fake=fake)
     assert status == "failed" and r["crash_class"] == "stopped", r
     assert "stopped while loading (phase 'loading_weights')" in r["msg"]
     assert fake.started == starts  # nothing was started again
