@@ -18,6 +18,8 @@ plugin to print its lines.
   ``blackwell-01 | loading weights 41/64 shards | 4m12s elapsed | ETA ~2m50s (last load 9m58s)``.
 * :func:`operator_text`: text (or a result's strings) with every control character escaped, the one function
   through which log and client text leaves for the operator's terminal.
+* what a verdict says (:func:`stopped_words`, :func:`timeout_words`, :func:`ended_words`, ...): the words of
+  ``wait_for_model``'s results, kept here with the progress words.
 """
 
 from __future__ import annotations
@@ -139,6 +141,55 @@ def progress_line(host, progress):
     else:
         parts.append("no ETA (last load %s)" % duration_text(last))
     return operator_text(" | ".join(parts))
+
+
+# ------------------------------------------------------------------ what a verdict says
+def supervisor_words(launcher, unit):
+    """Who decided: the unit (systemd) or the detached supervisor program."""
+    return "unit %s" % unit if launcher == "systemd" else "its supervisor program"
+
+
+def attached_words(who):
+    return "attached to our server (same fingerprint, %s) and it became healthy" % who
+
+
+def set_aside_words(crash):
+    """A crash line the server outlived (it is alive and answering): said, never acted on."""
+    return "the log shows %s at line %s (%s), but the server is alive and answering: nothing was stopped" % (
+        crash.get("class"), crash.get("lineno"), (crash.get("line") or "").strip()[:160])
+
+
+def unit_failed_words(msg, unit, active, exit_status, permanent):
+    """A failure the unit's supervisor decided, with the unit's state (systemd)."""
+    return "%s (unit %s: %s, exit status %s%s; journalctl -u %s)" % (
+        msg or "the server failed", unit, active, exit_status,
+        ", not restarted: a restart would repeat it" if permanent else "", unit)
+
+
+def stopped_words(phase, who, how):
+    """(evidence, hint, msg) of a start stopped before its verdict (``how``: what stops it, e.g. systemctl stop)."""
+    hint = "something stopped it during the load (%s, a shutdown): run the playbook again to start it" % how
+    return ("%s was stopped (it wrote 'stopped')" % who, hint,
+            "the server was stopped while loading (phase '%s'), not crashed — %s" % (phase, hint))
+
+
+def ended_words(who, show, where):
+    """(class, evidence, hint, msg) of a supervisor that ended before it named a verdict (``show``: its state as
+    ``systemctl show`` words it; ``where``: where its own lines are)."""
+    result = show.get("Result", "?")
+    cls = "stalled" if result == "timeout" else "unit_failed"
+    evidence = "%s is %s (Result=%s, exit status %s)" % (who, show.get("ActiveState"), result,
+                                                         show.get("ExecMainStatus", "?"))
+    hint = ("the load stopped moving and systemd's TimeoutStartSec ended it" if cls == "stalled" else
+            "the supervisor program ended without a verdict: read journal_tail (%s)" % where)
+    return cls, evidence, hint, "server failed: %s — %s (evidence: %s)" % (cls, hint, evidence)
+
+
+def timeout_words(timeout, phase, who):
+    """(evidence, hint, msg) of a start that passed ``timeout`` s in ``phase``."""
+    hint = "not healthy after %d s (phase '%s'); raise timeout if the load is just slow" % (timeout, phase)
+    return ("not healthy after %d s" % timeout, hint,
+            "timed out after %d s in phase '%s' — %s (%s)" % (timeout, phase, hint, who))
 
 
 # ------------------------------------------------------------------ ETA

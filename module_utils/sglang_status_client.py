@@ -184,12 +184,10 @@ class Verdicts(object):
         if rep.get("msg"):
             r["msg"] = rep["msg"]
         if attached:
-            r["msg"] = "attached to our server (same fingerprint, %s) and it became healthy" % self.supervisor_words()
+            r["msg"] = sglang_progress.attached_words(self.supervisor_words())
         if rep.get("log_crash"):
             r["log_crash"] = rep["log_crash"]
-            crash = rep["log_crash"]
-            self.w.warn("the log shows %s at line %s (%s), but the server is alive and answering: nothing was "
-                             "stopped" % (crash.get("class"), crash.get("lineno"), (crash.get("line") or "").strip()[:160]))
+            self.w.warn(sglang_progress.set_aside_words(rep["log_crash"]))
         return r
 
     def service_failed(self, st, show):
@@ -200,11 +198,10 @@ class Verdicts(object):
         r.update(progress=self.w.status.progress_of(st, self.w.launcher))
         if self.w.launcher == "systemd":
             r["unit_state"] = self.unit_state(show)
-            r["msg"] = "%s (unit %s: %s, exit status %s%s; journalctl -u %s)" % (
-                rep.get("msg") or "the server failed", unit_name(self.w.p["name"]), show.get("ActiveState", "?"),
+            r["msg"] = sglang_progress.unit_failed_words(
+                rep.get("msg"), unit_name(self.w.p["name"]), show.get("ActiveState", "?"),
                 rep.get("exit_status", show.get("ExecMainStatus", "?")),
-                ", not restarted: a restart would repeat it" if rep.get("exit_status") == sglang_contract.EXIT_PERMANENT
-                else "", unit_name(self.w.p["name"]))
+                rep.get("exit_status") == sglang_contract.EXIT_PERMANENT)
         else:
             r["msg"] = rep.get("msg") or "the server failed"
         r["failed"] = True
@@ -217,12 +214,11 @@ class Verdicts(object):
         r = self.w.result
         unit = unit_name(self.w.p["name"])
         phase = st.get("phase") or "launching"
+        evidence, hint, msg = sglang_progress.stopped_words(phase, self.supervisor_words(), (
+            "systemctl stop %s" % unit if self.w.launcher == "systemd" else "a signal to the supervisor"))
         r.update(crash_class="stopped", phase=phase, attempt=st.get("attempt"), log_path=st.get("log_path"),
                  progress=self.w.status.progress_of(st, self.w.launcher), unit_state=self.unit_state(show),
-                 evidence="%s was stopped (it wrote 'stopped')" % self.supervisor_words(),
-                 hint="something stopped it during the load (%s, a shutdown): run the playbook again to start it" % (
-                     "systemctl stop %s" % unit if self.w.launcher == "systemd" else "a signal to the supervisor"))
-        r["msg"] = "the server was stopped while loading (phase '%s'), not crashed — %s" % (phase, r["hint"])
+                 evidence=evidence, hint=hint, msg=msg)
         r["failed"] = True
         return r
 
@@ -231,7 +227,7 @@ class Verdicts(object):
                                                "StatusText") if k in show)
 
     def supervisor_words(self):
-        return "unit %s" % unit_name(self.w.p["name"]) if self.w.launcher == "systemd" else "its supervisor program"
+        return sglang_progress.supervisor_words(self.w.launcher, unit_name(self.w.p["name"]))
 
     def supervisor_tail(self):
         """The supervisor's own last lines: the journal of the unit, or the detached supervisor's log file."""
@@ -263,26 +259,19 @@ class Verdicts(object):
         r.update(journal_tail=self.supervisor_tail(), progress=self.w.status.progress_of(st, self.w.launcher))
         if self.w.launcher == "systemd":
             r["unit_state"] = self.unit_state(show)
-        result = show.get("Result", "?")
-        cls = "stalled" if result == "timeout" else "unit_failed"
         where = ("journalctl -u %s" % unit if self.w.launcher == "systemd"
                  else os.path.join(self.w.run_dir, sglang_contract.SUPERVISOR_LOG % self.w.p["name"]))
-        r.update(crash_class=cls, evidence="%s is %s (Result=%s, exit status %s)" % (
-            self.supervisor_words(), show.get("ActiveState"), result, show.get("ExecMainStatus", "?")),
-            hint=("the load stopped moving and systemd's TimeoutStartSec ended it" if cls == "stalled" else
-                  "the supervisor program ended without a verdict: read journal_tail (%s)" % where))
-        r["msg"] = "server failed: %s — %s (evidence: %s)" % (cls, r["hint"], r["evidence"])
+        cls, evidence, hint, msg = sglang_progress.ended_words(self.supervisor_words(), show, where)
+        r.update(crash_class=cls, evidence=evidence, hint=hint, msg=msg)
         r["failed"] = True
         return r
 
     def service_timeout(self, st, show):
         r = self.w.result
         phase = (st or {}).get("phase", "?")
-        r.update(crash_class="timeout", evidence="not healthy after %d s" % self.w.p["timeout"],
-                 hint="not healthy after %d s (phase '%s'); raise timeout if the load is just slow" % (self.w.p["timeout"], phase),
-                 progress=self.w.status.progress_of(st, self.w.launcher), unit_state=self.unit_state(show))
-        r["msg"] = "timed out after %d s in phase '%s' — %s (%s)" % (self.w.p["timeout"], phase, r["hint"],
-                                                                  self.supervisor_words())
+        evidence, hint, msg = sglang_progress.timeout_words(self.w.p["timeout"], phase, self.supervisor_words())
+        r.update(crash_class="timeout", evidence=evidence, hint=hint, msg=msg, unit_state=self.unit_state(show),
+                 progress=self.w.status.progress_of(st, self.w.launcher))
         r["failed"] = True
         if self.w.launcher == "systemd":
             self.stop_service_after_failure(self.w.systemctl.show(unit_name(self.w.p["name"])))
