@@ -325,9 +325,9 @@ options:
     choices: [auto, systemd, detached]
     default: auto
   unit_dir:
-    description: Where the unit file of O(launcher=systemd) is (the role's unit tasks write it there). A unit of the same
-      name that eagle-deploy did not write for this deployment, here or in any other unit directory of systemd, is
-      refused (see O(launcher)).
+    description: Where the unit file of O(launcher=systemd) is (the role's unit tasks write it there). A unit of the
+      same name that eagle-deploy did not write for this deployment, here or in any other unit directory of systemd,
+      is refused (see O(launcher)).
     type: path
     default: /etc/systemd/system
   step_time:

@@ -113,8 +113,8 @@ def unit_owner(text):
     UNIT_MARKS, among the comment lines of its header) or the record is not one clear line. The role's template
     writes ``ansible_managed`` as comment lines, the mark, then the deployment line; the module of earlier versions
     wrote its mark (OLD_UNIT_MARK) on the first line and the deployment line on the second. A unit the module wrote
-    before the deployment line was added names its run dir and name in ExecStart (``<python> -I <run_dir>/watcher/sglang_watcher.py <run_dir>
-    <name>``): its deployment is read from there."""
+    before the deployment line was added names its run dir and name in ExecStart (``<python> -I
+    <run_dir>/watcher/sglang_watcher.py <run_dir> <name>``): its deployment is read from there."""
     header = unit_header(text)
     if not any(line.startswith(UNIT_MARKS) for line in header):
         return None
@@ -193,7 +193,8 @@ def unit_refusal(unit, show, found, our_path, deployment, run_dir):
     """Why the unit ``unit`` cannot be written, started or stopped by this deployment, or None when it may.
 
     show: ``systemctl show -p CHECK_PROPS unit`` (parse_show); found: unit_files_on_disk(); our_path: where the role
-    writes it (unit_dir); deployment, run_dir: ours (sglang_proc.deployment_name, the run dir's real path). It may: nothing of that
+    writes it (unit_dir); deployment, run_dir: ours (sglang_proc.deployment_name, the run dir's real path). It may:
+    nothing of that
     name anywhere, or only our own file (our mark, our deployment) at our_path, loaded from there, without drop-ins
     and not transient. Otherwise the message names each file and says what to fix."""
     problems = {}  # path -> why (each file named once)
@@ -272,9 +273,9 @@ def launch_problem(unit, path, text, show):
     module writes no unit: the role's unit tasks (roles/sglang_server/tasks/unit.yml) template it, reload systemd and
     enable it. text: our file's text (None: there is none); show: ``systemctl show -p CHECK_PROPS``."""
     if text is None:
-        return ("%s does not exist: with launcher systemd the unit is written by the role sglang_server (tasks/unit.yml: "
-                "its template, systemctl daemon-reload, enable). Run the role, or include_role sglang_server with "
-                "tasks_from: unit.yml, before this task. Nothing was stopped or launched." % path)
+        return ("%s does not exist: with launcher systemd the unit is written by the role sglang_server "
+                "(tasks/unit.yml: its template, systemctl daemon-reload, enable). Run the role, or include_role "
+                "sglang_server with tasks_from: unit.yml, before this task. Nothing was stopped or launched." % path)
     if not unit_loaded(show, path):
         return ("systemd has not loaded %s as it is on disk (LoadState=%s, FragmentPath=%s, NeedDaemonReload=%s): run "
                 "systemctl daemon-reload (the handler of the role's tasks/unit.yml does). Nothing was stopped or "

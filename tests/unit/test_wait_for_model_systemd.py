@@ -158,7 +158,8 @@ def test_launch_writes_the_unit_the_program_and_a_private_config_then_waits_for_
     assert r["pid"] == 4100000 and r["attempt"] == 3 and r["phase"] == "ready"
     assert r["progress"]["launcher"] == "systemd" and r["progress"]["eta"] == 0.0
     # The module writes, reloads and enables no unit (the role's unit tasks do): it starts it, without blocking.
-    assert fake.touched() == [("reset-failed", "sglang-sglang.service"), ("start", "--no-block", "sglang-sglang.service")]
+    assert fake.touched() == [("reset-failed", "sglang-sglang.service"),
+                              ("start", "--no-block", "sglang-sglang.service")]
     unit = open(os.path.join(fake.unit_dir, "sglang-sglang.service")).read()
     for line in ("Type=notify", "KillMode=control-group", "LimitMEMLOCK=infinity", "Restart=on-failure",
                  "RestartPreventExitStatus=78", "TimeoutStopSec=30s", "TimeoutStartSec=180s",
@@ -703,14 +704,15 @@ def test_the_roles_check_returns_what_the_template_needs_and_writes_nothing(worl
     assert facts["path"] == unit_file(world)
     assert facts["deployment_line"] == "# eagle-deploy deployment: %s run_dir=%s" % (
         sglang_proc.deployment_name("sglang", world.log_dir), os.path.realpath(world.log_dir))
-    assert facts["exec_start"] == [wfm.sys.executable, "-I", os.path.join(world.log_dir, "watcher", "sglang_watcher.py"),
-                                   world.log_dir, "sglang"]
+    program = os.path.join(world.log_dir, "watcher", "sglang_watcher.py")
+    assert facts["exec_start"] == [wfm.sys.executable, "-I", program, world.log_dir, "sglang"]
     assert fake.touched() == [] and os.listdir(dirs[0]) == []
     assert not os.path.exists(os.path.join(world.log_dir, "watcher"))
 
 
 def test_auto_resolves_to_detached_without_systemd_and_returns_no_unit(world):  # noqa: F811
-    status, r = run(world, check_mode=True, launcher="auto", inject={"booted": lambda: (False, "no /run/systemd/system")})
+    status, r = run(world, check_mode=True, launcher="auto",
+                    inject={"booted": lambda: (False, "no /run/systemd/system")})
     assert status == "ok" and r["launcher"] == "detached" and "unit_facts" not in r, r  # the role's unit tasks skip
 
 
@@ -759,9 +761,11 @@ def test_the_template_renders_the_unit():
     assert "RestartPreventExitStatus=%d" % sglang_watcher.EXIT_PERMANENT in text.splitlines()
 
 
-@pytest.mark.parametrize("stall, stop, start_line, stop_line", [(0, 30, "TimeoutStartSec=infinity", "TimeoutStopSec=30s"),
-                                                               (120, 0, "TimeoutStartSec=180s", "TimeoutStopSec=1s"),
-                                                               ("900", "10", "TimeoutStartSec=960s", "TimeoutStopSec=10s")])
+@pytest.mark.parametrize("stall, stop, start_line, stop_line", [
+    (0, 30, "TimeoutStartSec=infinity", "TimeoutStopSec=30s"),
+    (120, 0, "TimeoutStartSec=180s", "TimeoutStopSec=1s"),
+    ("900", "10", "TimeoutStartSec=960s", "TimeoutStopSec=10s"),  # (-e gives strings)
+])
 def test_the_templates_timeouts_follow_stall_and_stop_timeout(stall, stop, start_line, stop_line):
     words = ["/usr/bin/python3", "-I", "/srv/run/watcher/sglang_watcher.py", "/srv/run", "m"]
     lines = role_unit.render(facts_for(words), name="m", stall_timeout=stall, stop_timeout=stop).splitlines()
