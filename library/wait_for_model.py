@@ -288,34 +288,46 @@ options:
     default: 20
   launcher:
     description:
-      - How the server runs. C(systemd) - a unit C(sglang-<name>.service) in O(unit_dir) (C(Type=notify), enabled at
+      - How the server runs. C(systemd) - the unit C(sglang-<name>.service) in O(unit_dir) (C(Type=notify), enabled at
         boot, C(KillMode=control-group), C(LimitMEMLOCK=infinity)) runs the host watcher program
-        (C(module_utils/sglang_watcher.py), installed in C(<run_dir>/watcher/)), which starts SGLang as its child,
-        writes its redacted log, sends C(STATUS=) per phase, C(EXTEND_TIMEOUT_USEC) while the log moves and
+        (C(module_utils/sglang_watcher.py), installed by this module in C(<run_dir>/watcher/)), which starts SGLang as
+        its child, writes its redacted log, sends C(STATUS=) per phase, C(EXTEND_TIMEOUT_USEC) while the log moves and
         C(READY=1) once the health URL answered 200, and exits 78 (not restarted) when a start failed or 69
         (C(Restart=on-failure), within a start limit) when a serving server died. The module waits on the
         watcher's status file C(<run_dir>/<name>.status.json) and the unit's state; stop is C(systemctl stop)
         (C(disable --now) for O(state=stopped)).
-      - With C(systemd) the unit is one deployment's (O(name) + the real path of O(run_dir), recorded on the unit
-        file's second line). Before anything is written or stopped (check mode too) the module asks
-        C(systemctl show) (FragmentPath, DropInPaths, Transient, LoadState) and looks into every directory systemd
-        reads units from, and refuses, naming the file - another deployment's unit of that name (choose another
-        O(name)), a unit of that name eagle-deploy did not write (in any unit dir, masked, or transient from
-        C(systemd-run --unit)), and any drop-in for it (eagle-deploy writes none). It also checks beforehand what
-        C(systemctl enable) needs; when C(daemon-reload) or C(enable) still fails after the unit was written, what
-        this run wrote is taken back. Stop and disable act only on a unit file with our mark and our deployment.
+      - With C(systemd) this module writes no unit and runs no C(daemon-reload) or C(enable). The unit is the
+        template C(roles/sglang_server/templates/sglang.service.j2), written, loaded and enabled by the role's
+        C(tasks/unit.yml) (C(ansible.builtin.template), a C(daemon-reload) handler, C(ansible.builtin.systemd_service)),
+        which takes what the template needs from this module in check mode (RV(unit_facts)). A launch
+        (O(state=started), not check mode) requires that unit at C(<unit_dir>/sglang-<name>.service), this
+        deployment's and loaded by systemd as it is on disk; otherwise it fails naming the file (run the role, or
+        C(include_role) C(sglang_server) with C(tasks_from=unit.yml), first). It then installs the watcher program,
+        writes its config and runs C(systemctl start --no-block).
+      - The unit is one deployment's (O(name) + the real path of O(run_dir), recorded on a comment line of the unit
+        file's header, next to the eagle-deploy mark). Before anything is written or stopped (check mode too, and so
+        in the role's check before its template) the module asks C(systemctl show) (FragmentPath, DropInPaths,
+        Transient, LoadState) and looks into every directory systemd reads units from, and refuses, naming the file -
+        another deployment's unit of that name (choose another O(name)), a unit of that name eagle-deploy did not
+        write (in any unit dir, masked, or transient from C(systemd-run --unit)), and any drop-in for it
+        (eagle-deploy writes none). It also checks beforehand what C(systemctl enable) needs. A unit that an earlier
+        eagle-deploy wrote from this module (mark C(# Written by eagle-deploy (wait_for_model).)) is this
+        deployment's when it names its run dir, and the role's template takes it over. Start, stop and disable act
+        only on a unit file with our mark and our deployment.
       - C(detached) - the module starts the same supervisor program (C(python3 -I <run_dir>/watcher/sglang_watcher.py))
         in a session (and, as root, a cgroup) of its own, its own lines in C(<run_dir>/<name>.supervisor.log), and
         waits on its status file as for a unit; stop is SIGTERM to the supervisor, then the recorded process tree.
         A serving server whose supervisor is gone gets one put back (C(--adopt)) without a restart. For hosts
         without systemd as PID 1 (containers).
       - C(auto) - C(systemd) where C(/run/systemd/system) exists and the module runs as root, else C(detached).
+        RV(launcher) says which; the role's unit tasks go by it.
     type: str
     choices: [auto, systemd, detached]
     default: auto
   unit_dir:
-    description: Where the unit file of O(launcher=systemd) is written. A unit of the same name that eagle-deploy
-      did not write for this deployment, here or in any other unit directory of systemd, is refused (see O(launcher)).
+    description: Where the unit file of O(launcher=systemd) is (the role's unit tasks write it there). A unit of the
+      same name that eagle-deploy did not write for this deployment, here or in any other unit directory of systemd,
+      is refused (see O(launcher)).
     type: path
     default: /etc/systemd/system
 attributes:
@@ -598,9 +610,25 @@ launcher:
   sample: systemd
 unit:
   description: The systemd unit that runs the server.
-  returned: with O(launcher=systemd)
+  returned: with O(launcher=systemd), once the unit was checked
   type: str
   sample: sglang-sglang.service
+unit_facts:
+  description:
+    - What the role's unit template (C(roles/sglang_server/templates/sglang.service.j2)) takes from the module, so that
+      the role computes none of it - C(name) and C(path) of the unit, C(deployment_line) (the header line that records
+      the deployment, with the run dir's hash), C(exec_start) (the words of C(ExecStart) - the module's C(python),
+      C(-I), the watcher C(program), C(run_dir), O(name)), whether the file C(exists) and whether systemd has it
+      C(loaded) as it is on disk (no C(daemon-reload) pending).
+    - Returned in check mode too (the role's check before its template).
+  returned: with O(launcher=systemd), once the unit was checked
+  type: dict
+  sample: {"name": "sglang-sglang.service", "path": "/etc/systemd/system/sglang-sglang.service",
+           "deployment_line": "# eagle-deploy deployment: sglang-0123456789ab run_dir=/var/lib/eagle-deploy/run",
+           "python": "/usr/bin/python3", "program": "/var/lib/eagle-deploy/run/watcher/sglang_watcher.py",
+           "run_dir": "/var/lib/eagle-deploy/run", "exists": true, "loaded": true,
+           "exec_start": ["/usr/bin/python3", "-I", "/var/lib/eagle-deploy/run/watcher/sglang_watcher.py",
+                          "/var/lib/eagle-deploy/run", "sglang"]}
 unit_state:
   description: The unit's C(ActiveState), C(SubState), C(Result), C(NRestarts), C(ExecMainStatus) and C(StatusText)
     when a wait on it failed.
@@ -637,7 +665,6 @@ import fcntl
 import json
 import os
 import pwd
-import secrets
 import sys
 import time
 
@@ -655,8 +682,8 @@ from ansible.module_utils import sglang_plan as plan
 from ansible.module_utils.sglang_status_client import StatusWait, Verdicts
 from ansible.module_utils.sglang_stop import Stopper
 from ansible.module_utils.sglang_unit import (
-    CHECK_PROPS, UNIT_DIRS, CallerWatch, Systemctl, parse_show, systemd_here, unit_files_on_disk, unit_name,
-    unit_owner, unit_refusal, unit_text, watcher_files, WATCHER_DIR,
+    CHECK_PROPS, UNIT_DIRS, CallerWatch, Systemctl, enable_problem, launch_problem, parse_show, systemd_here,
+    unit_facts, unit_files_on_disk, unit_loaded, unit_name, unit_owner, unit_refusal,
 )
 from ansible.module_utils.sglang_watch import ProcView, Watch, explain, http_status, start_of_line
 
@@ -723,7 +750,9 @@ class ModelWaiter(object):
     def check_unit(self):
         """Before anything is written or stopped (check mode too): the unit of our name may only be our own
         deployment's. systemd is asked (FragmentPath, DropInPaths, Transient, LoadState) and every unit dir it reads
-        is looked at on disk (a file it has not loaded yet); then whatever would make ``systemctl enable`` fail."""
+        is looked at on disk (a file it has not loaded yet); then whatever would make the role's ``systemctl enable``
+        fail. Returns what the role's unit template needs (RV(unit_facts)). A launch (state=started, not check mode)
+        also needs the unit there, written by the role's unit tasks and loaded by systemd: the module writes none."""
         p = self.p
         unit, path = unit_name(p["name"]), self.unit_path()
         if any(c in self.run_dir for c in "\n\r"):
@@ -741,25 +770,21 @@ class ModelWaiter(object):
         why = unit_refusal(unit, show, found, path, *self.our_deployment())
         if why:
             raise WaitError(why)
-        self.unit_before = dict(found).get(path)  # our own unit's text as it was (None: there was none)
-        # What systemctl enable needs, known beforehand: a unit dir it can write, a wants dir, no other link there.
+        self.unit_before = dict(found).get(path)  # our own unit's text (None: there is none)
+        facts = unit_facts(p["name"], self.run_dir, p["unit_dir"], sys.executable)
+        facts.update(exists=self.unit_before is not None, loaded=unit_loaded(show, path))
+        self.result.update(unit=unit, unit_facts=facts)
         if p["state"] != "started":
             return
-        if not os.path.isdir(p["unit_dir"]) or not os.access(p["unit_dir"], os.W_OK | os.X_OK):
-            raise WaitError("unit_dir %s is not a directory this user can write: systemd's unit dir is needed for %s. "
-                            "Nothing was stopped or launched." % (p["unit_dir"], unit))
-        wants = os.path.join(p["unit_dir"], "multi-user.target.wants")
-        if os.path.lexists(wants) and (os.path.islink(wants) or not os.path.isdir(wants)):
-            raise WaitError("%s is not a directory: systemctl enable %s would fail there. Fix it. Nothing was stopped "
-                            "or launched." % (wants, unit))
-        link = os.path.join(wants, unit)
-        if os.path.lexists(link) and (not os.path.islink(link) or os.path.join(wants, os.readlink(link)) != path):
-            raise WaitError("%s is there and does not link to %s: systemctl enable %s would fail (or enable another "
-                            "unit). Remove it. Nothing was stopped or launched." % (link, path, unit))
+        why = enable_problem(p["unit_dir"], unit, path)
+        if why is None and not self.module.check_mode:
+            why = launch_problem(unit, path, self.unit_before, show)
+        if why:
+            raise WaitError(why)
 
     def check_unit_still_ours(self, what):
-        """Right before systemd acts on our unit (stop, disable, a rewrite): its file carries our mark and our
-        deployment. Anything else is refused, naming the file."""
+        """Right before systemd acts on our unit (start, stop, disable): its file carries our mark and our deployment.
+        Anything else is refused, naming the file."""
         path = self.unit_path()
         text = sglang_unit.read_regular(path)
         owner = unit_owner(text) if text is not None else None
@@ -823,9 +848,7 @@ class ModelWaiter(object):
         resuming = plan.resuming(p, state, ours)
         action, reason = plan.start_plan(p, state, ours, fp, parts)
         if action == plan.KEEP:
-            if self.launcher == "systemd" and self.sync_service():
-                self.result["changed"] = True  # the unit or the watcher program was brought up to date (no restart)
-            elif self.launcher != "systemd" and state.get("watcher") and self.sup.install_watcher()[1]:
+            if (self.launcher == "systemd" or state.get("watcher")) and self.sup.install_watcher()[1]:
                 self.result["changed"] = True  # the supervisor program brought up to date (its next start uses it)
             detached_alone = state.get("launcher") != "systemd" and not self.sup.supervisor_alive(state)
             code = self.http(p["health_url"], self.headers(), p["health_timeout"])
@@ -890,87 +913,19 @@ class ModelWaiter(object):
             return self.launch_service(parts, fp)
         return self.sup.launch(parts, fp)
 
-    def sync_service(self):
-        """The watcher program, the unit file (daemon-reload when it changed) and its enablement, brought up to
-        date. None of them restarts the server. Returns whether anything changed (check mode: would change).
-        When daemon-reload or enable fails, what this run wrote is taken back: the unit file removed when there was
-        none before (the watcher program too when its dir is new), else its previous text put back."""
-        p = self.p
-        unit = unit_name(p["name"])
-        path = self.unit_path()
-        current = sglang_unit.read_regular(path) if os.path.lexists(path) else None
-        if current is not None or os.path.lexists(path):
-            self.check_unit_still_ours("rewrite")  # (another deployment may have written it since check_unit)
-        watcher_new = not os.path.isdir(os.path.join(self.run_dir, WATCHER_DIR))
-        program, changed = self.sup.install_watcher()
-        text = unit_text(p["name"], sys.executable, program, self.run_dir, p["stall_timeout"], p["stop_timeout"])
-        check = self.module.check_mode
-        wants = os.path.join(p["unit_dir"], "multi-user.target.wants", unit)
-        written = False
-        try:
-            if current != text:
-                changed = True
-                if not check:
-                    self.write_unit(path, text)
-                    written = True
-                    self.must("daemon-reload")
-                    self.result["unit_written"] = path
-            if not os.path.lexists(wants):
-                changed = True
-                if not check:
-                    self.must("enable", unit)
-        except WaitError as e:
-            if not written:
-                raise
-            raise WaitError("%s; %s" % (e, self.take_back_unit(path, current, wants, watcher_new)))
-        self.result["unit"] = unit
-        return changed
-
-    def write_unit(self, path, text):
-        tmp = "%s.%s.tmp" % (path, secrets.token_hex(4))
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        with os.fdopen(fd, "w") as fh:
-            os.fchmod(fh.fileno(), 0o644)
-            fh.write(text)
-        os.rename(tmp, path)
-
-    def take_back_unit(self, path, previous, wants, watcher_new):
-        """Undo this run's unit write after a failed daemon-reload or enable; says what it did."""
-        undone = []
-        try:
-            if previous is None:
-                os.unlink(path)
-                undone.append("removed %s (there was none before)" % path)
-                if os.path.islink(wants) and os.path.join(os.path.dirname(wants), os.readlink(wants)) == path:
-                    os.unlink(wants)
-                    undone.append("removed %s" % wants)
-                if watcher_new:
-                    wdir = os.path.join(self.run_dir, WATCHER_DIR)
-                    for fname in sorted(watcher_files()):
-                        if os.path.lexists(os.path.join(wdir, fname)):
-                            os.unlink(os.path.join(wdir, fname))
-                    os.rmdir(wdir)
-                    undone.append("removed %s" % wdir)
-            else:
-                self.write_unit(path, previous)
-                undone.append("put the previous text of %s back" % path)
-        except OSError as e:
-            return "taking it back failed (%s): %s is left as written" % (e.strerror or e, path)
-        rc, _out, _err = self.systemctl("daemon-reload")
-        host = "the host is as before" if previous is None else "the unit is as before"
-        return "%s%s. Nothing was launched." % (", ".join(undone) + ": " + host,
-                                                "" if rc == 0 else " (but systemctl daemon-reload failed again)")
-
     def must(self, *args):
         rc, _out, err = self.systemctl(*args)
         if rc != 0:
             raise WaitError("systemctl %s failed (rc=%s): %s" % (" ".join(args), rc, (err or "").strip()[-300:]))
 
     def launch_service(self, parts, fp):
-        """Write the watcher's config (0600: it holds the secret_environment values, never the API key, which the
-        watcher reads from the server's own --config file), bring the unit up to date and start it without
-        blocking (a Type=notify start blocks until READY=1); then wait on the watcher's status file."""
-        self.sync_service()  # first: a failed daemon-reload or enable takes back what it wrote, and nothing else was
+        """Install the watcher program (the unit's ExecStart), write its config (0600: it holds the secret_environment
+        values, never the API key, which the watcher reads from the server's own --config file) and start our unit
+        without blocking (a Type=notify start blocks until READY=1); then wait on the watcher's status file. The
+        unit is the role's (check_unit made sure it is there, ours and loaded); the module writes, reloads and
+        enables none."""
+        self.check_unit_still_ours("start")  # (another deployment may have taken the name since check_unit)
+        self.sup.install_watcher()
         token = self.sup.supervisor_config(parts, fp)
         unit = unit_name(self.p["name"])
         self.systemctl("reset-failed", unit)  # a unit that hit its start limit refuses a start until reset

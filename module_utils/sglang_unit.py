@@ -1,8 +1,11 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, eagle-deploy contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The systemd launcher's pieces that need no module: the unit's text, ``systemctl`` (injectable), whether systemd runs
-this host, whether the caller is still there, and the watcher program's files taken from the module's own payload.
+"""The systemd launcher's pieces that need no module: what the role's unit template needs (``unit_facts``), whose unit
+a file of our name is (``unit_owner``, ``unit_refusal``), what a launch needs of the unit (``launch_problem``),
+``systemctl`` (injectable), whether systemd runs this host, whether the caller is still there, and the watcher
+program's files taken from the module's own payload. The unit itself is the role's template
+(``roles/sglang_server/templates/sglang.service.j2``, written by ``roles/sglang_server/tasks/unit.yml``).
 
 Standard library only (``wait_for_model`` is their one user).
 """
@@ -19,15 +22,22 @@ from ansible.module_utils import (
     sglang_contract, sglang_log, sglang_proc, sglang_progress, sglang_redact, sglang_watch, sglang_watcher,
 )
 
-UNIT_MARK = "# Written by eagle-deploy (wait_for_model)."
+# The mark on a unit eagle-deploy wrote (a comment line of its header): the role's template writes UNIT_MARK; the
+# module itself wrote OLD_UNIT_MARK (first line) before the unit became a template. A unit with either is ours when its
+# deployment line (or, older still, its ExecStart) names this deployment: the role's template takes it over.
+UNIT_MARK = "# Written by eagle-deploy (role sglang_server, tasks/unit.yml)."
+OLD_UNIT_MARK = "# Written by eagle-deploy (wait_for_model)."
+UNIT_MARKS = (UNIT_MARK, OLD_UNIT_MARK)
 WATCHER_DIR = "watcher"
 SHOW_EVERY = 1.0  # s between two looks at the unit (systemctl show) while waiting on the watcher's status file
 # The watcher ends a start at `timeout` after its launch; the module stops waiting this much later (its backstop).
 SERVICE_TIMEOUT_MARGIN = 30.0
 UNIT_PROPS = ("ActiveState", "SubState", "Result", "MainPID", "NRestarts", "ExecMainStatus", "StatusText",
               "InvocationID", "UnitFileState")
-# What the module asks systemd about a unit of our name before it writes or stops anything (unit_refusal).
-CHECK_PROPS = ("FragmentPath", "DropInPaths", "Transient", "LoadState", "UnitFileState", "ActiveState")
+# What the module asks systemd about a unit of our name before anything is written or stopped (unit_refusal), and
+# whether systemd has loaded our unit file as it is on disk (launch_problem).
+CHECK_PROPS = ("FragmentPath", "DropInPaths", "Transient", "LoadState", "UnitFileState", "ActiveState",
+               "NeedDaemonReload")
 # Every directory systemd (as PID 1, system manager) reads units and drop-ins from, highest priority first
 # (systemd.unit(5), "System Unit Search Path"; /lib/systemd/system where /lib is not /usr/lib). A unit of our
 # name in any of them, or a drop-in for it, is looked for on disk too: systemd may not have loaded it yet.
@@ -35,7 +45,7 @@ UNIT_DIRS = ("/etc/systemd/system.control", "/run/systemd/system.control", "/run
              "/run/systemd/generator.early", "/etc/systemd/system", "/run/systemd/system", "/run/systemd/generator",
              "/usr/local/lib/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system",
              "/run/systemd/generator.late")
-# The unit's second line: which deployment (sglang_proc.deployment_name, the run dir's real path) owns it.
+# A line of the unit's header: which deployment (sglang_proc.deployment_name, the run dir's real path) owns it.
 DEPLOYMENT_PREFIX = "# eagle-deploy deployment: "
 
 
@@ -56,74 +66,70 @@ def watcher_files():
                           sglang_progress))
 
 
-def systemd_quote(arg):
-    """One ExecStart= word: double-quoted, with systemd's escapes (backslash, quote) and specifiers (%)."""
-    return '"%s"' % arg.replace("\\", "\\\\").replace('"', '\\"').replace("%", "%%")
-
-
 def unit_name(name):
     return "sglang-%s.service" % name
 
 
 def deployment_line(name, run_dir):
-    """The unit's second line: the deployment (name + run dir) that owns it."""
+    """The unit's header line that names the deployment (name + run dir) that owns it."""
     return "%s%s run_dir=%s" % (DEPLOYMENT_PREFIX, sglang_proc.deployment_name(name, run_dir), os.path.realpath(run_dir))
 
 
-def unit_text(name, python, program, run_dir, stall_timeout, stop_timeout):
-    """The unit that runs the watcher program (which runs the server): ``Type=notify``, READY=1 once a generation
-    answered, the start extended while the log moves, no restart of a start that failed (exit 78). Its first line is
-    the mark, its second the deployment that owns it."""
-    start = "infinity" if not stall_timeout else "%ds" % (stall_timeout + 60)
-    return "\n".join([
-        UNIT_MARK + " Changes here are replaced on its next run.",
-        deployment_line(name, run_dir),
-        "[Unit]",
-        "Description=SGLang server %s (eagle-deploy watcher)" % name,
-        "After=network-online.target",
-        "Wants=network-online.target",
-        "StartLimitIntervalSec=600",
-        "StartLimitBurst=3",
-        "",
-        "[Service]",
-        "Type=notify",
-        "NotifyAccess=main",
-        "ExecStart=%s" % " ".join(systemd_quote(a) for a in (python, "-I", program, run_dir, name)),
-        "Restart=on-failure",
-        "RestartSec=10",
-        "RestartPreventExitStatus=%d" % sglang_watcher.EXIT_PERMANENT,
-        "TimeoutStartSec=%s" % start,
-        "TimeoutStopSec=%ds" % max(1, stop_timeout),
-        "KillMode=control-group",
-        "LimitMEMLOCK=infinity",
-        "LimitNOFILE=1048576",
-        "SyslogIdentifier=sglang-%s" % name,
-        "",
-        "[Install]",
-        "WantedBy=multi-user.target",
-        "",
-    ])
+def watcher_program(run_dir):
+    """The supervisor program the unit runs (installed by the module, install_watcher)."""
+    return os.path.join(run_dir, WATCHER_DIR, "sglang_watcher.py")
+
+
+def unit_facts(name, run_dir, unit_dir, python):
+    """What the role's unit template (roles/sglang_server/templates/sglang.service.j2) takes from the module, so that
+    the role computes none of it itself: the unit's name and path, the deployment line (the run dir's hash, as
+    sglang_proc.deployment_name makes it) and ExecStart's words (the module's python, ``-I``, the watcher program,
+    the run dir, the name)."""
+    unit = unit_name(name)
+    program = watcher_program(run_dir)
+    return {"name": unit, "path": os.path.join(unit_dir, unit), "deployment_line": deployment_line(name, run_dir),
+            "python": python, "program": program, "run_dir": run_dir,
+            "exec_start": [python, "-I", program, run_dir, name]}
 
 
 def exec_words(value):
-    """The words of an ExecStart= value written by systemd_quote (double-quoted, backslash escapes, %%)."""
+    """The words of an ExecStart= value as eagle-deploy writes it: each double-quoted, with systemd's escapes
+    (backslash, quote) and specifiers (``%%``)."""
     words = []
     for m in re.finditer(r'"((?:[^"\\]|\\.)*)"', value):
         words.append(re.sub(r"\\(.)", r"\1", m.group(1)).replace("%%", "%"))
     return words
 
 
+def unit_header(text):
+    """The comment lines (``#``, ``;``) at the top of a unit file, before its first section or setting."""
+    header = []
+    for line in text.split("\n"):
+        if not line.startswith(("#", ";")):
+            break
+        header.append(line)
+    return header
+
+
 def unit_owner(text):
-    """(deployment, run_dir) recorded in a unit's text, or None when eagle-deploy did not write it (no mark on the
-    first line). A unit of ours written before the deployment line was added names its run dir and name in ExecStart
-    (``<python> -I <run_dir>/watcher/sglang_watcher.py <run_dir> <name>``): its deployment is read from there."""
-    lines = text.split("\n")
-    if not lines[0].startswith(UNIT_MARK):
+    """(deployment, run_dir) recorded in a unit's text, or None when eagle-deploy did not write it (no mark of ours,
+    UNIT_MARKS, among the comment lines of its header) or the record is not one clear line. The role's template
+    writes ``ansible_managed`` as comment lines, the mark, then the deployment line; the module of earlier versions
+    wrote its mark (OLD_UNIT_MARK) on the first line and the deployment line on the second. A unit the module wrote
+    before the deployment line was added names its run dir and name in ExecStart (``<python> -I
+    <run_dir>/watcher/sglang_watcher.py <run_dir> <name>``): its deployment is read from there."""
+    header = unit_header(text)
+    if not any(line.startswith(UNIT_MARKS) for line in header):
         return None
-    if len(lines) > 1 and lines[1].startswith(DEPLOYMENT_PREFIX):
-        deployment, sep, run_dir = lines[1][len(DEPLOYMENT_PREFIX):].partition(" run_dir=")
+    records = [line for line in header if line.startswith(DEPLOYMENT_PREFIX)]
+    if len(records) > 1:
+        return None
+    if records:
+        deployment, sep, run_dir = records[0][len(DEPLOYMENT_PREFIX):].partition(" run_dir=")
         return (deployment, run_dir) if sep and deployment and run_dir else None
-    for line in lines:
+    if not header[0].startswith(OLD_UNIT_MARK):
+        return None  # the template always writes the deployment line
+    for line in text.split("\n"):
         if line.startswith("ExecStart="):
             words = exec_words(line[len("ExecStart="):])
             if len(words) == 5 and words[1] == "-I" and words[2] == os.path.join(words[3], WATCHER_DIR, "sglang_watcher.py"):
@@ -189,8 +195,9 @@ def is_dropin(path):
 def unit_refusal(unit, show, found, our_path, deployment, run_dir):
     """Why the unit ``unit`` cannot be written, started or stopped by this deployment, or None when it may.
 
-    show: ``systemctl show -p CHECK_PROPS unit`` (parse_show); found: unit_files_on_disk(); our_path: where we write
-    it; deployment, run_dir: ours (sglang_proc.deployment_name, the run dir's real path). It may: nothing of that
+    show: ``systemctl show -p CHECK_PROPS unit`` (parse_show); found: unit_files_on_disk(); our_path: where the role
+    writes it (unit_dir); deployment, run_dir: ours (sglang_proc.deployment_name, the run dir's real path). It may:
+    nothing of that
     name anywhere, or only our own file (our mark, our deployment) at our_path, loaded from there, without drop-ins
     and not transient. Otherwise the message names each file and says what to fix."""
     problems = {}  # path -> why (each file named once)
@@ -208,7 +215,8 @@ def unit_refusal(unit, show, found, our_path, deployment, run_dir):
         if text is None:
             problems[path] = "%s is not a regular file (a symlink: masked or linked, or unreadable)" % path
         elif owner is None:
-            problems[path] = "%s exists and was not written by eagle-deploy (its first line is not %r)" % (path, UNIT_MARK)
+            problems[path] = ("%s exists and was not written by eagle-deploy (its header has no line %r)"
+                              % (path, UNIT_MARK))
         elif owner != (deployment, run_dir):
             other = owner
             problems[path] = ("%s belongs to another deployment of this name: run_dir %s (deployment %s), not this "
@@ -237,6 +245,46 @@ def unit_refusal(unit, show, found, our_path, deployment, run_dir):
         fix = "remove the drop-in(s) and run systemctl daemon-reload, or choose another name for this deployment (name)"
     return "%s cannot be this deployment's unit: %s. Fix: %s. Nothing was stopped or launched." % (
         unit, "; ".join(problems[p] for p in problems), fix)
+
+
+def enable_problem(unit_dir, unit, path):
+    """What would make the role's ``systemctl enable`` of ``unit`` (its file ``path`` in ``unit_dir``) fail or enable
+    another unit, known before anything is written: a unit dir this user cannot write, a ``multi-user.target.wants``
+    that is no directory, a link of that name there to another file. None when there is nothing."""
+    if not os.path.isdir(unit_dir) or not os.access(unit_dir, os.W_OK | os.X_OK):
+        return ("unit_dir %s is not a directory this user can write: systemd's unit dir is needed for %s. Nothing was "
+                "stopped or launched." % (unit_dir, unit))
+    wants = os.path.join(unit_dir, "multi-user.target.wants")
+    if os.path.lexists(wants) and (os.path.islink(wants) or not os.path.isdir(wants)):
+        return ("%s is not a directory: systemctl enable %s would fail there. Fix it. Nothing was stopped or launched."
+                % (wants, unit))
+    link = os.path.join(wants, unit)
+    if os.path.lexists(link) and (not os.path.islink(link) or os.path.join(wants, os.readlink(link)) != path):
+        return ("%s is there and does not link to %s: systemctl enable %s would fail (or enable another unit). Remove "
+                "it. Nothing was stopped or launched." % (link, path, unit))
+    return None
+
+
+def unit_loaded(show, path):
+    """Whether systemd has loaded the unit from ``path`` as the file is now (no daemon-reload pending)."""
+    return (show.get("LoadState") == "loaded" and show.get("FragmentPath") == path
+            and show.get("NeedDaemonReload") != "yes")
+
+
+def launch_problem(unit, path, text, show):
+    """Why the module cannot start ``unit`` (after unit_refusal found nothing of that name but ours), or None. The
+    module writes no unit: the role's unit tasks (roles/sglang_server/tasks/unit.yml) template it, reload systemd and
+    enable it. text: our file's text (None: there is none); show: ``systemctl show -p CHECK_PROPS``."""
+    if text is None:
+        return ("%s does not exist: with launcher systemd the unit is written by the role sglang_server "
+                "(tasks/unit.yml: its template, systemctl daemon-reload, enable). Run the role, or include_role "
+                "sglang_server with tasks_from: unit.yml, before this task. Nothing was stopped or launched." % path)
+    if not unit_loaded(show, path):
+        return ("systemd has not loaded %s as it is on disk (LoadState=%s, FragmentPath=%s, NeedDaemonReload=%s): run "
+                "systemctl daemon-reload (the handler of the role's tasks/unit.yml does). Nothing was stopped or "
+                "launched." % (path, show.get("LoadState") or "?", show.get("FragmentPath") or "-",
+                               show.get("NeedDaemonReload") or "?"))
+    return None
 
 
 def parse_show(text):

@@ -17,15 +17,21 @@ where it must (a state that never comes) raises: side_effect fails, loudly.
               (exit 69) until its start limit, then stays `failed`.
   crash_load  deployment `crashload`: kill -9 of a scheduler while it loads: exit 78, `failed` at once, never
               restarted; the playbook fails naming the class.
-  second_deployment  a second deployment of the name `sglang` (run dir RUN_DIR2): wait_for_model (check mode,
-              then for real) is refused naming the unit file and the first one's run dir; the first serves on,
-              untouched (same MainPID, InvocationID, unit file), nothing is written into RUN_DIR2.
+  second_deployment  a second deployment of the name `sglang` (run dir RUN_DIR2): the role's unit tasks (check mode,
+              then for real: module_call.yml) are refused by their check, before the template, naming the unit file
+              and the first one's run dir, and so is wait_for_model alone; the first serves on, untouched (same
+              MainPID, InvocationID, unit file), nothing is written into RUN_DIR2.
   foreign_unit  a unit sglang-stranger.service that we did not write, in /run/systemd/system, running: refused
-              naming its file; it runs on unchanged, no unit of ours is written. Removed afterwards.
-  transient   a transient unit from `systemd-run --unit sglang-transient`: refused naming its file; it runs on.
-  dropin      a foreign drop-in in /etc/systemd/system/sglang-sglang.service.d/ (daemon-reload done): a start and
-              playbooks/stop.yml on `sglang` are refused naming it; the server serves on untouched. Removed
-              afterwards.
+              naming its file (the role's unit tasks, and wait_for_model alone); it runs on unchanged, no unit of
+              ours is written. Removed afterwards.
+  transient   a transient unit from `systemd-run --unit sglang-transient`: refused naming its file (the role's unit
+              tasks, and wait_for_model alone); it runs on.
+  dropin      a foreign drop-in in /etc/systemd/system/sglang-sglang.service.d/ (daemon-reload done): a start (the
+              role's unit tasks, and wait_for_model alone) and playbooks/stop.yml on `sglang` are refused naming it;
+              the server serves on untouched. Removed afterwards.
+  takeover    the unit of `sglang` as the module of an earlier eagle-deploy wrote it (its mark on the first line, the
+              deployment line second; daemon-reload done): the playbook again takes it over (the role's template
+              replaces it, the handler reloads systemd) without a restart (same MainPID, InvocationID, NRestarts).
   unhealthy   deployment `unhealthy` (module_call.yml: health_timeout 2, unhealthy_after 2, serve_health_interval 1)
               serving: the emulator's test control makes every health request take 15 s; the watcher fails the
               serving server (status `unhealthy`, after_ready, exit 69, the journal's `sglang-watcher: failed:
@@ -354,8 +360,9 @@ def case_second_deployment(host):
     args = emulator_args("sglang", 30010, RUN_DIR2, LOG_DIR2)
     check = call(host, "second_deployment-check", args, check=True)
     real = call(host, "second_deployment-run", args)
+    module = call(host, "second_deployment-module", dict(args, unit=False))
     after = main_server(host)
-    save("second_deployment", {"before": before, "check": check, "run": real, "after": after,
+    save("second_deployment", {"before": before, "check": check, "run": real, "module": module, "after": after,
                                "run_dir2": sh(host, "ls", "-A", RUN_DIR2)[1].split(),
                                "listening": host.listening(30010)})
 
@@ -373,8 +380,9 @@ def case_foreign_unit(host):
        " && systemctl daemon-reload && systemctl start %s" % (path, unit_of("stranger")))
     before = dict(stranger(host, "stranger"), file=file_state(host, path))
     real = call(host, "foreign_unit-run", emulator_args("stranger", 30011))
+    module = call(host, "foreign_unit-module", dict(emulator_args("stranger", 30011), unit=False))
     after = dict(stranger(host, "stranger"), file=file_state(host, path))
-    save("foreign_unit", {"path": path, "before": before, "run": real, "after": after})
+    save("foreign_unit", {"path": path, "before": before, "run": real, "module": module, "after": after})
     sh(host, "sh", "-c", "systemctl stop %s; rm -f %s; systemctl daemon-reload" % (unit_of("stranger"), path))
 
 
@@ -382,8 +390,9 @@ def case_transient(host):
     sh(host, "systemd-run", "--unit", unit_of("transient"), "/bin/sleep", "infinity")
     before = stranger(host, "transient")
     real = call(host, "transient-run", emulator_args("transient", 30012))
+    module = call(host, "transient-module", dict(emulator_args("transient", 30012), unit=False))
     after = stranger(host, "transient")
-    save("transient", {"before": before, "run": real, "after": after})
+    save("transient", {"before": before, "run": real, "module": module, "after": after})
     sh(host, "systemctl", "stop", unit_of("transient"))
 
 
@@ -393,12 +402,38 @@ def case_dropin(host):
     sh(host, "sh", "-c", "mkdir -p %s && printf '[Service]\nEnvironment=EAGLE_FOREIGN=1\n' > %s && "
        "systemctl daemon-reload" % (ddir, path))
     before = dict(main_server(host), dropin=file_state(host, path))
-    real = call(host, "dropin-run", dict(emulator_args("sglang", 30000), argv=["/bin/true", "changed"]))
+    args = dict(emulator_args("sglang", 30000), argv=["/bin/true", "changed"])
+    real = call(host, "dropin-run", args)
+    module = call(host, "dropin-module", dict(args, unit=False))
     stop = playbook(host, "dropin-stop", os.path.join(REPO, "playbooks", "stop.yml"), {"sglang_server_name": "sglang",
                                                                                       "sglang_server_launcher": "systemd"})
     after = dict(main_server(host), dropin=file_state(host, path))
-    save("dropin", {"path": path, "before": before, "run": real, "stop": stop, "after": after})
+    save("dropin", {"path": path, "before": before, "run": real, "module": module, "stop": stop, "after": after})
     sh(host, "sh", "-c", "rm -rf %s && systemctl daemon-reload" % ddir)
+
+
+OLD_UNIT_MARK = "# Written by eagle-deploy (wait_for_model). Changes here are replaced on its next run."
+UNIT_MARK = "# Written by eagle-deploy (role sglang_server, tasks/unit.yml)."
+
+
+def case_takeover(host):
+    path = "/etc/systemd/system/%s" % UNIT_MAIN
+    text = sh(host, "cat", path)[1]
+    header, sep, body = text.partition("\n[Unit]\n")
+    deployment = [line for line in header.splitlines() if line.startswith("# eagle-deploy deployment: ")]
+    if not sep or len(deployment) != 1 or UNIT_MARK not in header:
+        raise CaseError("%s is not the role's template: %r" % (path, header))
+    # The unit as wait_for_model wrote it before it was the role's template (mark first, deployment line second).
+    old = "%s\n%s\n[Unit]\n%s" % (OLD_UNIT_MARK, deployment[0], body)
+    r = subprocess.run(["podman", "exec", "-i", host.name, "sh", "-c", "cat > %s && systemctl daemon-reload" % path],
+                       input=old.encode(), capture_output=True, timeout=120, check=False)
+    if r.returncode != 0:
+        raise CaseError("could not write the old unit: %s" % r.stderr.decode(errors="replace"))
+    before = dict(main_server(host), text=sh(host, "cat", path)[1])
+    rerun = playbook(host, "takeover-rerun", converge_path())
+    after = dict(main_server(host), text=sh(host, "cat", path)[1])
+    save("takeover", {"path": path, "template": text, "old": old, "before": before, "rerun": rerun, "after": after,
+                      "need_reload": host.probe("show", UNIT_MAIN)[0].get("NeedDaemonReload")})
 
 
 UNIT_MAIN = unit_of("sglang")
@@ -508,7 +543,8 @@ def _read_json(path):
 
 CASES = {"reboot": case_reboot, "ssh_drop": case_ssh_drop, "crash": case_crash, "crash_load": case_crash_load,
          "second_deployment": case_second_deployment, "foreign_unit": case_foreign_unit, "transient": case_transient,
-         "dropin": case_dropin, "unhealthy": case_unhealthy, "stop_loading": case_stop_loading}
+         "dropin": case_dropin, "takeover": case_takeover, "unhealthy": case_unhealthy,
+         "stop_loading": case_stop_loading}
 
 
 def main(argv):

@@ -5,16 +5,22 @@ from __future__ import annotations
 import pytest
 
 from ansible.module_utils import sglang_proc, sglang_unit
-from ansible.module_utils.sglang_unit import UNIT_MARK, unit_refusal
+from ansible.module_utils.sglang_unit import OLD_UNIT_MARK, UNIT_MARK, unit_refusal
 
 UNIT = "sglang-m.service"
 OURS = "/etc/systemd/system/" + UNIT
 RUN_DIR = "/var/lib/eagle-deploy/run"
 DEPLOYMENT = sglang_proc.deployment_name("m", RUN_DIR)
-OUR_TEXT = "%s x\n# eagle-deploy deployment: %s run_dir=%s\n[Unit]\n" % (UNIT_MARK, DEPLOYMENT, RUN_DIR)
-OTHER_TEXT = "%s x\n# eagle-deploy deployment: m-ba9876543210 run_dir=/srv/run2\n[Unit]\n" % UNIT_MARK
+# The role's template: ansible_managed as comment lines, the mark, the deployment line.
+OUR_TEXT = "#\n# Ansible managed\n#\n%s x\n# eagle-deploy deployment: %s run_dir=%s\n[Unit]\n" % (
+    UNIT_MARK, DEPLOYMENT, RUN_DIR)
+OTHER_TEXT = "#\n# Ansible managed\n#\n%s x\n# eagle-deploy deployment: m-ba9876543210 run_dir=/srv/run2\n[Unit]\n" % (
+    UNIT_MARK)
+# What the module wrote before the unit became the role's template: its mark first, then the deployment line ...
+MODULE_TEXT = "%s x\n# eagle-deploy deployment: %s run_dir=%s\n[Unit]\n" % (OLD_UNIT_MARK, DEPLOYMENT, RUN_DIR)
+# ... and before that, no deployment line: the run dir and name of its ExecStart.
 LEGACY_TEXT = '%s x\n[Service]\nExecStart="/usr/bin/python3" "-I" "%s/watcher/sglang_watcher.py" "%s" "m"\n' % (
-    UNIT_MARK, RUN_DIR, RUN_DIR)
+    OLD_UNIT_MARK, RUN_DIR, RUN_DIR)
 FOREIGN_TEXT = "[Service]\nExecStart=/usr/bin/someone-elses\n"
 LOADED = {"FragmentPath": OURS, "LoadState": "loaded", "Transient": "no", "DropInPaths": "", "ActiveState": "active"}
 NOT_FOUND = {"FragmentPath": "", "LoadState": "not-found", "Transient": "no", "DropInPaths": "", "ActiveState": "inactive"}
@@ -23,6 +29,7 @@ ALLOWED = [
     ("nothing anywhere", NOT_FOUND, []),
     ("our own unit, loaded", LOADED, [(OURS, OUR_TEXT)]),
     ("our own unit, not loaded yet", NOT_FOUND, [(OURS, OUR_TEXT)]),
+    ("our own unit as the module wrote it", LOADED, [(OURS, MODULE_TEXT)]),
     ("our own unit written before the deployment line", LOADED, [(OURS, LEGACY_TEXT)]),
     ("our unit gone, systemd still knows it stopped", dict(LOADED, ActiveState="inactive"), []),
 ]
@@ -41,6 +48,14 @@ REFUSED = [
     ("our path, a symlink (masked or linked)", LOADED, [(OURS, None)], [OURS, "not a regular file"]),
     ("our mark, a mangled deployment line", LOADED, [(OURS, "%s\n# eagle-deploy deployment: \n" % UNIT_MARK)],
      [OURS, "was not written by eagle-deploy"]),
+    ("the template's mark without a deployment line", LOADED, [(OURS, LEGACY_TEXT.replace(OLD_UNIT_MARK, UNIT_MARK))],
+     [OURS, "was not written by eagle-deploy"]),
+    ("two deployment lines", LOADED, [(OURS, OUR_TEXT.replace("[Unit]", OTHER_TEXT.splitlines()[4] + "\n[Unit]"))],
+     [OURS, "was not written by eagle-deploy"]),
+    ("our mark below the header", LOADED, [(OURS, "[Unit]\n" + OUR_TEXT)], [OURS, "was not written by eagle-deploy"]),
+    ("the module's mark, another deployment", LOADED, [(OURS, MODULE_TEXT.replace(DEPLOYMENT, "m-ba9876543210")
+                                                                   .replace(RUN_DIR, "/srv/run2"))],
+     [OURS, "/srv/run2", "choose another name"]),
     ("a unit of the name in /run/systemd/system, loaded",
      dict(LOADED, FragmentPath="/run/systemd/system/" + UNIT), [("/run/systemd/system/" + UNIT, FOREIGN_TEXT)],
      ["/run/systemd/system/" + UNIT, "did not write"]),
@@ -80,6 +95,30 @@ def test_refused(show, found, named):
 def test_legacy_unit_owner_is_read_from_exec_start():
     assert sglang_unit.unit_owner(LEGACY_TEXT) == (DEPLOYMENT, RUN_DIR)
     assert sglang_unit.unit_owner(FOREIGN_TEXT) is None
+
+
+@pytest.mark.parametrize("text", [OUR_TEXT, MODULE_TEXT, LEGACY_TEXT], ids=["template", "module", "legacy"])
+def test_the_owner_of_each_kind_of_our_units(text):
+    assert sglang_unit.unit_owner(text) == (DEPLOYMENT, RUN_DIR)
+
+
+SHOW = {"FragmentPath": OURS, "LoadState": "loaded", "NeedDaemonReload": "no"}
+
+
+@pytest.mark.parametrize("text, show, needle", [
+    (None, SHOW, "does not exist"),
+    (OUR_TEXT, dict(SHOW, NeedDaemonReload="yes"), "NeedDaemonReload=yes"),
+    (OUR_TEXT, dict(SHOW, LoadState="not-found", FragmentPath=""), "LoadState=not-found"),
+    (OUR_TEXT, SHOW, None),
+    (OUR_TEXT, dict(SHOW, NeedDaemonReload=None), None),  # (systemd older than the property: not asked)
+])
+def test_what_a_launch_needs_of_the_unit(text, show, needle):
+    why = sglang_unit.launch_problem(UNIT, OURS, text, show)
+    if needle is None:
+        assert why is None
+    else:
+        assert needle in why and OURS in why and why.endswith("Nothing was stopped or launched."), why
+        assert "tasks/unit.yml" in why
 
 
 def test_the_unit_dirs_cover_every_dir_systemd_reads_units_from():

@@ -1,5 +1,6 @@
-"""wait_for_model with launcher=systemd, systemctl faked: what it writes (the unit, the watcher program and its 0600
-config), what it asks systemd, and how it reads the watcher's status file. No process, no sleep: the fake
+"""wait_for_model with launcher=systemd, systemctl faked: what it writes (the watcher program and its 0600 config; the
+unit is the role's template, written here as the role's tasks/unit.yml writes it, from the module's check-mode
+unit_facts), what it asks systemd, and how it reads the watcher's status file. No process, no sleep: the fake
 systemctl plays systemd and the watcher on the harness's fake clock."""
 from __future__ import annotations
 
@@ -11,7 +12,9 @@ import pytest
 
 import wait_for_model as wfm
 from ansible.module_utils import sglang_plan
+import role_unit
 from ansible.module_utils import sglang_proc, sglang_unit, sglang_watcher
+from ansible_run import free_port
 from module_harness import module_exits, run, stops, world  # noqa: F401 - fixtures
 
 pytestmark = pytest.mark.usefixtures("module_exits")
@@ -52,10 +55,6 @@ class FakeSystemd(object):
         if args[0] == "show":
             assert args[1:3] == ("-p", ",".join(sglang_unit.CHECK_PROPS)), args
             return 0, self.check_props(args[3]), ""
-        if args[0] == "enable":
-            wants = os.path.join(self.unit_dir, "multi-user.target.wants")
-            os.makedirs(wants, exist_ok=True)
-            os.symlink(os.path.join(self.unit_dir, args[1]), os.path.join(wants, args[1]))
         if args[0] in ("stop", "disable"):
             self.active = "inactive"
         if args[0] == "start":
@@ -107,7 +106,21 @@ def unit_dirs(world):
     return dirs
 
 
-def systemd_run(world, script, check_mode=False, fake=None, **args):  # noqa: F811 - world is the fixture's value
+def role_unit_tasks(world, inject, params, check_mode=False):  # noqa: F811
+    """roles/sglang_server/tasks/unit.yml before the launch task: wait_for_model in check mode with the launch's
+    arguments (prove_launch), which refuses (the role stops there: nothing is written) or returns unit_facts; then the
+    role's template written from them, systemd reloaded (the fake reads a unit as loaded when its file is there)
+    and the unit enabled. Returns (status, result) of the check."""
+    status, r = run(world, check_mode=True, inject=inject, **dict(params, prove_launch=True))
+    if status == "ok" and r["launcher"] == "systemd" and not check_mode:
+        role_unit.install(r["unit_facts"], name=params.get("name", "sglang"),
+                          stall_timeout=params.get("stall_timeout", 120), stop_timeout=params.get("stop_timeout", 30))
+    return status, r
+
+
+def systemd_run(world, script, check_mode=False, fake=None, role=True, **args):  # noqa: F811 - world is the fixture's
+    """The launch as the role makes it (role=True: its unit tasks first, see role_unit_tasks; a refusal of its check is
+    the result), or wait_for_model alone (role=False)."""
     dirs = unit_dirs(world)
     fake = fake or FakeSystemd(world, dirs[0], script)
     inject = {"systemctl": fake, "booted": lambda: (True, None), "unit_dirs": dirs}
@@ -120,9 +133,13 @@ def systemd_run(world, script, check_mode=False, fake=None, **args):  # noqa: F8
     if not os.path.exists(config):
         with open(os.open(config, os.O_WRONLY | os.O_CREAT, 0o600), "w") as fh:
             fh.write('# {{ ansible_managed }}\nmodel-path: "/models/m"\napi-key: "%s"\nport: 30000\n' % KEY)
-    params = dict(launcher="systemd", unit_dir=dirs[0], api_key=KEY, run_as=None,
+    params = dict(launcher="systemd", unit_dir=dirs[0], api_key=KEY, run_as=None, port=free_port(),
                   argv=[wfm.sys.executable, "-m", "sglang.launch_server", "--config", config])
     params.update(args)
+    if role and params.get("state", "started") == "started":
+        status, result = role_unit_tasks(world, inject, params, check_mode)
+        if status != "ok":
+            return status, result, fake
     status, result = run(world, check_mode=check_mode, inject=inject, **params)
     return status, result, fake
 
@@ -141,16 +158,15 @@ def test_launch_writes_the_unit_the_program_and_a_private_config_then_waits_for_
     assert r["changed"] and r["launcher"] == "systemd" and r["unit"] == "sglang-sglang.service"
     assert r["pid"] == 4100000 and r["attempt"] == 3 and r["phase"] == "ready"
     assert r["progress"]["launcher"] == "systemd" and r["progress"]["eta"] == 0.0
-    names = fake.names()
-    assert names.index("daemon-reload") < names.index("enable") < names.index("start")
-    assert ("start", "--no-block", "sglang-sglang.service") in fake.calls  # a notify start would block till READY
-    assert ("reset-failed", "sglang-sglang.service") in fake.calls
+    # The module writes, reloads and enables no unit (the role's unit tasks do): it starts it, without blocking.
+    assert fake.touched() == [("reset-failed", "sglang-sglang.service"),
+                              ("start", "--no-block", "sglang-sglang.service")]
     unit = open(os.path.join(fake.unit_dir, "sglang-sglang.service")).read()
     for line in ("Type=notify", "KillMode=control-group", "LimitMEMLOCK=infinity", "Restart=on-failure",
                  "RestartPreventExitStatus=78", "TimeoutStopSec=30s", "TimeoutStartSec=180s",
                  "WantedBy=multi-user.target", "NotifyAccess=main"):
         assert line in unit.splitlines(), line
-    assert unit.startswith(sglang_unit.UNIT_MARK)
+    assert sglang_unit.unit_owner(unit) is not None and unit.splitlines()[3].startswith(sglang_unit.UNIT_MARK)
     assert "sk-unit" not in unit  # the unit file is world-readable: no secret in it
     program = os.path.join(world.log_dir, "watcher", "sglang_watcher.py")
     assert ('"%s" "-I" "%s"' % (wfm.sys.executable, program)) in unit
@@ -305,10 +321,11 @@ def test_a_dropped_connection_ends_the_wait_not_the_server_and_lets_the_lock_go(
     dirs = unit_dirs(world)
     unit_dir = dirs[0]
     fake = FakeSystemd(world, unit_dir, READY)
+    inject = {"systemctl": fake, "booted": lambda: (True, None), "caller_gone": caller_gone, "unit_dirs": dirs}
+    params = dict(launcher="systemd", unit_dir=unit_dir, port=free_port())
+    assert role_unit_tasks(world, dict(inject, caller_gone=lambda: False), params)[0] == "ok"
     with pytest.raises(Gone) as gone:
-        run(world, inject={"systemctl": fake, "booted": lambda: (True, None), "caller_gone": caller_gone,
-                           "unit_dirs": dirs},
-            launcher="systemd", unit_dir=unit_dir)
+        run(world, inject=inject, **params)
     assert gone.value.args == (0,)
     assert "start" in fake.names() and "stop" not in fake.names()  # the unit loads on
     with open(os.path.join(world.log_dir, "sglang.lock")) as fh:
@@ -323,8 +340,7 @@ def test_an_attach_never_takes_an_earlier_attempts_verdict(world, stops, module_
     unit_dir = dirs[0]
     fake = FakeSystemd(world, unit_dir, [])
     fake.active = "activating"
-    with open(os.path.join(unit_dir, "sglang-sglang.service"), "w") as fh:  # our unit, as the launch wrote it
-        fh.write("%s\n%s\n" % (sglang_unit.UNIT_MARK, sglang_unit.deployment_line("sglang", world.log_dir)))
+    role_unit.install(sglang_unit.unit_facts("sglang", world.log_dir, unit_dir, wfm.sys.executable))  # the role's
     parts = sglang_plan.fingerprint_parts([wfm.sys.executable, "-m", "sglang.launch_server", "--config", "/etc/sglang.yaml"],
                                   {}, [], {}, None)
     parts["launcher"] = sglang_plan._h("systemd")
@@ -454,22 +470,26 @@ def other_run_dir(world):
     return path
 
 
-def test_the_unit_records_its_deployment_on_its_second_line(world):  # noqa: F811
+def test_the_unit_records_its_deployment_in_its_header(world):  # noqa: F811
     status, r, fake = systemd_run(world, READY)
     assert status == "ok", r
-    lines = open(unit_file(world)).read().splitlines()
+    text = open(unit_file(world)).read()
     deployment = sglang_proc.deployment_name("sglang", world.log_dir)
-    assert lines[1] == "# eagle-deploy deployment: %s run_dir=%s" % (deployment, os.path.realpath(world.log_dir))
-    assert sglang_unit.unit_owner("\n".join(lines)) == (deployment, os.path.realpath(world.log_dir))
+    # ansible_managed (as comment lines), the mark, the deployment line: the header before [Unit]
+    assert sglang_unit.unit_header(text) == ["#", "# Ansible managed", "#", sglang_unit.UNIT_MARK + " Changes here are "
+                                             "replaced on its next run.", "# eagle-deploy deployment: %s run_dir=%s" % (
+                                                 deployment, os.path.realpath(world.log_dir))]
+    assert sglang_unit.unit_owner(text) == (deployment, os.path.realpath(world.log_dir))
 
 
+@pytest.mark.parametrize("role", [True, False], ids=["role", "module"])
 @pytest.mark.parametrize("check_mode", [False, True])
-def test_a_second_deployment_of_the_name_is_refused_before_anything(world, check_mode):  # noqa: F811
+def test_a_second_deployment_of_the_name_is_refused_before_anything(world, check_mode, role):  # noqa: F811
     status, r, first = systemd_run(world, READY)
     assert status == "ok", r
     before = open(unit_file(world), "rb").read()
     run2 = other_run_dir(world)
-    status, r, fake = systemd_run(world, READY, check_mode=check_mode, run_dir=run2)
+    status, r, fake = systemd_run(world, READY, check_mode=check_mode, run_dir=run2, role=role)
     assert status == "failed"
     assert unit_file(world) in r["msg"] and os.path.realpath(world.log_dir) in r["msg"]
     assert "choose another name" in r["msg"] and "Nothing was stopped or launched." in r["msg"]
@@ -486,9 +506,10 @@ def foreign(world, where, text="[Service]\nExecStart=/usr/bin/someone-elses\n"):
     return path
 
 
+@pytest.mark.parametrize("role", [True, False], ids=["role", "module"])
 @pytest.mark.parametrize("where", ["run-systemd-system", "usr-lib-systemd-system", "run-systemd-transient"])
 @pytest.mark.parametrize("loaded", [True, False])
-def test_a_unit_of_the_name_elsewhere_is_refused_before_anything(world, where, loaded):  # noqa: F811
+def test_a_unit_of_the_name_elsewhere_is_refused_before_anything(world, where, loaded, role):  # noqa: F811
     dirs = unit_dirs(world)
     path = foreign(world, where)
     fake = FakeSystemd(world, dirs[0], READY)
@@ -497,7 +518,7 @@ def test_a_unit_of_the_name_elsewhere_is_refused_before_anything(world, where, l
         fake.props = {"FragmentPath": path, "LoadState": "loaded", "Transient": "yes" if "transient" in where else "no"}
     else:
         fake.active = "inactive"
-    status, r, fake = systemd_run(world, READY, fake=fake)
+    status, r, fake = systemd_run(world, READY, fake=fake, role=role)
     assert status == "failed" and path in r["msg"] and "Nothing was stopped or launched." in r["msg"], r
     assert fake.touched() == []
     assert not os.path.exists(unit_file(world))
@@ -517,8 +538,9 @@ def test_a_transient_unit_of_the_name_is_refused_in_check_mode_too(world):  # no
     assert fake.touched() == [] and not os.path.exists(unit_file(world))
 
 
+@pytest.mark.parametrize("role", [True, False], ids=["role", "module"])
 @pytest.mark.parametrize("seen_by", ["disk", "systemd"])
-def test_a_drop_in_is_refused_naming_it_before_our_unit_is_stopped(world, seen_by):  # noqa: F811
+def test_a_drop_in_is_refused_naming_it_before_our_unit_is_stopped(world, seen_by, role):  # noqa: F811
     status, r, first = systemd_run(world, READY)
     assert status == "ok", r
     before = open(unit_file(world), "rb").read()
@@ -533,7 +555,7 @@ def test_a_drop_in_is_refused_naming_it_before_our_unit_is_stopped(world, seen_b
         dropin = "/etc/systemd/system.control/sglang-sglang.service.d/50-MemoryMax.conf"
         fake.props = {"DropInPaths": dropin}
     # A changed argv: the module would restart the server
-    status, r, fake = systemd_run(world, READY, fake=fake, environment={"CHANGED": "1"})
+    status, r, fake = systemd_run(world, READY, fake=fake, environment={"CHANGED": "1"}, role=role)
     assert status == "failed" and dropin in r["msg"] and "drop-in" in r["msg"], r
     assert fake.touched() == []
     assert open(unit_file(world), "rb").read() == before
@@ -550,18 +572,31 @@ def test_a_link_in_the_wants_dir_to_another_unit_is_refused_before_writing(world
     assert fake.touched() == [] and not os.path.exists(unit_file(world))
 
 
-@pytest.mark.parametrize("verb", ["daemon-reload", "enable"])
-def test_a_failed_enable_after_the_first_write_takes_back_what_was_written(world, verb):  # noqa: F811
-    dirs = unit_dirs(world)
-    fake = FakeSystemd(world, dirs[0], READY)
-    fake.fail = {verb: 1}
-    status, r, fake = systemd_run(world, READY, fake=fake)
-    assert status == "failed" and ("systemctl %s" % verb) in r["msg"] and "failed (rc=1)" in r["msg"], r
-    assert "removed %s (there was none before)" % unit_file(world) in r["msg"] and "host is as before" in r["msg"]
-    assert not os.path.exists(unit_file(world))
-    assert not os.path.exists(os.path.join(world.log_dir, "watcher"))
+def test_the_module_alone_refuses_a_launch_without_the_roles_unit(world, stops):  # noqa: F811
+    status, r, fake = systemd_run(world, READY, role=False)
+    assert status == "failed", r
+    assert unit_file(world) in r["msg"] and "does not exist" in r["msg"] and "tasks/unit.yml" in r["msg"], r["msg"]
+    assert "Nothing was stopped or launched." in r["msg"]
+    assert fake.touched() == [] and stops == []
+    assert not os.path.exists(os.path.join(world.log_dir, "watcher"))  # no watcher program, no config
     assert not os.path.exists(os.path.join(world.log_dir, "sglang.watcher.json"))
-    assert "start" not in fake.names()
+
+
+@pytest.mark.parametrize("props", [{"NeedDaemonReload": "yes"}, {"LoadState": "not-found", "FragmentPath": ""}],
+                         ids=["changed on disk", "not loaded"])
+def test_a_unit_that_systemd_has_not_loaded_as_it_is_on_disk_is_not_started(world, props):  # noqa: F811
+    dirs = unit_dirs(world)
+    role_unit.install(sglang_unit.unit_facts("sglang", world.log_dir, dirs[0], wfm.sys.executable))
+    fake = FakeSystemd(world, dirs[0], READY)
+    fake.props = props
+    status, r, fake = systemd_run(world, READY, fake=fake, role=False)
+    assert status == "failed" and "systemctl daemon-reload" in r["msg"] and unit_file(world) in r["msg"], r
+    assert fake.touched() == []
+    assert not os.path.exists(os.path.join(world.log_dir, "sglang.watcher.json"))
+    # The role's check says so (unit_facts.loaded: false): its template task then notifies the daemon-reload handler.
+    status, r = run(world, check_mode=True, inject={"systemctl": fake, "booted": lambda: (True, None),
+                                                    "unit_dirs": dirs}, launcher="systemd", unit_dir=dirs[0])
+    assert status == "ok" and r["unit_facts"]["exists"] is True and r["unit_facts"]["loaded"] is False, r
 
 
 def test_stopped_never_stops_another_deployments_unit(world):  # noqa: F811
@@ -588,17 +623,57 @@ def test_a_stop_acts_only_on_a_unit_file_of_our_deployment(world, stops):  # noq
     assert fake.touched() == [] and not stops
 
 
-def test_a_unit_written_before_the_deployment_line_is_ours_when_its_run_dir_is(world):  # noqa: F811
-    """Upgrade: the unit of an older eagle-deploy names its run dir only in ExecStart; it is taken as ours (and
-    rewritten with the deployment line, without a restart) only for that run dir and name."""
-    status, r, first = systemd_run(world, READY)
-    lines = open(unit_file(world)).read().split("\n")
-    with open(unit_file(world), "w") as fh:
-        fh.write("\n".join(lines[:1] + lines[2:]))
-    assert sglang_unit.unit_owner(open(unit_file(world)).read()) == (
-        sglang_proc.deployment_name("sglang", world.log_dir), os.path.realpath(world.log_dir))
-    status, r, fake = systemd_run(world, [], fake=FakeSystemd(world, first.unit_dir, []), run_dir=other_run_dir(world))
-    assert status == "failed" and os.path.realpath(world.log_dir) in r["msg"], r
+def old_module_unit_text(run_dir, deployment_line=True, python=wfm.sys.executable, stall_timeout=120):
+    """The unit as wait_for_model itself wrote it before the unit became the role's template (its mark on the first
+    line, then the deployment line, which still older versions did not write)."""
+    program = os.path.join(run_dir, "watcher", "sglang_watcher.py")
+    lines = ["# Written by eagle-deploy (wait_for_model). Changes here are replaced on its next run."]
+    if deployment_line:
+        lines.append(sglang_unit.deployment_line("sglang", run_dir))
+    lines += ["[Unit]", "Description=SGLang server sglang (eagle-deploy watcher)", "After=network-online.target",
+              "Wants=network-online.target", "StartLimitIntervalSec=600", "StartLimitBurst=3", "", "[Service]",
+              "Type=notify", "NotifyAccess=main",
+              "ExecStart=%s" % " ".join('"%s"' % w for w in (python, "-I", program, run_dir, "sglang")),
+              "Restart=on-failure", "RestartSec=10", "RestartPreventExitStatus=78",
+              "TimeoutStartSec=%ds" % (stall_timeout + 60), "TimeoutStopSec=30s", "KillMode=control-group",
+              "LimitMEMLOCK=infinity", "LimitNOFILE=1048576", "SyslogIdentifier=sglang-sglang", "", "[Install]",
+              "WantedBy=multi-user.target", ""]
+    return "\n".join(lines)
+
+
+def old_module_unit(run_dir, unit_dir, deployment_line=True):
+    path = os.path.join(unit_dir, "sglang-sglang.service")
+    with open(path, "w") as fh:
+        fh.write(old_module_unit_text(run_dir, deployment_line))
+    return path
+
+
+@pytest.mark.parametrize("deployment_line", [True, False], ids=["with the deployment line", "older, without"])
+def test_a_unit_the_module_wrote_is_taken_over_by_the_roles_template(world, deployment_line):  # noqa: F811
+    """Upgrade: the unit an earlier eagle-deploy's module wrote is this deployment's (its deployment line, or the run
+    dir and name of its ExecStart): the role's check lets it be, the template replaces it, the launch starts it."""
+    dirs = unit_dirs(world)
+    path = old_module_unit(world.log_dir, dirs[0], deployment_line)
+    assert sglang_unit.unit_owner(open(path).read()) == (sglang_proc.deployment_name("sglang", world.log_dir),
+                                                         os.path.realpath(world.log_dir))
+    status, r, fake = systemd_run(world, READY)
+    assert status == "ok", r
+    text = open(path).read()
+    assert sglang_unit.UNIT_MARK in sglang_unit.unit_header(text)[3] and "wait_for_model" not in text
+    assert sglang_unit.unit_owner(text) == (sglang_proc.deployment_name("sglang", world.log_dir),
+                                            os.path.realpath(world.log_dir))
+    # Below the header the template writes the unit the module wrote (same settings, same ExecStart).
+    assert text.split("[Unit]", 1)[1] == old_module_unit_text(world.log_dir).split("[Unit]", 1)[1]
+
+
+@pytest.mark.parametrize("role", [True, False], ids=["role", "module"])
+def test_a_unit_the_module_wrote_for_another_run_dir_is_refused(world, role):  # noqa: F811
+    dirs = unit_dirs(world)
+    path = old_module_unit(world.log_dir, dirs[0], deployment_line=False)
+    before = open(path).read()
+    status, r, fake = systemd_run(world, READY, run_dir=other_run_dir(world), role=role)
+    assert status == "failed" and path in r["msg"] and os.path.realpath(world.log_dir) in r["msg"], r
+    assert fake.touched() == [] and open(path).read() == before
 
 
 def test_a_stop_between_two_steps_is_reported_by_the_next_step_not_undone(world):  # noqa: F811
@@ -615,3 +690,113 @@ def test_a_stop_between_two_steps_is_reported_by_the_next_step_not_undone(world)
     assert status == "failed" and r["crash_class"] == "stopped", r
     assert "stopped while loading (phase 'loading_weights')" in r["msg"]
     assert fake.started == starts  # nothing was started again
+
+
+# ---------------------------------------------------------------------------------------- the role's unit template
+def test_the_roles_check_returns_what_the_template_needs_and_writes_nothing(world):  # noqa: F811
+    dirs = unit_dirs(world)
+    fake = FakeSystemd(world, dirs[0], READY)
+    inject = {"systemctl": fake, "booted": lambda: (True, None), "unit_dirs": dirs}
+    status, r = run(world, check_mode=True, inject=inject, launcher="auto", unit_dir=dirs[0], prove_launch=True)
+    assert status == "ok" and r["launcher"] == "systemd" and r["unit"] == "sglang-sglang.service", r
+    facts = r["unit_facts"]
+    assert facts == dict(sglang_unit.unit_facts("sglang", world.log_dir, dirs[0], wfm.sys.executable),
+                         exists=False, loaded=False)
+    assert facts["path"] == unit_file(world)
+    assert facts["deployment_line"] == "# eagle-deploy deployment: %s run_dir=%s" % (
+        sglang_proc.deployment_name("sglang", world.log_dir), os.path.realpath(world.log_dir))
+    program = os.path.join(world.log_dir, "watcher", "sglang_watcher.py")
+    assert facts["exec_start"] == [wfm.sys.executable, "-I", program, world.log_dir, "sglang"]
+    assert fake.touched() == [] and os.listdir(dirs[0]) == []
+    assert not os.path.exists(os.path.join(world.log_dir, "watcher"))
+
+
+def test_auto_resolves_to_detached_without_systemd_and_returns_no_unit(world):  # noqa: F811
+    status, r = run(world, check_mode=True, launcher="auto",
+                    inject={"booted": lambda: (False, "no /run/systemd/system")})
+    assert status == "ok" and r["launcher"] == "detached" and "unit_facts" not in r, r  # the role's unit tasks skip
+
+
+EXPECTED_UNIT = """#
+# Ansible managed
+#
+# Written by eagle-deploy (role sglang_server, tasks/unit.yml). Changes here are replaced on its next run.
+# eagle-deploy deployment: m-0123456789ab run_dir=/srv/run
+[Unit]
+Description=SGLang server m (eagle-deploy watcher)
+After=network-online.target
+Wants=network-online.target
+StartLimitIntervalSec=600
+StartLimitBurst=3
+
+[Service]
+Type=notify
+NotifyAccess=main
+ExecStart="/usr/bin/python3" "-I" "/srv/run/watcher/sglang_watcher.py" "/srv/run" "m"
+Restart=on-failure
+RestartSec=10
+RestartPreventExitStatus=78
+TimeoutStartSec=960s
+TimeoutStopSec=30s
+KillMode=control-group
+LimitMEMLOCK=infinity
+LimitNOFILE=1048576
+SyslogIdentifier=sglang-m
+
+[Install]
+WantedBy=multi-user.target
+"""
+
+
+def facts_for(words, name="m", run_dir="/srv/run"):
+    return {"name": "sglang-%s.service" % name, "path": "/etc/systemd/system/sglang-%s.service" % name,
+            "deployment_line": "# eagle-deploy deployment: m-0123456789ab run_dir=/srv/run", "python": words[0],
+            "program": words[2], "run_dir": run_dir, "exec_start": words, "exists": False, "loaded": False}
+
+
+def test_the_template_renders_the_unit():
+    words = ["/usr/bin/python3", "-I", "/srv/run/watcher/sglang_watcher.py", "/srv/run", "m"]
+    text = role_unit.render(facts_for(words), name="m")
+    assert text == EXPECTED_UNIT
+    assert sglang_unit.unit_owner(text) == ("m-0123456789ab", "/srv/run")
+    assert "RestartPreventExitStatus=%d" % sglang_watcher.EXIT_PERMANENT in text.splitlines()
+
+
+@pytest.mark.parametrize("stall, stop, start_line, stop_line", [
+    (0, 30, "TimeoutStartSec=infinity", "TimeoutStopSec=30s"),
+    (120, 0, "TimeoutStartSec=180s", "TimeoutStopSec=1s"),
+    ("900", "10", "TimeoutStartSec=960s", "TimeoutStopSec=10s"),  # (-e gives strings)
+])
+def test_the_templates_timeouts_follow_stall_and_stop_timeout(stall, stop, start_line, stop_line):
+    words = ["/usr/bin/python3", "-I", "/srv/run/watcher/sglang_watcher.py", "/srv/run", "m"]
+    lines = role_unit.render(facts_for(words), name="m", stall_timeout=stall, stop_timeout=stop).splitlines()
+    assert start_line in lines and stop_line in lines
+
+
+def test_the_templates_exec_start_quotes_every_word_for_systemd():
+    # Backslashes and quotes escaped, % doubled (a specifier otherwise), spaces kept inside the quotes.
+    words = ['/opt/py thon/bin/python3', "-I", '/srv/r"u%n\\x/watcher/sglang_watcher.py', '/srv/r"u%n\\x', "m"]
+    line = next(l for l in role_unit.render(facts_for(words), name="m").splitlines() if l.startswith("ExecStart="))
+    assert line == ('ExecStart="/opt/py thon/bin/python3" "-I" "/srv/r\\"u%%n\\\\x/watcher/sglang_watcher.py" '
+                    '"/srv/r\\"u%%n\\\\x" "m"')
+    assert sglang_unit.exec_words(line[len("ExecStart="):]) == words
+
+
+@pytest.mark.parametrize("managed", ["Ansible managed", "Managed by Ansible: {file} on {host}\nDo not edit"])
+def test_a_unit_from_the_template_is_recognised_as_ours_whatever_ansible_managed_says(managed):
+    words = ["/usr/bin/python3", "-I", "/srv/run/watcher/sglang_watcher.py", "/srv/run", "m"]
+    text = role_unit.render(facts_for(words), name="m", managed=managed)
+    assert sglang_unit.unit_owner(text) == ("m-0123456789ab", "/srv/run")
+    assert text.split("\n[Unit]\n", 1)[1] == EXPECTED_UNIT.split("\n[Unit]\n", 1)[1]
+
+
+def test_a_routine_rerun_through_the_role_changes_nothing(world):  # noqa: F811
+    status, r, fake = systemd_run(world, READY)
+    assert status == "ok", r
+    before = os.stat(unit_file(world)).st_mtime_ns, open(unit_file(world)).read()
+    dirs = unit_dirs(world)
+    inject = {"systemctl": fake, "booted": lambda: (True, None), "unit_dirs": dirs}
+    status, r = run(world, check_mode=True, inject=inject, launcher="systemd", unit_dir=dirs[0])
+    assert status == "ok" and r["unit_facts"]["exists"] and r["unit_facts"]["loaded"], r
+    assert role_unit.install(r["unit_facts"], stall_timeout=120) is False  # the template task: unchanged
+    assert (os.stat(unit_file(world)).st_mtime_ns, open(unit_file(world)).read()) == before

@@ -34,7 +34,7 @@ import urllib.request
 PROPS = ("ActiveState", "SubState", "Result", "StatusText", "MainPID", "InvocationID", "NRestarts", "ExecMainStatus",
          "ExecMainCode", "UnitFileState", "ControlGroup", "StartLimitBurst", "StartLimitIntervalUSec", "Restart",
          "RestartPreventExitStatus", "Type", "FragmentPath", "ActiveEnterTimestampMonotonic", "KillMode",
-         "TimeoutStartUSec", "User")
+         "TimeoutStartUSec", "User", "NeedDaemonReload")
 
 
 def show(unit):

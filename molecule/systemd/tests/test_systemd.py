@@ -27,6 +27,10 @@ PORT = V["sglang_server_port"]
 RUN_DIR = hostcheck.RUN_DIR
 CONFIG_DIR = hostcheck.role_default("sglang_install_config_dir")
 UNIT = "sglang-sglang.service"
+UNIT_MARK = "# Written by eagle-deploy (role sglang_server, tasks/unit.yml). Changes here are replaced on its next run."
+# The task of module_call.yml that failed: the role's check (tasks/unit.yml, before its template), or the module alone.
+ROLE_CHECK = "Check the unit of this name and resolve the launcher (changes nothing)"
+MODULE_CALL = "Call wait_for_model with the case's arguments"
 BASE_URL = f"http://127.0.0.1:{PORT}"
 CASES = Path(os.environ.get("MOLECULE_EPHEMERAL_DIRECTORY", "/nonexistent")) / "systemd-cases"
 # What kill -9 of one of its schedulers makes of a server (module_utils/sglang_log.py's classes).
@@ -61,6 +65,21 @@ def test_unit_is_ours_enabled_notify_and_active(host):
     assert u["FragmentPath"] == f"/etc/systemd/system/{UNIT}"
     f = host.file(u["FragmentPath"])
     assert (f.user, f.group, f.mode) == ("root", "root", 0o644)
+
+
+def test_the_unit_file_is_the_roles_template_and_records_its_deployment(host):
+    """roles/sglang_server/templates/sglang.service.j2, written by tasks/unit.yml: ansible_managed, the mark and the
+    deployment line (name + the run dir's hash, as the module computes it) in its header; loaded as it is on disk."""
+    text = host.file(f"/etc/systemd/system/{UNIT}").content_string
+    header = text.split("\n[Unit]\n", 1)[0].splitlines()
+    assert "# Ansible managed" in header, header
+    assert UNIT_MARK in header, header
+    deployment = [line for line in header if line.startswith("# eagle-deploy deployment: sglang-")]
+    assert len(deployment) == 1 and deployment[0].endswith(f" run_dir={RUN_DIR}"), header
+    assert "wait_for_model" not in text
+    exec_start = next(line for line in text.splitlines() if line.startswith("ExecStart="))
+    assert exec_start.endswith(f' "-I" "{RUN_DIR}/watcher/sglang_watcher.py" "{RUN_DIR}" "sglang"'), exec_start
+    assert unit(host)["NeedDaemonReload"] == "no"
 
 
 def test_status_text_says_ready(host):
@@ -288,20 +307,23 @@ def test_no_zombies_and_no_stray_server(host, procs, name):
 
 
 # --------------------------------------------------------------------------- units that are not this deployment's
-def refused(run, *named):
-    """A wait_for_model result that refused before anything: failed, each named thing in its message."""
+def refused(run, *named, by=ROLE_CHECK):
+    """A wait_for_model result that refused before anything: failed, each named thing in its message; by the role's
+    check (before its template: nothing of the unit written) or by the module alone."""
     res = run["result"]
     assert res.get("failed") is True, res
+    assert res.get("failed_task") == by, res.get("failed_task")
     assert "Nothing was stopped or launched." in res["msg"], res["msg"]
     for what in named:
         assert what in res["msg"], (what, res["msg"])
-    assert not res.get("stopped") and not res.get("unit_written"), res
+    assert not res.get("stopped"), res
 
 
 def test_second_deployment_of_the_name_is_refused_in_check_mode_and_for_real():
     r = record("second_deployment")
     for run in (r["check"], r["run"]):
         refused(run, f"/etc/systemd/system/{UNIT}", RUN_DIR, "choose another name")
+    refused(r["module"], f"/etc/systemd/system/{UNIT}", RUN_DIR, "choose another name", by=MODULE_CALL)
 
 
 def test_second_deployment_left_the_first_serving_and_untouched():
@@ -318,7 +340,8 @@ def test_a_unit_of_the_name_we_did_not_write_is_refused_and_runs_on(case):
     path = r.get("path") or r["before"]["unit"]["FragmentPath"]
     if case == "transient":
         assert path == "/run/systemd/transient/sglang-transient.service"
-    refused(r["run"], path, "transient unit" if case == "transient" else "did not write")
+    for run, by in ((r["run"], ROLE_CHECK), (r["module"], MODULE_CALL)):
+        refused(run, path, "transient unit" if case == "transient" else "did not write", by=by)
     assert r["before"]["unit"]["ActiveState"] == "active"
     assert r["after"] == r["before"]  # same process, same invocation, same file; no unit of ours was written
     assert r["after"]["ours"] is None
@@ -327,9 +350,23 @@ def test_a_unit_of_the_name_we_did_not_write_is_refused_and_runs_on(case):
 def test_a_foreign_drop_in_is_refused_for_a_start_and_for_stop_yml():
     r = record("dropin")
     refused(r["run"], r["path"], "drop-in")
+    refused(r["module"], r["path"], "drop-in", by=MODULE_CALL)
     assert r["stop"]["rc"] != 0 and r["path"] in r["stop"]["tail"], r["stop"]["tail"][-2000:]
     assert r["before"]["unit"]["ActiveState"] == "active" and r["before"]["health"] == 200
     assert r["after"] == r["before"]  # the server serves on, its unit and the drop-in unchanged
+
+
+# --------------------------------------------------------------------------- a unit the module wrote, taken over
+def test_takeover_the_roles_template_replaced_the_unit_the_module_wrote_without_a_restart():
+    r = record("takeover")
+    assert r["before"]["text"] == r["old"] and r["old"].startswith("# Written by eagle-deploy (wait_for_model).")
+    assert r["rerun"]["rc"] == 0, r["rerun"]["tail"]
+    assert r["after"]["text"] == r["template"]  # the role's template again, byte for byte
+    assert r["after"]["unit"] == r["before"]["unit"]  # same MainPID, InvocationID, NRestarts: not restarted
+    assert r["after"]["health"] == 200 and r["after"]["unit"]["ActiveState"] == "active"
+    assert r["need_reload"] == "no"  # the handler reloaded systemd
+    log = Path(r["rerun"]["log"]).read_text(errors="replace")
+    assert "RUNNING HANDLER [sglang_server : Reload systemd units]" in log, r["rerun"]["tail"][-3000:]
 
 
 # --------------------------------------------------------------------------- a serving server whose health fails
