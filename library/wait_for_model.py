@@ -665,7 +665,6 @@ import fcntl
 import json
 import os
 import pwd
-import sys
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -674,17 +673,14 @@ from ansible.module_utils import sglang_contract
 from ansible.module_utils import sglang_proc
 from ansible.module_utils import sglang_progress
 from ansible.module_utils.sglang_progress import operator_text
-from ansible.module_utils import sglang_unit
 from ansible.module_utils.sglang_inputs import Inputs, Orphaned, Prober, WaitError, open_log
 from ansible.module_utils.sglang_launch import Cgroups, Popener, Supervision, Supervisors
 from ansible.module_utils.sglang_lock import RunLock
 from ansible.module_utils import sglang_plan as plan
 from ansible.module_utils.sglang_status_client import StatusWait, Verdicts
 from ansible.module_utils.sglang_stop import Stopper
-from ansible.module_utils.sglang_unit import (
-    CHECK_PROPS, UNIT_DIRS, CallerWatch, Systemctl, enable_problem, launch_problem, parse_show, systemd_here,
-    unit_facts, unit_files_on_disk, unit_loaded, unit_name, unit_owner, unit_refusal,
-)
+from ansible.module_utils.sglang_unit_check import UnitGuard
+from ansible.module_utils.sglang_unit import CallerWatch, Systemctl, systemd_here
 from ansible.module_utils.sglang_watch import ProcView, Watch, explain, http_status, start_of_line
 
 # Seconds between SIGTERM and SIGKILL at most when stopping a server whose wait failed (it serves nothing, and the
@@ -739,60 +735,7 @@ class ModelWaiter(object):
         self.stopper = Stopper(self)  # asking it (or systemd) to stop
         self.status = StatusWait(self)  # waiting on its status file
         self.verdicts = Verdicts(self)  # its verdict as the module's result
-
-    def unit_path(self):
-        return os.path.join(self.p["unit_dir"], unit_name(self.p["name"]))
-
-    def our_deployment(self):
-        """(deployment, run dir's real path): what our unit's second line records (sglang_unit.deployment_line)."""
-        return sglang_proc.deployment_name(self.p["name"], self.run_dir), os.path.realpath(self.run_dir)
-
-    def check_unit(self):
-        """Before anything is written or stopped (check mode too): the unit of our name may only be our own
-        deployment's. systemd is asked (FragmentPath, DropInPaths, Transient, LoadState) and every unit dir it reads
-        is looked at on disk (a file it has not loaded yet); then whatever would make the role's ``systemctl enable``
-        fail. Returns what the role's unit template needs (RV(unit_facts)). A launch (state=started, not check mode)
-        also needs the unit there, written by the role's unit tasks and loaded by systemd: the module writes none."""
-        p = self.p
-        unit, path = unit_name(p["name"]), self.unit_path()
-        if any(c in self.run_dir for c in "\n\r"):
-            raise WaitError("run_dir %r has a line break: the unit records its run dir on one line; choose another "
-                            "run_dir. Nothing was stopped or launched." % self.run_dir)
-        rc, out, err = self.systemctl("show", "-p", ",".join(CHECK_PROPS), unit)
-        if rc != 0:
-            raise WaitError("systemctl show %s failed (rc=%s): %s. Nothing was stopped or launched."
-                            % (unit, rc, (err or "").strip()[-300:]))
-        dirs = self.unit_dirs
-        if dirs is None:
-            dirs = [p["unit_dir"]] + [d for d in UNIT_DIRS if os.path.normpath(d) != os.path.normpath(p["unit_dir"])]
-        show = parse_show(out)
-        found = unit_files_on_disk(unit, dirs)
-        why = unit_refusal(unit, show, found, path, *self.our_deployment())
-        if why:
-            raise WaitError(why)
-        self.unit_before = dict(found).get(path)  # our own unit's text (None: there is none)
-        facts = unit_facts(p["name"], self.run_dir, p["unit_dir"], sys.executable)
-        facts.update(exists=self.unit_before is not None, loaded=unit_loaded(show, path))
-        self.result.update(unit=unit, unit_facts=facts)
-        if p["state"] != "started":
-            return
-        why = enable_problem(p["unit_dir"], unit, path)
-        if why is None and not self.module.check_mode:
-            why = launch_problem(unit, path, self.unit_before, show)
-        if why:
-            raise WaitError(why)
-
-    def check_unit_still_ours(self, what):
-        """Right before systemd acts on our unit (start, stop, disable): its file carries our mark and our deployment.
-        Anything else is refused, naming the file."""
-        path = self.unit_path()
-        text = sglang_unit.read_regular(path)
-        owner = unit_owner(text) if text is not None else None
-        if owner != self.our_deployment():
-            raise WaitError("%s is not this deployment's unit (%s): refusing to %s it. Choose another name for this "
-                            "deployment (name), or remove that unit yourself. Nothing was stopped or launched." % (
-                                path, "not a regular file" if text is None else "not written by eagle-deploy"
-                                if owner is None else "it belongs to run_dir %s" % owner[1], what))
+        self.unit = UnitGuard(self)  # launcher systemd: the unit of our name is this deployment's, or refused
 
     def warn(self, text):
         """A module warning, its control characters escaped: it may quote the server's log (a client's prompt)."""
@@ -910,28 +853,8 @@ class ModelWaiter(object):
         if state is not None or self.stopper.unit_active():
             self.stopper._stop(state or {"pid": None, "unverified": True})
         if self.launcher == "systemd":
-            return self.launch_service(parts, fp)
+            return self.sup.launch_unit(parts, fp)
         return self.sup.launch(parts, fp)
-
-    def must(self, *args):
-        rc, _out, err = self.systemctl(*args)
-        if rc != 0:
-            raise WaitError("systemctl %s failed (rc=%s): %s" % (" ".join(args), rc, (err or "").strip()[-300:]))
-
-    def launch_service(self, parts, fp):
-        """Install the watcher program (the unit's ExecStart), write its config (0600: it holds the secret_environment
-        values, never the API key, which the watcher reads from the server's own --config file) and start our unit
-        without blocking (a Type=notify start blocks until READY=1); then wait on the watcher's status file. The
-        unit is the role's (check_unit made sure it is there, ours and loaded); the module writes, reloads and
-        enables none."""
-        self.check_unit_still_ours("start")  # (another deployment may have taken the name since check_unit)
-        self.sup.install_watcher()
-        token = self.sup.supervisor_config(parts, fp)
-        unit = unit_name(self.p["name"])
-        self.systemctl("reset-failed", unit)  # a unit that hit its start limit refuses a start until reset
-        self.must("start", "--no-block", unit)
-        self.result.update(changed=True, unit=unit)
-        return self.status.wait_service(token, attached=False)
 
     def wait(self, state, handle, attached, watch=None, resumed=False):
         """Poll the watchers, decide, sleep; then drain the log and report. ``resumed``: a later step of a launch

@@ -221,7 +221,7 @@ class Inputs(object):
         # and in check mode (the tasks that create the directories did not run) a start is reported.
         self.w.fresh = not os.path.isdir(log_dir) or not os.path.isdir(self.w.run_dir)
         if self.w.launcher == "systemd" and not (self.w.fresh and p["state"] == "stopped"):
-            self.w.check_unit()  # check mode and a fresh host too: a unit of our name that is not ours is refused
+            self.w.unit.check_unit()  # check mode and a fresh host too: a unit of our name that is not ours is refused
         if self.w.fresh and (p["state"] == "stopped" or check):
             self.w.missing_files = [f for f in p["fingerprint_files"] if not os.path.isfile(f)]
             return

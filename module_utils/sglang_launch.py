@@ -171,6 +171,21 @@ class Supervision(object):
         self.w.result.update(changed=True, tree_tracking=tracking, supervisor_pid=handle.pid)
         return self.w.status.wait_service(token, attached=False, supervisor=handle)
 
+    def launch_unit(self, parts, fp):
+        """Install the watcher program (the unit's ExecStart), write its config (0600: it holds the secret_environment
+        values, never the API key, which the watcher reads from the server's own --config file) and start our unit
+        without blocking (a Type=notify start blocks until READY=1); then wait on the watcher's status file. The
+        unit is the role's (check_unit made sure it is there, ours and loaded); the module writes, reloads and
+        enables none."""
+        self.w.unit.check_unit_still_ours("start")  # (another deployment may have taken the name since check_unit)
+        self.install_watcher()
+        token = self.supervisor_config(parts, fp)
+        unit = unit_name(self.w.p["name"])
+        self.w.systemctl("reset-failed", unit)  # a unit that hit its start limit refuses a start until reset
+        self.w.unit.must("start", "--no-block", unit)
+        self.w.result.update(changed=True, unit=unit)
+        return self.w.status.wait_service(token, attached=False)
+
     def open_supervisor_log(self):
         """The detached supervisor's stderr: ``<run_dir>/<name>.supervisor.log`` (0600, appended), opened in the
         trusted run dir without following a symlink."""

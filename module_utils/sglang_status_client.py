@@ -302,7 +302,7 @@ class Verdicts(object):
             self.w.result["stopped_after_failure"] = {"unit": unit, "how": "the watcher ends the failed tree"}
             return
         if decided is not None:
-            self.w.must("stop", "--no-block", unit)
+            self.w.unit.must("stop", "--no-block", unit)
             self.w.result["stopped_after_failure"] = {"unit": unit, "how": "systemctl stop --no-block"}
             return
         self.w.stopper.stop_unit()

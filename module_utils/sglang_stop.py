@@ -25,14 +25,14 @@ class Stopper(object):
 
     def unit_active(self):
         """Whether our unit (systemd launcher) is loaded and not inactive: it may run a server with no run state yet."""
-        if self.w.launcher != "systemd" or not os.path.exists(self.w.unit_path()):
+        if self.w.launcher != "systemd" or not os.path.exists(self.w.unit.unit_path()):
             return False
         return self.w.systemctl.show(unit_name(self.w.p["name"])).get("ActiveState", "inactive") not in ("inactive", "failed")
 
     def _stop(self, state, disable=False):
         """Stop our recorded server (its tree, or what is left of it) and forget it. A bare pidfile
         proves nothing and is only removed. A server our unit runs is stopped by systemd (its cgroup)."""
-        if os.path.exists(self.w.unit_path()) and (state.get("launcher") == "systemd" or self.w.launcher == "systemd"):
+        if os.path.exists(self.w.unit.unit_path()) and (state.get("launcher") == "systemd" or self.w.launcher == "systemd"):
             self.stop_unit(disable)
             if not state.get("unverified") and state.get("pid") is not None:
                 left = sorted(set(sglang_proc.our_tree(state)) | set(sglang_proc.orphans_of(state)))
@@ -70,7 +70,7 @@ class Stopper(object):
         signals the unit's whole cgroup, waits TimeoutStopSec (stop_timeout), then SIGKILLs what is left."""
         unit = unit_name(self.w.p["name"])
         args = ("disable", "--now", unit) if disable else ("stop", unit)
-        self.w.check_unit_still_ours(" ".join(args[:-1]))
+        self.w.unit.check_unit_still_ours(" ".join(args[:-1]))
         t0 = self.w.clock()
         rc, _out, err = self.w.systemctl(*args)
         if rc != 0:
@@ -79,7 +79,7 @@ class Stopper(object):
 
     def stop_only(self):
         state, ours = self.w._existing()
-        if self.w.launcher == "systemd" and os.path.exists(self.w.unit_path()):
+        if self.w.launcher == "systemd" and os.path.exists(self.w.unit.unit_path()):
             # The unit goes down (and stays down at boot); systemd stops its whole cgroup.
             show = self.w.systemctl.show(unit_name(self.w.p["name"]))
             enabled = show.get("UnitFileState") == "enabled"

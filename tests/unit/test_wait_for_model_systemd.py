@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import sys
 import stat
 
 import pytest
@@ -134,7 +135,7 @@ def systemd_run(world, script, check_mode=False, fake=None, role=True, **args): 
         with open(os.open(config, os.O_WRONLY | os.O_CREAT, 0o600), "w") as fh:
             fh.write('# {{ ansible_managed }}\nmodel-path: "/models/m"\napi-key: "%s"\nport: 30000\n' % KEY)
     params = dict(launcher="systemd", unit_dir=dirs[0], api_key=KEY, run_as=None, port=free_port(),
-                  argv=[wfm.sys.executable, "-m", "sglang.launch_server", "--config", config])
+                  argv=[sys.executable, "-m", "sglang.launch_server", "--config", config])
     params.update(args)
     if role and params.get("state", "started") == "started":
         status, result = role_unit_tasks(world, inject, params, check_mode)
@@ -169,7 +170,7 @@ def test_launch_writes_the_unit_the_program_and_a_private_config_then_waits_for_
     assert sglang_unit.unit_owner(unit) is not None and unit.splitlines()[3].startswith(sglang_unit.UNIT_MARK)
     assert "sk-unit" not in unit  # the unit file is world-readable: no secret in it
     program = os.path.join(world.log_dir, "watcher", "sglang_watcher.py")
-    assert ('"%s" "-I" "%s"' % (wfm.sys.executable, program)) in unit
+    assert ('"%s" "-I" "%s"' % (sys.executable, program)) in unit
     for fname in sglang_watcher.PROGRAM_FILES:
         path = os.path.join(world.log_dir, "watcher", fname)
         assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
@@ -340,8 +341,8 @@ def test_an_attach_never_takes_an_earlier_attempts_verdict(world, stops, module_
     unit_dir = dirs[0]
     fake = FakeSystemd(world, unit_dir, [])
     fake.active = "activating"
-    role_unit.install(sglang_unit.unit_facts("sglang", world.log_dir, unit_dir, wfm.sys.executable))  # the role's
-    parts = sglang_plan.fingerprint_parts([wfm.sys.executable, "-m", "sglang.launch_server", "--config", "/etc/sglang.yaml"],
+    role_unit.install(sglang_unit.unit_facts("sglang", world.log_dir, unit_dir, sys.executable))  # the role's
+    parts = sglang_plan.fingerprint_parts([sys.executable, "-m", "sglang.launch_server", "--config", "/etc/sglang.yaml"],
                                   {}, [], {}, None)
     parts["launcher"] = sglang_plan._h("systemd")
     record_self_as_server(world, fingerprint=sglang_plan.fingerprint_of(parts), attempt=2, launcher="systemd")
@@ -425,7 +426,7 @@ def test_a_systemd_launch_whose_config_file_does_not_hold_the_key_is_refused_bef
     if content is not None:
         with open(config, "w") as fh:
             fh.write(content)
-    argv = [wfm.sys.executable, "-m", "sglang.launch_server"] + [
+    argv = [sys.executable, "-m", "sglang.launch_server"] + [
         a.replace("CONFIG", config).replace("MISSING", config + ".missing") for a in argv_tail]
     status, r, fake = systemd_run(world, READY, argv=argv)
     assert status == "failed" and why in r["msg"] and "Nothing was stopped or launched" in r["msg"], r
@@ -586,7 +587,7 @@ def test_the_module_alone_refuses_a_launch_without_the_roles_unit(world, stops):
                          ids=["changed on disk", "not loaded"])
 def test_a_unit_that_systemd_has_not_loaded_as_it_is_on_disk_is_not_started(world, props):  # noqa: F811
     dirs = unit_dirs(world)
-    role_unit.install(sglang_unit.unit_facts("sglang", world.log_dir, dirs[0], wfm.sys.executable))
+    role_unit.install(sglang_unit.unit_facts("sglang", world.log_dir, dirs[0], sys.executable))
     fake = FakeSystemd(world, dirs[0], READY)
     fake.props = props
     status, r, fake = systemd_run(world, READY, fake=fake, role=False)
@@ -623,7 +624,7 @@ def test_a_stop_acts_only_on_a_unit_file_of_our_deployment(world, stops):  # noq
     assert fake.touched() == [] and not stops
 
 
-def old_module_unit_text(run_dir, deployment_line=True, python=wfm.sys.executable, stall_timeout=120):
+def old_module_unit_text(run_dir, deployment_line=True, python=sys.executable, stall_timeout=120):
     """The unit as wait_for_model itself wrote it before the unit became the role's template (its mark on the first
     line, then the deployment line, which still older versions did not write)."""
     program = os.path.join(run_dir, "watcher", "sglang_watcher.py")
@@ -700,13 +701,13 @@ def test_the_roles_check_returns_what_the_template_needs_and_writes_nothing(worl
     status, r = run(world, check_mode=True, inject=inject, launcher="auto", unit_dir=dirs[0], prove_launch=True)
     assert status == "ok" and r["launcher"] == "systemd" and r["unit"] == "sglang-sglang.service", r
     facts = r["unit_facts"]
-    assert facts == dict(sglang_unit.unit_facts("sglang", world.log_dir, dirs[0], wfm.sys.executable),
+    assert facts == dict(sglang_unit.unit_facts("sglang", world.log_dir, dirs[0], sys.executable),
                          exists=False, loaded=False)
     assert facts["path"] == unit_file(world)
     assert facts["deployment_line"] == "# eagle-deploy deployment: %s run_dir=%s" % (
         sglang_proc.deployment_name("sglang", world.log_dir), os.path.realpath(world.log_dir))
     program = os.path.join(world.log_dir, "watcher", "sglang_watcher.py")
-    assert facts["exec_start"] == [wfm.sys.executable, "-I", program, world.log_dir, "sglang"]
+    assert facts["exec_start"] == [sys.executable, "-I", program, world.log_dir, "sglang"]
     assert fake.touched() == [] and os.listdir(dirs[0]) == []
     assert not os.path.exists(os.path.join(world.log_dir, "watcher"))
 
