@@ -55,6 +55,7 @@ class StatusWait(object):
         # The watcher ends the start at `timeout` after the launch (its own clock, with the phase it reached); this
         # is the backstop when it cannot, counted from the launch too (its status's started_at), never per step.
         deadline = t0 + p["timeout"] + SERVICE_TIMEOUT_MARGIN
+        from_launch = False  # the deadline counted from the status's started_at (the launch) yet
         step_end = t0 + p["step_time"] if p["step_time"] else None
         shown_at, show, st = None, {}, None
         while True:
@@ -62,8 +63,11 @@ class StatusWait(object):
             # this launch's status (its token), or, attached, the recorded attempt's: never an earlier attempt's verdict
             mine = sglang_contract.status_of(st, token, attempt) is not None
             verdict = st.get("verdict") if mine else None
-            if mine and isinstance(st.get("started_at"), (int, float)):
-                deadline = t0 + max(0.0, p["timeout"] + SERVICE_TIMEOUT_MARGIN - max(0.0, self.w.wall() - st["started_at"]))
+            if mine and not from_launch and isinstance(st.get("started_at"), (int, float)):
+                # once, at the first status of ours: what is left of timeout + margin since the launch, from now
+                from_launch = True
+                deadline = self.w.clock() + max(0.0, p["timeout"] + SERVICE_TIMEOUT_MARGIN -
+                                                max(0.0, self.w.wall() - st["started_at"]))
             if verdict == "ready":
                 return self.w.verdicts.service_ready(st, attached)
             if verdict == "stopped":

@@ -252,6 +252,17 @@ def test_the_watcher_gets_the_timeout_and_the_backstop_counts_from_the_launch_no
     assert ("stop", "sglang-sglang.service") in fake.calls
 
 
+def test_the_backstop_ends_at_timeout_plus_margin_after_the_launch_not_before(world):  # noqa: F811
+    # A watcher that never writes a verdict (the load goes on): the module's backstop is timeout + margin after the
+    # launch (its status's started_at), however often the status is read meanwhile; never about half of it.
+    script = [(0.5, {"phase": "loading_weights", "shards": [1, 4], "started_at": 1000.0})]
+    status, r, fake = systemd_run(world, script, timeout=60, inject_wall=True)
+    assert world.t0 == 1000.0  # the launch, as started_at says
+    assert status == "failed" and r["crash_class"] == "timeout"
+    waited = world.now - world.t0
+    assert 60 + sglang_unit.SERVICE_TIMEOUT_MARGIN - 0.5 <= waited <= 60 + sglang_unit.SERVICE_TIMEOUT_MARGIN + 1.5, waited
+
+
 def test_a_stop_during_the_load_is_reported_as_stopped_not_as_a_crash(world):  # noqa: F811
     script = [READY[0], (1.0, {"verdict": "stopped", "status": "stopped", "phase": "loading_weights"})]
     status, r, fake = systemd_run(world, script)
