@@ -15,8 +15,9 @@ description:
     log file, and blocks until the health URL answers 200, a crash is seen, or the deadline passes.
   - What acts is evidence that no client can write - the launched process exiting, a long-lived child
     of it (a scheduler, the detokenizer) dying while the parent lives on, neither log growth nor any
-    health answer for O(stall_timeout) seconds (a hang), not healthy by O(timeout); with
-    O(state=watched), the health URL failing O(unhealthy_after) requests in a row.
+    health answer for O(stall_timeout) seconds (a hang), not healthy by O(timeout); once it serves, the health
+    URL failing O(unhealthy_after) requests in a row. The supervisor program decides; the module follows neither the
+    log nor the processes itself (O(state=watched) waits on the supervisor's word).
   - The log explains and hurries; it never acts alone. Its crash signatures (C(module_utils/sglang_log.py),
     built against real SGLang logs) name the class, the hint, the deciding line and the traceback of a
     failure that evidence proved, and make the module ask the health URL at once. A crash the log shows
@@ -32,9 +33,9 @@ description:
   - Idempotent. When our server is running and healthy and its fingerprint (argv, environment,
     the hashes of O(fingerprint_files) and O(fingerprint_data)) is unchanged, nothing is touched
     and C(changed=false). When it is running with the same fingerprint but did not answer the first
-    health request (still loading after an interrupted run, or busy), the module attaches to it and waits
-    instead of restarting a 10-minute load; it reads only what is logged from then on (history is never
-    judged again) and gives each health request O(health_timeout).
+    health request (still loading after an interrupted run, or busy), the module attaches to it and waits on its
+    supervisor's word instead of restarting a 10-minute load (a detached server whose supervisor program is gone
+    and that does not answer is restarted, after the same checks as any restart).
   - Our previous server is stopped (its whole process tree, found from the run-state file and
     verified by start time, boot id and command line, so that a reused PID is never signalled;
     SIGTERM, then SIGKILL after O(stop_timeout)). A process that is not ours is never signalled.
@@ -53,12 +54,18 @@ options:
     description:
       - C(started) launches (or keeps) the server and waits for it.
       - C(stopped) stops our server's process tree, only ours, and removes the run state.
-      - C(watched) launches nothing; it reads our server's log from O(log_offset) and watches the log,
-        the process tree and the health URL for O(watch_time) seconds. It fails with the log's crash class
-        when the server died (a first decode request that killed it, say) or its health failed
-        O(unhealthy_after) requests in a row. When the log shows a crash, the watch goes on past O(watch_time)
-        until the health URL has either answered 200 to a request sent after the crash line or failed
-        O(unhealthy_after) times in a row. Use it after smoke requests.
+      - C(watched) launches and watches nothing itself; it needs our server recorded and its supervisor running
+        (the unit active, or the detached supervisor program alive), else it fails (nothing watches the server -
+        run with C(started) to put a supervisor back). For O(watch_time) seconds it waits on the supervisor's status
+        file and asks the health URL itself (every O(health_interval) s; the supervisor asks a serving server only
+        every O(serve_health_interval) s). It fails with the supervisor's report (class, deciding line, traceback)
+        when the supervisor decided a failure of the recorded attempt, before or during the window (a first decode
+        request that killed the server, say), or when its own health requests failed O(unhealthy_after) in a row.
+        It ends healthy only once the window is over, the supervisor has read the log to where it ended then with
+        no crash line standing there (a crash line the supervisor neither proved nor cleared yet keeps the watch
+        going), and its last health request answered 200. Crash lines the supervisor set aside (the server
+        outlived them) at or after O(log_offset) are returned as RV(log_crash) with a warning. Use it after smoke
+        requests.
     type: str
     choices: [started, stopped, watched]
     default: started
@@ -150,31 +157,36 @@ options:
     type: int
   health_timeout:
     description:
-      - Seconds one health request may take with O(state=watched) and for the "already healthy?" check
-        of O(state=started). A loaded server can answer C(/health_generate) slowly.
+      - Seconds one health request may take with O(state=watched), for the "already healthy?" check
+        of O(state=started), and for the supervisor's requests to a serving server. A loaded server can answer
+        C(/health_generate) slowly.
     type: float
     default: 10.0
   unhealthy_after:
     description:
-      - With O(state=watched), the server is declared unhealthy only after this many failed health
-        requests in a row (no answer, or not 200); at the end of O(watch_time) the module keeps asking
-        (at least 1 s apart) until a request answers 200 or this many have failed.
+      - A serving server (the supervisor's requests) or a watched one (O(state=watched), the watch's own
+        requests) is declared unhealthy only after this many failed health requests in a row (no answer, or not
+        200), at least 1 s apart; at the end of O(watch_time) the watch keeps asking until a request answers 200 or
+        this many have failed.
     type: int
     default: 3
   serve_health_interval:
     description:
-      - With O(launcher=systemd), seconds between two health requests the watcher program sends to a serving
-        server (each C(/health_generate) costs it a 1-token generation). Each request is given O(health_timeout);
-        O(unhealthy_after) failures in a row fail the unit (exit 69, restarted by C(Restart=on-failure)).
+      - Seconds between two health requests the supervisor program sends to a serving server (each
+        C(/health_generate) costs it a 1-token generation; both launchers). Each request is given O(health_timeout);
+        O(unhealthy_after) failures in a row fail it (exit 69; under systemd restarted by C(Restart=on-failure)).
+        While a crash line the log shows stands (neither proven nor cleared), it asks every O(health_interval) s
+        instead (a failed request at least 1 s after the last).
       - Read by the watcher program when the unit starts; a change applies at the next (re)start of the server.
     type: float
     default: 10.0
   log_offset:
     description:
-      - With O(state=watched), the byte offset of the log where the watch starts; what was written before
-        it is never evidence (an old crash, a prompt echoed by C(--log-requests)). C(0) reads the whole log
-        of the current attempt; C(-1) starts at the current end of the log. Use RV(log_offset) of an
-        earlier call, taken before the requests whose effect is watched.
+      - With O(state=watched), the byte offset of the attempt log where the watch starts; a crash line the
+        supervisor set aside before it (an old one, a prompt echoed by C(--log-requests)) is not reported. C(0)
+        reports those of the whole log of the current attempt; C(-1) starts at the current end of the log. Use
+        RV(log_offset) of an earlier call, taken before the requests whose effect is watched. A failure the
+        supervisor decided is reported whatever the offset.
       - An offset inside a line starts at the next line.
     type: int
     default: 0
@@ -241,16 +253,14 @@ options:
   stop_timeout:
     description:
       - Seconds between SIGTERM and SIGKILL when stopping our server before a restart or with O(state=stopped).
-      - After a failed wait (O(stop_on_failure)) the grace is at most 1 s (C(FAILED_STOP_GRACE)) - a server that
-        crashed or hangs serves nothing and only holds its GPU memory, and the task reports the failure once it is
-        stopped. With O(launcher=systemd) the watcher program ends a failed start's tree itself after it wrote the
-        verdict; the module does not wait for it (a restartable failure is kept from restarting with
-        C(systemctl stop --no-block)).
+      - The supervisor program ends a failed server's tree itself after it wrote the verdict; the module does not
+        wait for it (under systemd a restartable failure is kept from restarting with C(systemctl stop --no-block)).
     type: int
     default: 30
   stop_on_failure:
-    description: Stop our server's tree when the wait fails (it holds GPU memory and cannot serve). A wait fails
-      only on evidence (see the description), never on a log line alone (RV(log_crash)).
+    description: Stop our server when the wait of O(state=started) fails (it holds GPU memory and cannot serve). A
+      wait fails only on evidence (see the description), never on a log line alone (RV(log_crash)). With
+      O(state=watched) the module stops nothing; the supervisor ends a server whose failure it decided.
     type: bool
     default: true
   force_restart:
@@ -340,8 +350,8 @@ attributes:
         server's interpreter once (C(-c '')) as O(run_as), to prove that a restart could launch.
       - With O(state=started) and our server running with the same fingerprint but not healthy yet, it
         reports that it would wait, and does not wait.
-      - With O(state=watched) it watches as usual (it reads the log, the process tree and the health URL),
-        but a failure only reports RV(would_stop).
+      - With O(state=watched) it watches as usual (it reads the status file and the log's size and tail, and asks
+        the health URL); it never stops anything in any mode.
   diff_mode:
     support: none
   platform:
@@ -411,7 +421,7 @@ pid:
   sample: 41235
 log_path:
   description: Log file of this attempt.
-  returned: always, with O(state=started)
+  returned: always, with O(state=started) and O(state=watched)
   type: str
   sample: /var/log/sglang/sglang_r3.log
 attempt:
@@ -456,7 +466,8 @@ crash_class:
     - Class of the failure. From the log - python_exception, bad_config, warmup_failed,
       first_request_crash, cuda_graph_capture, cuda_oom, kv_pool_oom, cuda_error, nccl,
       compile_error, child_sigquit, killed, port_in_use, native_crash, watchdog_timeout. From the
-      process or the clock - exited, child_died, stalled, timeout, unhealthy (O(state=watched) only).
+      process or the clock - exited, child_died, stalled, timeout, unhealthy (a serving or watched server).
+      C(stopped) when the server was stopped during the wait.
   returned: on failure
   type: str
   sample: cuda_oom
@@ -496,7 +507,7 @@ traceback:
   elements: str
 log_tail:
   description: Last O(log_tail_lines) lines of the log.
-  returned: with O(state=started)
+  returned: with O(state=started) and O(state=watched)
   type: list
   elements: str
 rc:
@@ -516,9 +527,9 @@ stale_state:
   sample: "PID 812 was reused by another process (start time differs)"
 log_offset:
   description:
-    - Byte offset of the end of the log as far as it was read (the end of the log when the server was
-      kept as it was). Pass it as O(log_offset) to a later O(state=watched) to watch only what was
-      written after this call.
+    - Byte offset of the end of the log (O(state=watched) - at the start of a line not finished yet, when the
+      watch ended; O(state=started) - when the server was kept as it was). Pass it as O(log_offset) to a later
+      O(state=watched) to report only the crash lines written after this call.
   returned: with O(state=started) when a server runs, and with O(state=watched)
   type: int
   sample: 183344
@@ -528,7 +539,8 @@ log_watched_from:
   type: int
   sample: 183344
 health_polls:
-  description: Health requests of the wait - how many, how many failed in a row at the end, and the last status (null - no answer).
+  description: Health requests of the wait (O(state=watched) - the watch's own) - how many, how many failed in a row
+    at the end, and the last status (null - no answer).
   returned: with O(state=started) after a wait, and with O(state=watched)
   type: dict
   sample: {"polls": 12, "failed_in_a_row": 0, "last": 200}
@@ -550,7 +562,8 @@ lock_wait:
   type: float
   sample: 0.0
 would_stop:
-  description: In check mode, a failure that would have stopped our server (with O(stop_on_failure)); nothing was signalled.
+  description: In check mode, a failure of O(state=started) that would have stopped our server (with
+    O(stop_on_failure)); nothing was signalled.
   returned: on failure in check mode
   type: bool
   sample: true
@@ -572,8 +585,9 @@ evidence:
   type: str
   sample: "worker PID 41290 of the server died"
 stopped_after_failure:
-  description: What stopping our server after a failure did (O(stop_on_failure)).
-  returned: on failure, when something was signalled
+  description: What stopping our server after a failure did (O(stop_on_failure)), or C(how) the supervisor ends it
+    (C(the supervisor ends the failed tree)).
+  returned: on failure, when something was stopped or the supervisor ends the server
   type: dict
   sample: {"signalled": [41235], "killed": [], "remaining": [], "seconds": 0.4}
 pruned_logs:
@@ -588,9 +602,11 @@ supervisor_pid:
   type: int
   sample: 41234
 supervisor:
-  description: C(gone) when our detached server ran without its supervisor program; C(restored) when one was put
-    back (C(--adopt)) without a restart.
-  returned: with O(launcher=detached) when the server's supervisor was gone
+  description: C(gone) when our detached server ran without its supervisor program (O(state=started) - put back
+    with C(restored) when the server answers, else the server is restarted; O(state=watched) - the watch fails,
+    nothing watches the server, a unit that is not active included); C(restored) when one was put back
+    (C(--adopt)) without a restart.
+  returned: when the server's supervisor was gone
   type: str
   sample: restored
 log_writer_pid:
@@ -663,12 +679,13 @@ import time
 from urllib.parse import urlparse
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_log import LogClassifier, LogFollower, tail_lines
+from ansible.module_utils.sglang_log import tail_lines
 from ansible.module_utils import sglang_proc
 from ansible.module_utils import sglang_progress
 from ansible.module_utils.sglang_progress import operator_text
 from ansible.module_utils import sglang_redact
 from ansible.module_utils import sglang_unit
+from ansible.module_utils import sglang_watched
 from ansible.module_utils import sglang_watcher
 from ansible.module_utils.sglang_exec import (
     INTERPRETER_RX, PROBE_TIMEOUT, exec_problem, may_access, resolve_exec, walk_as, which_as,
@@ -680,7 +697,7 @@ from ansible.module_utils.sglang_unit import (
 )
 from ansible.module_utils.sglang_paths import file_sha256
 from ansible.module_utils.sglang_watch import (
-    ProcView, Waker, Watch, explain, http_status, next_attempt, point_link, prune_attempts, start_of_line,
+    ProcView, Waker, http_status, next_attempt, point_link, prune_attempts,
 )
 
 
@@ -843,10 +860,6 @@ ADOPT_RECORD_WAIT = 10
 
 # The detached supervisor's own lines (its stderr; what the journal holds for a unit), in the run dir.
 SUPERVISOR_LOG = "%s.supervisor.log"
-
-# Seconds between SIGTERM and SIGKILL at most when stopping a server whose wait failed (it serves nothing, and the
-# task waits for the stop: SGLang 0.5.17 keeps a crashed scheduler around for 10 s and more).
-FAILED_STOP_GRACE = 1
 
 
 def check_ranges(p):
@@ -1353,11 +1366,31 @@ class ModelWaiter(object):
             self.unlock()
 
     def watch(self):
-        state, ours = self._existing()
+        """``state: watched``: wait ``watch_time`` s on the supervisor's status file and report what it decided or set
+        aside (``sglang_watched``); the module itself follows neither the log nor the processes."""
+        state, _ours = self._existing()
         if state is None or state.get("unverified") or not state.get("log_path"):
             raise WaitError("no server of ours is recorded in %s (name %s): nothing to watch"
                             % (self.run_dir, self.p["name"]))
-        return self.wait(state, handle=None, attached=True, watch=self.p["watch_time"])
+        unit = unit_name(self.p["name"]) if state.get("launcher") == "systemd" else None
+
+        def supervised():
+            if unit is not None:
+                return self.systemctl.show(unit).get("ActiveState") in ("active", "activating", "reloading")
+            return self.supervisors.alive(state)
+        log_fd = open_log(state["log_path"], self.p["log_dir"], self.reader(state))
+        try:
+            fields, notes = sglang_watched.Watched(
+                self.p, state, log_fd, self.read_status, supervised,
+                lambda timeout: self.http(self.p["health_url"], self.headers(), timeout), self.clock, self.sleep,
+                self.background_health, run_dir=self.run_dir if self.real_sleep and self.events else None,
+                unit=unit).run()
+        finally:
+            os.close(log_fd)
+        self.result.update(fields)
+        for note in notes:
+            self.warn(note)
+        return self.result
 
     def _existing(self):
         """(state, ours?) of the recorded server; applies on_foreign_pid for a reused PID."""
@@ -1392,6 +1425,7 @@ class ModelWaiter(object):
         self.result["fingerprint"] = fp
         state, ours = self._existing()
         resuming = p["resume_attempt"] is not None and ours and p["resume_attempt"] == state.get("attempt")
+        gone = None  # why a server of the same fingerprint is restarted (its supervisor gone, no health answer)
         if ours and state.get("fingerprint") == fp and (not p["force_restart"] or resuming):
             if self.launcher == "systemd" and self.sync_service():
                 self.result["changed"] = True  # the unit or the watcher program was brought up to date (no restart)
@@ -1406,8 +1440,10 @@ class ModelWaiter(object):
                 # writer process, recorded as `log_writer` (stop_tree ends it last). A host upgraded with that server
                 # running keeps it, reports its writer, and stops it cleanly. Current versions record none.
                 self.result["log_writer_pid"] = state["log_writer"]["pid"]
-            if detached_alone:
-                self.supervisor_gone(state, healthy=code == 200)
+            if detached_alone and code != 200:
+                self.result["supervisor"] = "gone"  # restarted below, under a supervisor of its own
+            elif detached_alone:
+                self.supervisor_gone(state, healthy=True)
             elif resuming and not self.module.check_mode:
                 # A later step of the launch this task started: its supervisor's verdict (and the load's times) is
                 # the answer, also when our own probe was answered first.
@@ -1429,7 +1465,7 @@ class ModelWaiter(object):
                         self.record_load(state, st)
                 self.result["progress"] = self.progress_of(st, state.get("launcher") or "detached")
                 return self.result
-            if self.module.check_mode:
+            if self.module.check_mode and not detached_alone:
                 self.result["msg"] = "server with the same fingerprint is running but not healthy yet; would wait for it"
                 return self.result
             if self.launcher == "systemd" and state.get("launcher") == "systemd":
@@ -1437,7 +1473,9 @@ class ModelWaiter(object):
             if not detached_alone:  # its supervisor decides; wait on its status file, as for a unit
                 return self.wait_service(None, attached=not resuming, attempt=state.get("attempt"),
                                          supervisor=lambda: None if self.supervisor_alive(state) else -1)
-            return self.wait(state, handle=None, attached=not resuming, resumed=resuming)
+            # Nothing watches it and it does not answer health: the module watches no server itself. It is restarted
+            # under a supervisor of its own, after the same checks as any restart (check mode: reported).
+            gone = "its supervisor program is gone and the server does not answer health"
         if p["resume_attempt"] is not None and not resuming:
             # A later step of a launch whose server is gone: the attempt it waited for ended between two steps (a
             # stop, a crash). Its supervisor's verdict is the answer; starting it again is not this step's to do.
@@ -1447,7 +1485,9 @@ class ModelWaiter(object):
                 if st["verdict"] == "stopped":
                     return self.service_stopped(st, {})
                 return self.service_failed(st, {})
-        if not ours:
+        if gone:
+            reason = gone
+        elif not ours:
             reason = "not running"
         elif state.get("fingerprint") == fp:
             reason = "force_restart"
@@ -2080,93 +2120,6 @@ class ModelWaiter(object):
             r.update(pid=st.get("server_pid"), log_path=st.get("log_path"))
         return r
 
-    # ---------------------------------------------------------------- the wait loop
-    def wait(self, state, handle, attached, watch=None, resumed=False):
-        """Poll the watchers, decide, sleep; then drain the log and report. ``resumed``: a later step of a launch
-        wait (step_time, resume_attempt): the log is read from its start and the deadline counts from the launch."""
-        p = self.p
-        t0 = self.clock()
-        since_launch = 0.0
-        if resumed:
-            since_launch = max(0.0, self.wall() - state.get("started_at", self.wall()))
-        deadline = t0 + (watch if watch is not None else max(0.0, p["timeout"] - since_launch))
-        step_end = t0 + p["step_time"] if p["step_time"] and watch is None else None
-        log_fd = open_log(state["log_path"], p["log_dir"], self.reader(state))
-        follower = LogFollower("/proc/self/fd/%d" % log_fd, start_offset=self._watch_offset(log_fd, watch, attached))
-        ask = lambda timeout: self.http(p["health_url"], self.headers(), timeout)  # noqa: E731 - one line
-        w = Watch(follower, LogClassifier(clock=lambda: self.clock() - t0 + since_launch), t0, deadline, self.clock,
-                  handle, state["pid"], self.procs, state.get("start_time"), ask, self.background_health, p,
-                  watching=watch is not None, patient=watch is not None or attached, events=self.events)
-        try:
-            while True:
-                verdict = w.look(self.clock())
-                if verdict is not None:
-                    break
-                if step_end is not None and self.clock() >= step_end:
-                    break
-                if watch is None:
-                    self.check_caller()
-                w.pause(p["poll_interval"], self.sleep, self.real_sleep, until=step_end)
-        except BaseException:
-            w.close()
-            raise
-        finally:
-            elapsed = self.clock() - t0 + since_launch  # a later step reports the time since the launch
-        if verdict is None:  # this step is over, the load goes on: report progress, keep the phases for the next
-            w.close()
-            follower.close()
-            os.close(log_fd)
-            st = self.detached_status(state, w, resumed, None)
-            return self.pending(self.progress_of(st, "detached"), {"server_pid": state["pid"],
-                                                                    "log_path": state["log_path"]})
-        w.drain(verdict, p["settle_time"], p["poll_interval"], self.sleep)
-        w.close()
-        self.result["log_offset"] = follower.offset
-        self.result["health_polls"] = w.health.summary()
-        follower.close()
-        os.close(log_fd)
-        result = self.report(verdict, w.log.clf, state, elapsed, w.leader.rc, w.children.died, attached,
-                             watch is not None, w.health, w.candidates)
-        if watch is None:
-            st = self.detached_status(state, w, resumed, verdict)
-            if verdict == "ready" and not attached:
-                self.record_load(state, st)
-            result["progress"] = self.progress_of(st, "detached")
-        if result.get("failed"):
-            self.stop_after_failure(state)
-        return result
-
-    def detached_status(self, state, w, resumed, verdict):
-        """The detached launcher's status (as the watcher program keeps it for the systemd launcher): phase,
-        shards and the phases with their seconds since the launch, kept in ``<name>.status.json`` so that the
-        next step of the same launch (resume_attempt) keeps the times of the phases it did not see happen."""
-        clf = w.log.clf
-        phases = [{"phase": ph["phase"], "at": round(ph["at"], 3)} for ph in clf.phases]
-        phase = clf.phase
-        if resumed or self.result.get("log_watched_from") is not None:
-            # a later step, or an attach: what an earlier step of this attempt saw keeps its times
-            try:
-                prior = self.read_status() or {}
-            except WaitError:
-                prior = {}
-            if prior.get("attempt") == state.get("attempt") and isinstance(prior.get("phases"), list):
-                seen = set(ph.get("phase") for ph in prior["phases"] if isinstance(ph, dict))
-                phases = [ph for ph in prior["phases"] if isinstance(ph, dict)] + \
-                    [ph for ph in phases if ph["phase"] not in seen]
-                if phase == "launching" and phases:
-                    phase = phases[-1].get("phase") or phase
-        shards = list(clf.shards) if clf.shards else None
-        st = {"attempt": state.get("attempt"), "started_at": state.get("started_at"), "phase": phase,
-              "shards": shards, "phases": phases, "status": sglang_progress.status_text(phase, shards, verdict),
-              "verdict": verdict, "server_pid": state.get("pid"), "log_path": state.get("log_path"),
-              "launcher": "detached"}
-        if not self.module.check_mode:
-            try:
-                sglang_proc.write_files(self.run_dir, ((sglang_watcher.STATUS % self.p["name"], json.dumps(st)),))
-            except (OSError, sglang_proc.UntrustedState):
-                pass  # progress only: the wait itself never depends on it
-        return st
-
     def record_load(self, state, st):
         """A load that became ready: its phase durations, for the next load's ETA."""
         started = state.get("started_at")
@@ -2177,18 +2130,6 @@ class ModelWaiter(object):
                 state.get("attempt"), max(0.001, self.wall() - started), st["phases"], st["shards"]))
         except (OSError, ValueError, sglang_proc.UntrustedState):
             pass  # the ETA of the next load is a convenience
-
-    def _watch_offset(self, log_fd, watch, attached=False):
-        """Where the log is read from: 0 for a server this run launched; the current end (at a line start) when
-        it attaches to a running one (history is never judged again: only what is logged from now on counts);
-        for a watch ``log_offset`` (-1: the end), at a line start."""
-        if watch is None and not attached:
-            return 0  # a launch, or a later step of one (resumed)
-        size = os.fstat(log_fd).st_size
-        wanted = self.p["log_offset"] if watch is not None else -1
-        offset = start_of_line(log_fd, size if wanted == -1 else min(wanted, size))
-        self.result["log_watched_from"] = offset
-        return offset
 
     def _tail_of(self, state):
         """(log_tail, end offset) of the recorded log, read safely; ([], None) when there is none."""
@@ -2201,32 +2142,6 @@ class ModelWaiter(object):
             return tail_lines(os.pread(fd, 65536, max(0, size - 65536)), self.p["log_tail_lines"]), size
         finally:
             os.close(fd)
-
-    def report(self, verdict, clf, state, elapsed, rc, died, attached, watch_mode=False, health=None, candidates=None):
-        fields, note = explain(verdict, clf, state, elapsed, rc, died, attached, watch_mode, health, candidates,
-                               timeout=self.p["timeout"], stall_timeout=self.p["stall_timeout"],
-                               tail_lines=self.p["log_tail_lines"], msg=self.result.get("msg"))
-        self.result.update(fields)
-        if note:
-            self.warn(note)
-        return self.result
-
-    def stop_after_failure(self, state):
-        """A failed wait's server holds GPU memory and serves nothing: stop it (``stop_on_failure``), never in
-        check mode."""
-        r = self.result
-        if not self.p["stop_on_failure"]:
-            return
-        if self.module.check_mode:
-            r["would_stop"] = True  # check mode never signals
-            r["msg"] += " (check mode: the server was not stopped)"
-            return
-        stopped = sglang_proc.stop_tree(state, grace=min(self.p["stop_timeout"], FAILED_STOP_GRACE), clock=self.clock,
-                                        sleep=self.sleep)
-        if stopped["signalled"] or stopped["killed"]:
-            r["stopped_after_failure"] = stopped
-        if not stopped["remaining"]:
-            self._remove_cgroup(state)
 
     # ---------------------------------------------------------------- stop
     def stop_only(self):
