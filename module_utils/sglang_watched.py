@@ -73,7 +73,7 @@ def failure_fields(st, state, unit):
     return rep
 
 
-def gone_fields(state, unit, st, during):
+def gone_fields(state, unit, during):
     """No supervisor watches the recorded server (and it wrote no failure verdict)."""
     what = ("unit %s is not active" % unit if unit is not None else
             "its supervisor program is gone" if state.get("watcher") else
@@ -136,7 +136,8 @@ class Watched(object):
     def __init__(self, p, state, log_fd, read_status, supervised, ask, clock, sleep, background, run_dir=None,
                  unit=None):
         self.p, self.state, self.fd = p, state, log_fd
-        self.read_status, self.supervised, self.clock, self.sleep, self.unit = read_status, supervised, clock, sleep, unit
+        self.read_status, self.supervised, self.unit = read_status, supervised, unit
+        self.clock, self.sleep = clock, sleep
         self.waker = Waker.make() if run_dir is not None else None
         if self.waker is not None and not self.waker.watch_dir(run_dir):
             self.waker.close()
@@ -165,7 +166,7 @@ class Watched(object):
         if self.mine(st) and st.get("verdict") not in (None, "ready"):
             return self.fields(failure_fields(st, self.state, self.unit))
         if not self.supervised():
-            return self.fields(gone_fields(self.state, self.unit, st, during=False))
+            return self.fields(gone_fields(self.state, self.unit, during=False))
         if not self.mine(st) or st.get("verdict") != "ready":
             return self.not_serving(st)
         if "serving" not in st:
@@ -193,7 +194,7 @@ class Watched(object):
                     st = self.read_status()  # it may have written its verdict and ended since the last read
                     if self.mine(st) and st.get("verdict") not in (None, "ready"):
                         return self.fields(failure_fields(st, self.state, self.unit))
-                    return self.fields(gone_fields(self.state, self.unit, st, during=True))
+                    return self.fields(gone_fields(self.state, self.unit, during=True))
             if now >= end or self.health.unhealthy():
                 if size_end is None:
                     size_end = os.fstat(self.fd).st_size  # what the supervisor must have read before a word on it

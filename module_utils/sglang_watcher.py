@@ -185,7 +185,7 @@ class LogCopy(threading.Thread):
         os.close(self.pipe_fd)
 
 
-# ------------------------------------------------------------------------------ what a watch of the serving server reads
+# ------------------------------------------------------------------------------ what a watch of a serving server reads
 OUTLIVED = ("every server process stayed alive and the health URL answered 200 to a request sent after this line was "
             "read")
 SUPERSEDED = ("a later crash line after a raw request echo took its place (a client's prompt can write any line "
