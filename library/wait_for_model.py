@@ -349,7 +349,8 @@ attributes:
         (the lock is taken shared, and only when its file exists). Only with O(prove_launch) it starts the new
         server's interpreter once (C(-c '')) as O(run_as), to prove that a restart could launch.
       - With O(state=started) and our server running with the same fingerprint but not healthy yet, it
-        reports that it would wait, and does not wait.
+        reports that it would wait, and does not wait (a detached server whose supervisor program is gone - that it
+        would restart it).
       - With O(state=watched) it watches as usual (it reads the status file and the log's size and tail, and asks
         the health URL); it never stops anything in any mode.
   diff_mode:
