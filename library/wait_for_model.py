@@ -15,8 +15,9 @@ description:
     log file, and blocks until the health URL answers 200, a crash is seen, or the deadline passes.
   - What acts is evidence that no client can write - the launched process exiting, a long-lived child
     of it (a scheduler, the detokenizer) dying while the parent lives on, neither log growth nor any
-    health answer for O(stall_timeout) seconds (a hang), not healthy by O(timeout); with
-    O(state=watched), the health URL failing O(unhealthy_after) requests in a row.
+    health answer for O(stall_timeout) seconds (a hang), not healthy by O(timeout); once it serves, the health
+    URL failing O(unhealthy_after) requests in a row. The supervisor program decides; the module follows neither the
+    log nor the processes itself (O(state=watched) waits on the supervisor's word).
   - The log explains and hurries; it never acts alone. Its crash signatures (C(module_utils/sglang_log.py),
     built against real SGLang logs) name the class, the hint, the deciding line and the traceback of a
     failure that evidence proved, and make the module ask the health URL at once. A crash the log shows
@@ -32,9 +33,9 @@ description:
   - Idempotent. When our server is running and healthy and its fingerprint (argv, environment,
     the hashes of O(fingerprint_files) and O(fingerprint_data)) is unchanged, nothing is touched
     and C(changed=false). When it is running with the same fingerprint but did not answer the first
-    health request (still loading after an interrupted run, or busy), the module attaches to it and waits
-    instead of restarting a 10-minute load; it reads only what is logged from then on (history is never
-    judged again) and gives each health request O(health_timeout).
+    health request (still loading after an interrupted run, or busy), the module attaches to it and waits on its
+    supervisor's word instead of restarting a 10-minute load (a detached server whose supervisor program is gone
+    and that does not answer is restarted, after the same checks as any restart).
   - Our previous server is stopped (its whole process tree, found from the run-state file and
     verified by start time, boot id and command line, so that a reused PID is never signalled;
     SIGTERM, then SIGKILL after O(stop_timeout)). A process that is not ours is never signalled.
@@ -53,12 +54,18 @@ options:
     description:
       - C(started) launches (or keeps) the server and waits for it.
       - C(stopped) stops our server's process tree, only ours, and removes the run state.
-      - C(watched) launches nothing; it reads our server's log from O(log_offset) and watches the log,
-        the process tree and the health URL for O(watch_time) seconds. It fails with the log's crash class
-        when the server died (a first decode request that killed it, say) or its health failed
-        O(unhealthy_after) requests in a row. When the log shows a crash, the watch goes on past O(watch_time)
-        until the health URL has either answered 200 to a request sent after the crash line or failed
-        O(unhealthy_after) times in a row. Use it after smoke requests.
+      - C(watched) launches and watches nothing itself; it needs our server recorded and its supervisor running
+        (the unit active, or the detached supervisor program alive), else it fails (nothing watches the server -
+        run with C(started) to put a supervisor back). For O(watch_time) seconds it waits on the supervisor's status
+        file and asks the health URL itself (every O(health_interval) s; the supervisor asks a serving server only
+        every O(serve_health_interval) s). It fails with the supervisor's report (class, deciding line, traceback)
+        when the supervisor decided a failure of the recorded attempt, before or during the window (a first decode
+        request that killed the server, say), or when its own health requests failed O(unhealthy_after) in a row.
+        It ends healthy only once the window is over, the supervisor has read the log to where it ended then with
+        no crash line standing there (a crash line the supervisor neither proved nor cleared yet keeps the watch
+        going), and its last health request answered 200. Crash lines the supervisor set aside (the server
+        outlived them) at or after O(log_offset) are returned as RV(log_crash) with a warning. Use it after smoke
+        requests.
     type: str
     choices: [started, stopped, watched]
     default: started
@@ -150,31 +157,36 @@ options:
     type: int
   health_timeout:
     description:
-      - Seconds one health request may take with O(state=watched) and for the "already healthy?" check
-        of O(state=started). A loaded server can answer C(/health_generate) slowly.
+      - Seconds one health request may take with O(state=watched), for the "already healthy?" check
+        of O(state=started), and for the supervisor's requests to a serving server. A loaded server can answer
+        C(/health_generate) slowly.
     type: float
     default: 10.0
   unhealthy_after:
     description:
-      - With O(state=watched), the server is declared unhealthy only after this many failed health
-        requests in a row (no answer, or not 200); at the end of O(watch_time) the module keeps asking
-        (at least 1 s apart) until a request answers 200 or this many have failed.
+      - A serving server (the supervisor's requests) or a watched one (O(state=watched), the watch's own
+        requests) is declared unhealthy only after this many failed health requests in a row (no answer, or not
+        200), at least 1 s apart; at the end of O(watch_time) the watch keeps asking until a request answers 200 or
+        this many have failed.
     type: int
     default: 3
   serve_health_interval:
     description:
-      - With O(launcher=systemd), seconds between two health requests the watcher program sends to a serving
-        server (each C(/health_generate) costs it a 1-token generation). Each request is given O(health_timeout);
-        O(unhealthy_after) failures in a row fail the unit (exit 69, restarted by C(Restart=on-failure)).
+      - Seconds between two health requests the supervisor program sends to a serving server (each
+        C(/health_generate) costs it a 1-token generation; both launchers). Each request is given O(health_timeout);
+        O(unhealthy_after) failures in a row fail it (exit 69; under systemd restarted by C(Restart=on-failure)).
+        While a crash line the log shows stands (neither proven nor cleared), it asks every O(health_interval) s
+        instead (a failed request at least 1 s after the last).
       - Read by the watcher program when the unit starts; a change applies at the next (re)start of the server.
     type: float
     default: 10.0
   log_offset:
     description:
-      - With O(state=watched), the byte offset of the log where the watch starts; what was written before
-        it is never evidence (an old crash, a prompt echoed by C(--log-requests)). C(0) reads the whole log
-        of the current attempt; C(-1) starts at the current end of the log. Use RV(log_offset) of an
-        earlier call, taken before the requests whose effect is watched.
+      - With O(state=watched), the byte offset of the attempt log where the watch starts; a crash line the
+        supervisor set aside before it (an old one, a prompt echoed by C(--log-requests)) is not reported. C(0)
+        reports those of the whole log of the current attempt; C(-1) starts at the current end of the log. Use
+        RV(log_offset) of an earlier call, taken before the requests whose effect is watched. A failure the
+        supervisor decided is reported whatever the offset.
       - An offset inside a line starts at the next line.
     type: int
     default: 0
@@ -241,16 +253,14 @@ options:
   stop_timeout:
     description:
       - Seconds between SIGTERM and SIGKILL when stopping our server before a restart or with O(state=stopped).
-      - After a failed wait (O(stop_on_failure)) the grace is at most 1 s (C(FAILED_STOP_GRACE)) - a server that
-        crashed or hangs serves nothing and only holds its GPU memory, and the task reports the failure once it is
-        stopped. With O(launcher=systemd) the watcher program ends a failed start's tree itself after it wrote the
-        verdict; the module does not wait for it (a restartable failure is kept from restarting with
-        C(systemctl stop --no-block)).
+      - The supervisor program ends a failed server's tree itself after it wrote the verdict; the module does not
+        wait for it (under systemd a restartable failure is kept from restarting with C(systemctl stop --no-block)).
     type: int
     default: 30
   stop_on_failure:
-    description: Stop our server's tree when the wait fails (it holds GPU memory and cannot serve). A wait fails
-      only on evidence (see the description), never on a log line alone (RV(log_crash)).
+    description: Stop our server when the wait of O(state=started) fails (it holds GPU memory and cannot serve). A
+      wait fails only on evidence (see the description), never on a log line alone (RV(log_crash)). With
+      O(state=watched) the module stops nothing; the supervisor ends a server whose failure it decided.
     type: bool
     default: true
   force_restart:
@@ -338,9 +348,10 @@ attributes:
         (the lock is taken shared, and only when its file exists). Only with O(prove_launch) it starts the new
         server's interpreter once (C(-c '')) as O(run_as), to prove that a restart could launch.
       - With O(state=started) and our server running with the same fingerprint but not healthy yet, it
-        reports that it would wait, and does not wait.
-      - With O(state=watched) it watches as usual (it reads the log, the process tree and the health URL),
-        but a failure only reports RV(would_stop).
+        reports that it would wait, and does not wait (a detached server whose supervisor program is gone - that it
+        would restart it).
+      - With O(state=watched) it watches as usual (it reads the status file and the log's size and tail, and asks
+        the health URL); it never stops anything in any mode.
   diff_mode:
     support: none
   platform:
@@ -410,7 +421,7 @@ pid:
   sample: 41235
 log_path:
   description: Log file of this attempt.
-  returned: always, with O(state=started)
+  returned: always, with O(state=started) and O(state=watched)
   type: str
   sample: /var/log/sglang/sglang_r3.log
 attempt:
@@ -455,7 +466,8 @@ crash_class:
     - Class of the failure. From the log - python_exception, bad_config, warmup_failed,
       first_request_crash, cuda_graph_capture, cuda_oom, kv_pool_oom, cuda_error, nccl,
       compile_error, child_sigquit, killed, port_in_use, native_crash, watchdog_timeout. From the
-      process or the clock - exited, child_died, stalled, timeout, unhealthy (O(state=watched) only).
+      process or the clock - exited, child_died, stalled, timeout, unhealthy (a serving or watched server).
+      C(stopped) when the server was stopped during the wait.
   returned: on failure
   type: str
   sample: cuda_oom
@@ -495,7 +507,7 @@ traceback:
   elements: str
 log_tail:
   description: Last O(log_tail_lines) lines of the log.
-  returned: with O(state=started)
+  returned: with O(state=started) and O(state=watched)
   type: list
   elements: str
 rc:
@@ -515,9 +527,9 @@ stale_state:
   sample: "PID 812 was reused by another process (start time differs)"
 log_offset:
   description:
-    - Byte offset of the end of the log as far as it was read (the end of the log when the server was
-      kept as it was). Pass it as O(log_offset) to a later O(state=watched) to watch only what was
-      written after this call.
+    - Byte offset of the end of the log (O(state=watched) - at the start of a line not finished yet, when the
+      watch ended; O(state=started) - when the server was kept as it was). Pass it as O(log_offset) to a later
+      O(state=watched) to report only the crash lines written after this call.
   returned: with O(state=started) when a server runs, and with O(state=watched)
   type: int
   sample: 183344
@@ -527,7 +539,8 @@ log_watched_from:
   type: int
   sample: 183344
 health_polls:
-  description: Health requests of the wait - how many, how many failed in a row at the end, and the last status (null - no answer).
+  description: Health requests of the wait (O(state=watched) - the watch's own) - how many, how many failed in a row
+    at the end, and the last status (null - no answer).
   returned: with O(state=started) after a wait, and with O(state=watched)
   type: dict
   sample: {"polls": 12, "failed_in_a_row": 0, "last": 200}
@@ -549,7 +562,8 @@ lock_wait:
   type: float
   sample: 0.0
 would_stop:
-  description: In check mode, a failure that would have stopped our server (with O(stop_on_failure)); nothing was signalled.
+  description: In check mode, a failure of O(state=started) that would have stopped our server (with
+    O(stop_on_failure)); nothing was signalled.
   returned: on failure in check mode
   type: bool
   sample: true
@@ -571,8 +585,9 @@ evidence:
   type: str
   sample: "worker PID 41290 of the server died"
 stopped_after_failure:
-  description: What stopping our server after a failure did (O(stop_on_failure)).
-  returned: on failure, when something was signalled
+  description: What stopping our server after a failure did (O(stop_on_failure)), or C(how) the supervisor ends it
+    (C(the supervisor ends the failed tree)).
+  returned: on failure, when something was stopped or the supervisor ends the server
   type: dict
   sample: {"signalled": [41235], "killed": [], "remaining": [], "seconds": 0.4}
 pruned_logs:
@@ -587,9 +602,11 @@ supervisor_pid:
   type: int
   sample: 41234
 supervisor:
-  description: C(gone) when our detached server ran without its supervisor program; C(restored) when one was put
-    back (C(--adopt)) without a restart.
-  returned: with O(launcher=detached) when the server's supervisor was gone
+  description: C(gone) when our detached server ran without its supervisor program (O(state=started) - put back
+    with C(restored) when the server answers, else the server is restarted; O(state=watched) - the watch fails,
+    nothing watches the server, a unit that is not active included); C(restored) when one was put back
+    (C(--adopt)) without a restart.
+  returned: when the server's supervisor was gone
   type: str
   sample: restored
 log_writer_pid:
@@ -662,14 +679,12 @@ progress:
 """
 
 import fcntl
-import json
 import os
 import pwd
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_log import LogClassifier, LogFollower, tail_lines
-from ansible.module_utils import sglang_contract
+from ansible.module_utils.sglang_log import tail_lines
 from ansible.module_utils import sglang_proc
 from ansible.module_utils import sglang_progress
 from ansible.module_utils.sglang_progress import operator_text
@@ -680,12 +695,9 @@ from ansible.module_utils import sglang_plan as plan
 from ansible.module_utils.sglang_status_client import StatusWait, Verdicts
 from ansible.module_utils.sglang_stop import Stopper
 from ansible.module_utils.sglang_unit_check import UnitGuard
-from ansible.module_utils.sglang_unit import CallerWatch, Systemctl, systemd_here
-from ansible.module_utils.sglang_watch import ProcView, Watch, explain, http_status, start_of_line
-
-# Seconds between SIGTERM and SIGKILL at most when stopping a server whose wait failed (it serves nothing, and the
-# task waits for the stop: SGLang 0.5.17 keeps a crashed scheduler around for 10 s and more).
-FAILED_STOP_GRACE = 1
+from ansible.module_utils.sglang_unit import CallerWatch, Systemctl, systemd_here, unit_name
+from ansible.module_utils import sglang_watched
+from ansible.module_utils.sglang_watch import ProcView, http_status
 
 
 # ------------------------------------------------------------------------------ the work
@@ -770,11 +782,31 @@ class ModelWaiter(object):
             self.runlock.unlock()
 
     def watch(self):
-        state, ours = self._existing()
+        """``state: watched``: wait ``watch_time`` s on the supervisor's status file and report what it decided or set
+        aside (``sglang_watched``); the module itself follows neither the log nor the processes."""
+        state, _ours = self._existing()
         if state is None or state.get("unverified") or not state.get("log_path"):
             raise WaitError("no server of ours is recorded in %s (name %s): nothing to watch"
                             % (self.run_dir, self.p["name"]))
-        return self.wait(state, handle=None, attached=True, watch=self.p["watch_time"])
+        unit = unit_name(self.p["name"]) if state.get("launcher") == "systemd" else None
+
+        def supervised():
+            if unit is not None:
+                return self.systemctl.show(unit).get("ActiveState") in ("active", "activating", "reloading")
+            return self.supervisors.alive(state)
+        log_fd = open_log(state["log_path"], self.p["log_dir"], self.inputs.reader(state))
+        try:
+            fields, notes = sglang_watched.Watched(
+                self.p, state, log_fd, self.status.read_status, supervised,
+                lambda timeout: self.http(self.p["health_url"], self.headers(), timeout), self.clock, self.sleep,
+                self.background_health, run_dir=self.run_dir if self.real_sleep and self.events else None,
+                unit=unit).run()
+        finally:
+            os.close(log_fd)
+        self.result.update(fields)
+        for note in notes:
+            self.warn(note)
+        return self.result
 
     def _existing(self):
         """(state, ours?) of the recorded server; applies on_foreign_pid for a reused PID."""
@@ -791,49 +823,10 @@ class ModelWaiter(object):
         resuming = plan.resuming(p, state, ours)
         action, reason = plan.start_plan(p, state, ours, fp, parts)
         if action == plan.KEEP:
-            if (self.launcher == "systemd" or state.get("watcher")) and self.sup.install_watcher()[1]:
-                self.result["changed"] = True  # the supervisor program brought up to date (its next start uses it)
-            detached_alone = state.get("launcher") != "systemd" and not self.sup.supervisor_alive(state)
-            code = self.http(p["health_url"], self.headers(), p["health_timeout"])
-            self.result.update(pid=state["pid"], log_path=state.get("log_path"), attempt=state.get("attempt"),
-                               restart_reason=None, tree_tracking=state.get("tree_tracking", "session"))
-            if sglang_proc.log_writer_of(state) is not None:
-                # a run state of an eagle-deploy older than the supervisor: its server's output goes through a log
-                # writer process, recorded as `log_writer` (stop_tree ends it last). A host upgraded with that server
-                # running keeps it, reports its writer, and stops it cleanly. Current versions record none.
-                self.result["log_writer_pid"] = state["log_writer"]["pid"]
-            if detached_alone:
-                self.sup.supervisor_gone(state, healthy=code == 200)
-            elif resuming and not self.module.check_mode:
-                # A later step of the launch this task started: its supervisor's verdict (and the load's times) is
-                # the answer, also when our own probe was answered first.
-                return self.status.wait_service(None, attached=False, attempt=state.get("attempt"), supervisor=None if (
-                    state.get("launcher") == "systemd") else (lambda: None if self.sup.supervisor_alive(state) else -1))
-            if code == 200:
-                tail, offset = self._tail_of(state)
-                self.result.update(elapsed=0.0, phases=[], phase="ready", log_tail=tail, log_offset=offset)
-                st = {"verdict": "ready", "phase": "ready", "attempt": state.get("attempt"),
-                      "started_at": state.get("started_at")}
-                if resuming and state.get("launcher") != "systemd":
-                    # the launch a previous step waited for answered between two steps: its load is done
-                    try:
-                        prior = self.status.read_status() or {}
-                    except WaitError:
-                        prior = {}
-                    if prior.get("attempt") == state.get("attempt"):
-                        st.update(phases=prior.get("phases") or [], shards=prior.get("shards"))
-                        self.status.record_load(state, st)
-                self.result["progress"] = self.status.progress_of(st, state.get("launcher") or "detached")
-                return self.result
-            if self.module.check_mode:
-                self.result["msg"] = "server with the same fingerprint is running but not healthy yet; would wait for it"
-                return self.result
-            if self.launcher == "systemd" and state.get("launcher") == "systemd":
-                return self.status.wait_service(None, attached=True, attempt=state.get("attempt"))
-            if not detached_alone:  # its supervisor decides; wait on its status file, as for a unit
-                return self.status.wait_service(None, attached=not resuming, attempt=state.get("attempt"),
-                                         supervisor=lambda: None if self.sup.supervisor_alive(state) else -1)
-            return self.wait(state, handle=None, attached=not resuming, resumed=resuming)
+            kept = self.keep(state, resuming)
+            if kept is not None:
+                return kept
+            reason = plan.GONE  # nothing watches it and it does not answer: restarted under a supervisor
         if p["resume_attempt"] is not None and not resuming:
             ended = plan.ended_between_steps(p, self.status.read_status())
             if ended is not None:  # a later step of a launch that ended meanwhile: its verdict is the answer
@@ -856,103 +849,58 @@ class ModelWaiter(object):
             return self.sup.launch_unit(parts, fp)
         return self.sup.launch(parts, fp)
 
-    def wait(self, state, handle, attached, watch=None, resumed=False):
-        """Poll the watchers, decide, sleep; then drain the log and report. ``resumed``: a later step of a launch
-        wait (step_time, resume_attempt): the log is read from its start and the deadline counts from the launch."""
+    def keep(self, state, resuming):
+        """Our server with the same fingerprint: the supervisor program brought up to date (no restart), then ready
+        when it answers, else its supervisor's word (a later step's verdict, or an attach). A detached one whose
+        supervisor is gone is given one back (``--adopt``) when it answers; None when it does not: the module
+        watches no server itself, so it is restarted."""
         p = self.p
-        t0 = self.clock()
-        since_launch = 0.0
-        if resumed:
-            since_launch = max(0.0, self.wall() - state.get("started_at", self.wall()))
-        deadline = t0 + (watch if watch is not None else max(0.0, p["timeout"] - since_launch))
-        step_end = t0 + p["step_time"] if p["step_time"] and watch is None else None
-        log_fd = open_log(state["log_path"], p["log_dir"], self.inputs.reader(state))
-        follower = LogFollower("/proc/self/fd/%d" % log_fd, start_offset=self._watch_offset(log_fd, watch, attached))
-        ask = lambda timeout: self.http(p["health_url"], self.headers(), timeout)  # noqa: E731 - one line
-        w = Watch(follower, LogClassifier(clock=lambda: self.clock() - t0 + since_launch), t0, deadline, self.clock,
-                  handle, state["pid"], self.procs, state.get("start_time"), ask, self.background_health, p,
-                  watching=watch is not None, patient=watch is not None or attached, events=self.events)
-        try:
-            while True:
-                verdict = w.look(self.clock())
-                if verdict is not None:
-                    break
-                if step_end is not None and self.clock() >= step_end:
-                    break
-                if watch is None:
-                    self.status.check_caller()
-                w.pause(p["poll_interval"], self.sleep, self.real_sleep, until=step_end)
-        except BaseException:
-            w.close()
-            raise
-        finally:
-            elapsed = self.clock() - t0 + since_launch  # a later step reports the time since the launch
-        if verdict is None:  # this step is over, the load goes on: report progress, keep the phases for the next
-            w.close()
-            follower.close()
-            os.close(log_fd)
-            st = self.detached_status(state, w, resumed, None)
-            return self.status.pending(self.status.progress_of(st, "detached"), {"server_pid": state["pid"],
-                                                                    "log_path": state["log_path"]})
-        w.drain(verdict, p["settle_time"], p["poll_interval"], self.sleep)
-        w.close()
-        self.result["log_offset"] = follower.offset
-        self.result["health_polls"] = w.health.summary()
-        follower.close()
-        os.close(log_fd)
-        result = self.report(verdict, w.log.clf, state, elapsed, w.leader.rc, w.children.died, attached,
-                             watch is not None, w.health, w.candidates)
-        if watch is None:
-            st = self.detached_status(state, w, resumed, verdict)
-            if verdict == "ready" and not attached:
-                self.status.record_load(state, st)
-            result["progress"] = self.status.progress_of(st, "detached")
-        if result.get("failed"):
-            self.stop_after_failure(state)
-        return result
+        if (self.launcher == "systemd" or state.get("watcher")) and self.sup.install_watcher()[1]:
+            self.result["changed"] = True  # the supervisor program brought up to date (its next start uses it)
+        systemd = state.get("launcher") == "systemd"
+        alone = not systemd and not self.sup.supervisor_alive(state)
+        code = self.http(p["health_url"], self.headers(), p["health_timeout"])
+        self.result.update(pid=state["pid"], log_path=state.get("log_path"), attempt=state.get("attempt"),
+                           restart_reason=None, tree_tracking=state.get("tree_tracking", "session"))
+        if sglang_proc.log_writer_of(state) is not None:
+            # a run state of an eagle-deploy older than the supervisor: its server's output goes through a log writer
+            # process, recorded as `log_writer` (stop_tree ends it last), kept and reported, and stopped cleanly.
+            self.result["log_writer_pid"] = state["log_writer"]["pid"]
+        if alone and code != 200:
+            self.result["supervisor"] = "gone"
+            return None
+        supervisor = None if systemd else (lambda: None if self.sup.supervisor_alive(state) else -1)
+        if alone:
+            self.sup.supervisor_gone(state, healthy=True)
+        elif resuming and not self.module.check_mode:
+            # A later step of the launch this task started: its supervisor's verdict (and the load's times) is the
+            # answer, also when our own probe was answered first.
+            return self.status.wait_service(None, attached=False, attempt=state.get("attempt"), supervisor=supervisor)
+        if code == 200:
+            return self.ready_now(state, resuming)
+        if self.module.check_mode:
+            self.result["msg"] = "server with the same fingerprint is running but not healthy yet; would wait for it"
+            return self.result
+        # its supervisor decides: wait on its status file
+        return self.status.wait_service(None, attached=not resuming, attempt=state.get("attempt"),
+                                        supervisor=supervisor)
 
-    def detached_status(self, state, w, resumed, verdict):
-        """The detached launcher's status (as the watcher program keeps it for the systemd launcher): phase,
-        shards and the phases with their seconds since the launch, kept in ``<name>.status.json`` so that the
-        next step of the same launch (resume_attempt) keeps the times of the phases it did not see happen."""
-        clf = w.log.clf
-        phases = [{"phase": ph["phase"], "at": round(ph["at"], 3)} for ph in clf.phases]
-        phase = clf.phase
-        if resumed or self.result.get("log_watched_from") is not None:
-            # a later step, or an attach: what an earlier step of this attempt saw keeps its times
+    def ready_now(self, state, resuming):
+        """Our kept server answered: ready, with its log's tail and end (the smoke watch's mark)."""
+        tail, offset = self._tail_of(state)
+        self.result.update(elapsed=0.0, phases=[], phase="ready", log_tail=tail, log_offset=offset)
+        st = {"verdict": "ready", "phase": "ready", "attempt": state.get("attempt"), "started_at": state.get("started_at")}
+        if resuming and state.get("launcher") != "systemd":
+            # the launch a previous step waited for answered between two steps: its load is done
             try:
                 prior = self.status.read_status() or {}
             except WaitError:
                 prior = {}
-            if prior.get("attempt") == state.get("attempt") and isinstance(prior.get("phases"), list):
-                seen = set(ph.get("phase") for ph in prior["phases"] if isinstance(ph, dict))
-                phases = [ph for ph in prior["phases"] if isinstance(ph, dict)] + \
-                    [ph for ph in phases if ph["phase"] not in seen]
-                if phase == "launching" and phases:
-                    phase = phases[-1].get("phase") or phase
-        shards = list(clf.shards) if clf.shards else None
-        st = {"attempt": state.get("attempt"), "started_at": state.get("started_at"), "phase": phase,
-              "shards": shards, "phases": phases, "status": sglang_progress.status_text(phase, shards, verdict),
-              "verdict": verdict, "server_pid": state.get("pid"), "log_path": state.get("log_path"),
-              "launcher": "detached"}
-        if not self.module.check_mode:
-            try:
-                sglang_proc.write_files(self.run_dir, ((sglang_contract.STATUS % self.p["name"], json.dumps(st)),))
-            except (OSError, sglang_proc.UntrustedState):
-                pass  # progress only: the wait itself never depends on it
-        return st
-
-    def _watch_offset(self, log_fd, watch, attached=False):
-        """Where the log is read from: 0 for a server this run launched; the current end (at a line start) when
-        it attaches to a running one (history is never judged again: only what is logged from now on counts);
-        for a watch ``log_offset`` (-1: the end), at a line start."""
-        if watch is None and not attached:
-            return 0  # a launch, or a later step of one (resumed)
-        size = os.fstat(log_fd).st_size
-        wanted = self.p["log_offset"] if watch is not None else -1
-        offset = start_of_line(log_fd, size if wanted == -1 else min(wanted, size))
-        self.result["log_watched_from"] = offset
-        return offset
+            if prior.get("attempt") == state.get("attempt"):
+                st.update(phases=prior.get("phases") or [], shards=prior.get("shards"))
+                self.status.record_load(state, st)
+        self.result["progress"] = self.status.progress_of(st, state.get("launcher") or "detached")
+        return self.result
 
     def _tail_of(self, state):
         """(log_tail, end offset) of the recorded log, read safely; ([], None) when there is none."""
@@ -965,35 +913,6 @@ class ModelWaiter(object):
             return tail_lines(os.pread(fd, 65536, max(0, size - 65536)), self.p["log_tail_lines"]), size
         finally:
             os.close(fd)
-
-    def report(self, verdict, clf, state, elapsed, rc, died, attached, watch_mode=False, health=None, candidates=None):
-        fields, note = explain(verdict, clf, state, elapsed, rc, died, attached, watch_mode, health, candidates,
-                               timeout=self.p["timeout"], stall_timeout=self.p["stall_timeout"],
-                               tail_lines=self.p["log_tail_lines"], msg=self.result.get("msg"))
-        self.result.update(fields)
-        if note:
-            self.warn(note)
-        return self.result
-
-    def stop_after_failure(self, state):
-        """A failed wait's server holds GPU memory and serves nothing: stop it (``stop_on_failure``), never in
-        check mode."""
-        r = self.result
-        if not self.p["stop_on_failure"]:
-            return
-        if self.module.check_mode:
-            r["would_stop"] = True  # check mode never signals
-            r["msg"] += " (check mode: the server was not stopped)"
-            return
-        stopped = sglang_proc.stop_tree(state, grace=min(self.p["stop_timeout"], FAILED_STOP_GRACE), clock=self.clock,
-                                        sleep=self.sleep)
-        if stopped["signalled"] or stopped["killed"]:
-            r["stopped_after_failure"] = stopped
-        if not stopped["remaining"]:
-            self.stopper._remove_cgroup(state)
-
-
-
 
 def argument_spec():
     return dict(

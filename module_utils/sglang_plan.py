@@ -50,6 +50,9 @@ def describe_change(old_parts, new_parts):
 
 KEEP = "keep"
 RESTART = "restart"
+# Why a kept server is restarted after all: detached, its supervisor gone, and it does not answer health (the module
+# watches no server itself).
+GONE = "its supervisor program is gone and the server does not answer health"
 
 
 def fingerprint(p, launcher):

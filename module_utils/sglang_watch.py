@@ -400,6 +400,9 @@ class HealthWatch(object):
         self.sent = None  # when the request under way was sent
         self.unanswered = None  # (sent, ended) of the last request that got no answer at all
         self.hang_bound = HANG_BOUND
+        # Serving (Watch.serve): with a crash line standing, the next request comes after this many seconds (a failed
+        # one at least 1 s after the last) instead of ``interval``, so the line is proven or cleared in seconds
+        self.hurry = None
 
     def crash_since(self):
         """When the crash line that arms the hang rule was read, or None. A crash after a raw request echo may be a
@@ -438,6 +441,8 @@ class HealthWatch(object):
                 self.unanswered = (self.sent, self.clock())  # refused (at once) or timed out (after its timeout)
             self.sent = None
             gap = self.interval if code == 200 or not self.patient else max(self.interval, 1.0)
+            if self.hurry is not None and self.log.clf.crash is not None:
+                gap = self.hurry if code == 200 else max(self.hurry, 1.0)  # a crash line stands: hurry
             self.next_at = self.clock() + gap
             if code is not None:
                 self.last_answer = self.clock()
@@ -915,9 +920,12 @@ class Watch(object):
         """The start is over (verdict ``ready``): from now on this is a watch of a serving server with no end. Deaths
         still decide at once; health failing ``unhealthy_after`` requests in a row (each given its full timeout, one
         every ``interval`` s: each ``/health_generate`` costs the server a generation) decides too; the clock no
-        longer does (no stall, no deadline); a crash line the server outlives is set aside."""
+        longer does (no stall, no deadline); a crash line the server outlives is set aside. While a crash line stands,
+        health is asked at the start's pace (``health_interval``, a failed request at least 1 s after the last), so
+        that the line is proven (``unhealthy_after`` failures) or cleared (a 200) in seconds, not minutes."""
         self.watching = True
         self.children.serving()
+        self.health.hurry = self.health.interval
         self.health.patient = True
         self.health.interval = interval
         self.health.deadline = float("inf")

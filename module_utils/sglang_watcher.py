@@ -21,8 +21,9 @@ Standard library only, plus the module_utils it is installed with (``wait_for_mo
   ``wait_for_model``: text never acts alone) and tells systemd: ``STATUS=`` at every phase and shard,
   ``EXTEND_TIMEOUT_USEC`` only while the log moves (a slow load that moves never times out; a stuck one fails by
   ``TimeoutStartSec``), ``READY=1`` only once the health URL (``/health_generate``: a real generation) answered 200;
-* keeps its state in ``<run_dir>/<name>.status.json`` (phase, shards, phases, verdict and the verdict's report) and
-  the load's phase durations in ``<run_dir>/<name>.loads.json`` once it is ready (the next load's ETA);
+* keeps its state in ``<run_dir>/<name>.status.json`` (phase, shards, phases, verdict and the verdict's report;
+  while serving, what a watch of the serving server reads: ``serving``, see ServingView) and the load's phase
+  durations in ``<run_dir>/<name>.loads.json`` once it is ready (the next load's ETA);
 * on a failure, prints the class and the evidence, and exits ``EXIT_PERMANENT`` (78) when a restart cannot fix it
   (any failure before ready except a hang: bad config, OOM at load, the early-init AttributeError on the readiness
   decode) or ``EXIT_RESTARTABLE`` (69) otherwise (the unit has ``RestartPreventExitStatus=78``);
@@ -71,6 +72,7 @@ PROGRAM_FILES = ("sglang_watcher.py", "sglang_contract.py", "sglang_watch.py", "
 SERVE_POLL = 0.5  # s between looks at a serving server's processes
 SERVE_HEALTH_INTERVAL = 10.0  # s between health requests to a serving server (each /health_generate is a generation)
 EXTEND_EVERY = 5.0  # s at least between two EXTEND_TIMEOUT_USEC (each one counts from when it is received)
+READ_EVERY = 1.0  # s at least between two status writes that only move ``serving.log_read`` (a log that grows)
 
 
 # ------------------------------------------------------------------------------ systemd
@@ -128,6 +130,97 @@ class LogCopy(threading.Thread):
             self._out(self.redactor.feed(data))
         self._out(self.redactor.flush())
         os.close(self.pipe_fd)
+
+
+# ------------------------------------------------------------------------------ what a watch of a serving server reads
+OUTLIVED = ("every server process stayed alive and the health URL answered 200 to a request sent after this line was "
+            "read")
+SUPERSEDED = ("a later crash line after a raw request echo took its place (a client's prompt can write any line "
+              "there)")
+
+
+class ServingView(object):
+    """``status["serving"]``: what a watch of the serving server (``wait_for_model state=watched``) reads, kept by the
+    supervisor while it serves. ``set_aside``: the crash lines it set aside (the server outlived them, or a later one
+    after a raw request echo took their place), the last ``KEEP``, each with its class, line (control characters
+    escaped), line number, byte ``offset`` of its line in the attempt log, hint, exception and why
+    (``set_aside_total`` counts them all); ``crash_pending``: the crash line that stands (not proven, not cleared
+    yet) or None; ``health``: the last answer and failures in a row; ``log_read``: the byte offset of the attempt log
+    it has read up to (None: it does not follow the log, an adopted server); and the numbers of its health watch.
+    ``update()`` says when the status must be written: when any of these changes, ``log_read`` alone at most every
+    ``READ_EVERY`` s (never on every look)."""
+
+    KEEP = 20
+    LINE_MAX = 500
+
+    def __init__(self, log_fd, settings, interval):
+        self.fd = log_fd  # the attempt log, read by position (pread), or None
+        self.numbers = {"serve_health_interval": interval, "health_interval": settings.get("health_interval"),
+                        "health_timeout": settings.get("health_timeout"),
+                        "unhealthy_after": settings.get("unhealthy_after")}
+        self.known = (1, 0)  # (line number, byte offset) of a line start found last
+        self.offsets = {}  # line number -> byte offset, of the lines asked for
+        self.set_aside = []
+        self.total = 0
+        self.taken = {"dismissed": 0, "superseded": 0}
+        self.view = None  # what was written last, without log_read
+        self.read = None
+        self.written_at = None
+
+    def offset_of(self, lineno):
+        """Byte offset of the start of line ``lineno`` (1: the first) of the attempt log, or None."""
+        if self.fd is None or not lineno or lineno < 1:
+            return None
+        if lineno in self.offsets:
+            return self.offsets[lineno]
+        line, pos = self.known if lineno >= self.known[0] else (1, 0)
+        while line < lineno:
+            chunk = os.pread(self.fd, 1 << 20, pos)
+            if not chunk:
+                return None
+            need = lineno - line
+            if chunk.count(b"\n") < need:
+                line += chunk.count(b"\n")
+                pos += len(chunk)
+                continue
+            at = -1
+            for _ in range(need):
+                at = chunk.find(b"\n", at + 1)
+            line, pos = lineno, pos + at + 1
+        self.known = (line, pos)
+        if len(self.offsets) >= 4 * self.KEEP:
+            self.offsets.clear()
+        self.offsets[lineno] = pos
+        return pos
+
+    def entry(self, crash, why=None):
+        text = sglang_progress.operator_text
+        out = {"class": crash["class"], "line": text(crash["line"])[:self.LINE_MAX], "lineno": crash["lineno"],
+               "offset": self.offset_of(crash["lineno"]), "hint": crash.get("hint"),
+               "exception": text(crash.get("exception") or "")[:self.LINE_MAX] or None}
+        if why is not None:
+            out["why"] = why
+        return out
+
+    def update(self, w, now):
+        """The ``serving`` fields to write now, or None when nothing a watch reads has changed."""
+        clf = w.log.clf
+        for kind, why in (("dismissed", OUTLIVED), ("superseded", SUPERSEDED)):
+            found = getattr(clf, kind, None) or []
+            for crash in found[self.taken[kind]:]:
+                self.set_aside = (self.set_aside + [self.entry(crash, why)])[-self.KEEP:]
+                self.total += 1
+            self.taken[kind] = len(found)
+        pending = clf.crash
+        view = {"set_aside": self.set_aside, "set_aside_total": self.total,
+                "crash_pending": self.entry(pending) if pending is not None else None,
+                "health": {"last": w.health.last, "failed_in_a_row": w.health.fails}}
+        view.update(self.numbers)
+        read = w.log.follower.offset if self.fd is not None else None
+        if view == self.view and (read == self.read or now - self.written_at < READ_EVERY):
+            return None
+        self.view, self.read, self.written_at = view, read, now
+        return dict(view, log_read=read)
 
 
 # ------------------------------------------------------------------------------ the program
@@ -309,6 +402,7 @@ class Watcher(object):
                                         lambda timeout: self.http(cfg["health_url"], headers, timeout), self.real,
                                         settings, events=settings.get("events", True))
         w.serve(settings.get("serve_health_interval", SERVE_HEALTH_INTERVAL))
+        view = ServingView(None, settings, w.health.interval)  # its log is not followed: log_read stays None
         w.children.poll(t0)
         w.children.serving()  # every child alive now is part of the serving server
         self.status = {"launch": cfg.get("launch"), "attempt": state.get("attempt"), "log_path": state.get("log_path"),
@@ -323,6 +417,7 @@ class Watcher(object):
             if verdict is not None and verdict != "ready":
                 self.code = self.failed(w, follower, state, verdict, self.clock() - t0, ready=True)
                 return
+            self.note_serving(view, w)
             yield SERVE_POLL
         self.code = self.stopped(follower, w)
 
@@ -424,13 +519,21 @@ class Watcher(object):
             self.code = None  # a unit test's fake stops at the verdict
             return
         w.serve(settings.get("serve_health_interval", SERVE_HEALTH_INTERVAL))
+        view = ServingView(log_read_fd, settings, w.health.interval)
         while not self.stopping:
             verdict = w.look(self.clock())
             if verdict is not None and verdict != "ready":
                 self.code = self.failed(w, follower, state, verdict, self.clock() - w.log.t0, ready=True)
                 return
+            self.note_serving(view, w)
             yield SERVE_POLL
         self.code = self.stopped(follower, w)
+
+    def note_serving(self, view, w):
+        """The status's ``serving`` fields (ServingView), written when what a watch reads has changed."""
+        fields = view.update(w, self.clock())
+        if fields is not None:
+            self.write_status(serving=fields)
 
     def signals(self):
         signal.signal(signal.SIGTERM, self._on_term)

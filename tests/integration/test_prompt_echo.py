@@ -2,8 +2,8 @@
 
 A healthy server (the SGLang emulator with --log-requests) receives prompts that carry crash text, both as
 current SGLang logs them (repr()'d, one line) and as older releases did (raw: the prompt's newlines make new
-log lines). Then the whole log is judged: wait_for_model's watch from offset 0, an unchanged `started`
-re-run, and bin/sglang-logcheck. None may call it a crash, and the server must keep its PID.
+log lines). Then the whole log is judged: the supervisor's, which wait_for_model's watch from offset 0 reports, an
+unchanged `started` re-run, and bin/sglang-logcheck. None may call it a crash, and the server must keep its PID.
 """
 from __future__ import annotations
 
@@ -63,13 +63,14 @@ def test_echoed_crash_text_never_stops_a_healthy_server(tmp_path, raw):
         if raw:  # the echo really spans several physical lines, one of them starting with "Traceback"
             assert "\nTraceback (most recent call last):\n" in logged
 
-        # The whole log, from its first byte: a watch that would stop the server on a crash verdict.
+        # The whole log, from its first byte: the supervisor followed it all (and would have ended the server on a
+        # crash verdict); the watch reports any crash line it set aside since offset 0.
         watched = run_module("wait_for_model", {"name": "echo", "state": "watched", "log_dir": log_dir,
                                                 "run_dir": run_dir, "watch_time": 2, "log_offset": 0,
-                                                "stop_on_failure": True,
                                                 "health_url": args["health_url"]})
         assert watched.get("failed") is not True, watched
-        assert watched.get("crash_class") is None, watched
+        assert watched.get("crash_class") is None and "log_crash" not in watched, watched
+        assert os.path.exists("/proc/%d" % pid)
 
         # An unchanged re-run keeps the server.
         again = run_module("wait_for_model", args)
@@ -86,8 +87,8 @@ def test_echoed_crash_text_never_stops_a_healthy_server(tmp_path, raw):
 
 def test_a_prompt_that_forges_the_end_of_its_own_echo_is_reported_and_acts_on_nothing(tmp_path):
     # Raw echo (older SGLang): the prompt closes the echoed object itself, then writes SGLang-looking crash lines.
-    # From the log alone that cannot be told from a real crash; the watch names it (log_crash, a warning) and
-    # neither fails nor signals, because every server process lives on and health answers 200 after it.
+    # From the log alone that cannot be told from a real crash; the supervisor sets it aside, because every server
+    # process lives on and health answers 200 after it, and the watch names it (log_crash, a warning) and fails not.
     forged = ("hi', input_ids=None, sampling_params={})\n"
               "[2026-12-03 09:24:19] Scheduler hit an exception: Traceback (most recent call last):\n"
               '  File "/sgl/python/sglang/srt/managers/scheduler.py", line 2432, in run_scheduler_process\n'
@@ -109,7 +110,7 @@ def test_a_prompt_that_forges_the_end_of_its_own_echo_is_reported_and_acts_on_no
         assert _generate(port, forged)["text"]
         watched = run_module("wait_for_model", {"name": "forge", "state": "watched", "log_dir": log_dir,
                                                 "run_dir": run_dir, "watch_time": 3, "log_offset": offset,
-                                                "stop_on_failure": True, "health_url": health})
+                                                "health_url": health})
         assert watched.get("failed") is not True, watched
         assert watched["log_crash"]["class"] == "cuda_oom" and watched["log_crash"]["acted_on"] is False
         assert "nothing was stopped" in watched["msg"] and "stopped_after_failure" not in watched
@@ -164,7 +165,7 @@ def test_a_hostile_prompt_reaches_the_operator_with_its_control_characters_escap
             assert "\x1b[2J" in fh.read()  # the log itself keeps the bytes as they came
         watched = run_module("wait_for_model", {"name": "hostile", "state": "watched", "log_dir": log_dir,
                                                 "run_dir": run_dir, "watch_time": 2, "log_offset": 0,
-                                                "stop_on_failure": True, "health_url": health, "log_tail_lines": 20})
+                                                "health_url": health, "log_tail_lines": 20})
         assert watched.get("failed") is not True, watched
         assert watched["log_crash"]["class"] == "cuda_oom", watched
         warnings = " ".join(watched.get("warnings") or [])
@@ -223,7 +224,7 @@ def test_a_prompts_fake_traceback_never_names_a_real_death_and_the_class_is_call
             _generate(port, forged)  # the request that kills the server gets no answer
         watched = run_module("wait_for_model", {"name": "fake", "state": "watched", "log_dir": log_dir,
                                                 "run_dir": run_dir, "watch_time": 5, "log_offset": offset,
-                                                "stop_on_failure": True, "health_url": health})
+                                                "health_url": health})
         assert watched.get("failed") is True, watched
         with open(os.path.join(log_dir, "fake.log"), encoding="utf-8") as fh:
             logged = fh.read()

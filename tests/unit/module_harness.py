@@ -73,6 +73,7 @@ class World(object):
         self.tickers = []  # called after every move of the clock (the fake supervisors' steps)
         self.supervisors = []  # FakeSupervisor per launch
         self.supervisor_joins = True  # a fake supervisor asked to join a cgroup is in it
+        self.supervisor_serves = False  # True: a fake supervisor goes on past ready, watching the serving server
         self.supervisor_cgroup_procs = None
 
     # clock & sleep
@@ -174,7 +175,8 @@ class FakeSupervisor(object):
     """The real supervisor program (``sglang_watcher.Watcher``) run in this process on the world's fake clock: its
     server is the world's fake one, its /proc and HTTP the world's. It takes a step (a look) whenever the clock
     passed the pause it asked for, so the module's wait and the supervisor go on side by side, as two processes
-    would. It stops at the verdict (no serving loop)."""
+    would. It stops at the verdict (no serving loop), unless ``world.supervisor_serves``: then it serves on, as the
+    real one does, until its server fails or it is stopped."""
 
     def __init__(self, world, run_dir, name, number, cgroup=None, adopt=False):
         self.world = world
@@ -197,7 +199,8 @@ class FakeSupervisor(object):
                 return {"pid": sup.pid, "start_time": 1, "cmdline": ["fake-supervisor"]}
 
         self.watcher = Watcher(run_dir, name, clock=world.clock, wall=lambda: 0.0, sleep=world.sleep,
-                               spawner=self.spawn, procs=Procs(world), http=world.http, serving=False, adopt=adopt)
+                               spawner=self.spawn, procs=Procs(world), http=world.http,
+                               serving=world.supervisor_serves, adopt=adopt)
         self.steps = self.watcher.steps()
         self.wake = world.now
         world.tickers.append(self.tick)
@@ -332,3 +335,28 @@ def record_self_as_server(world, fingerprint="old", log_text="", **extra):
     state.update(extra)
     sglang_proc.write_state(world.log_dir, "sglang", state)
     return state
+
+
+def serve(world, **args):
+    """Our server started through the module (detached) with a fake supervisor that serves on after ready, as the real
+    one does (``world.supervisor_serves``): what ``state: watched`` waits on. Health answers 200 unless the test set
+    it. Returns the start's result."""
+    world.supervisor_serves = True
+    if world.health(0.0) is None:
+        world.health = lambda t: 200
+    status, r = run(world, **args)
+    assert status == "ok", r
+    return r
+
+
+def later(world, seconds, fn):
+    """Run ``fn`` ``seconds`` from now on the fake clock (``World.at`` counts from the launch)."""
+    world.at(world.now - world.t0 + seconds, fn)
+
+
+def append(path, text):
+    """A function that appends ``text`` to the file at ``path`` (a log line written on the fake clock)."""
+    def fn():
+        with open(path, "a") as fh:
+            fh.write(text)
+    return fn

@@ -98,3 +98,87 @@ def test_a_crash_line_the_serving_server_outlives_stops_nothing(world):
                     "RuntimeError: NCCL error: unhandled system error\n")
     w, st = supervise(world, 60)
     assert w.code is None and st["verdict"] == "ready" and world.rc is None, st
+
+
+# ------------------------------------------------------------------ what a watch of the serving server reads
+CRASH_LINE = ("[2026-12-02 10:00:05 TP0] Scheduler hit an exception: Traceback (most recent call last):\x1b[2J\n"
+              "RuntimeError: NCCL error: unhandled system error\n")
+
+
+class Counting(Quiet):
+    writes = 0
+
+    def write_status(self, **fields):
+        Counting.writes += 1
+        super(Counting, self).write_status(**fields)
+
+
+def steps(world, cls=Quiet):
+    """The real supervisor (serving on) and its steps, for a test that looks at its status between them."""
+    def spawn(cfg, user, out_w, token):
+        return world.spawn(cfg["argv"], dict(cfg["env"]), None, out_w, user)
+    w = cls(world.log_dir, "sglang", clock=world.clock, wall=lambda: 0.0, sleep=world.sleep, spawner=spawn,
+            procs=Procs(world), http=world.http)
+    return w, w.steps()
+
+
+def run_until(world, gen, t):
+    """Step the supervisor until ``t`` s after the launch."""
+    for pause in gen:
+        world.sleep(pause)
+        if world.t0 is not None and world.now - world.t0 >= t:
+            return
+
+
+def status(world):
+    return sglang_proc.read_json(world.log_dir, "sglang.status.json")
+
+
+def test_a_crash_line_the_serving_server_outlives_is_set_aside_with_its_byte_offset(world):
+    configure(world, serve_health_interval=2.0)
+    world.health = lambda t: 200 if t is not None and t >= 1 else None
+    world.write(20, CRASH_LINE)
+    w, st = supervise(world, 40)
+    assert w.code is None and st["verdict"] == "ready", st
+    serving = st["serving"]
+    (aside,) = serving["set_aside"]
+    assert aside["class"] == "nccl" and aside["lineno"] == 2 and aside["offset"] == len(READY_LINE.encode())
+    assert "\x1b" not in aside["line"] and "\\x1b[2J" in aside["line"]  # escaped: a client's bytes
+    assert aside["why"].startswith("every server process stayed alive and the health URL answered 200")
+    assert serving["set_aside_total"] == 1 and serving["crash_pending"] is None
+    assert serving["log_read"] == os.path.getsize(st["log_path"]) == len((READY_LINE + CRASH_LINE).encode())
+    assert serving["health"] == {"last": 200, "failed_in_a_row": 0} and serving["unhealthy_after"] == 3
+
+
+def test_a_crash_line_that_stands_while_serving_is_recorded_and_proven_in_seconds(world):
+    """serve_health_interval is 10 s, but while the line stands health is asked at once and then 1 s apart: three
+    failures prove it about 2 s after the line, not 20 s."""
+    configure(world, health_timeout=1, serve_health_interval=10.0)
+    world.health = lambda t: 200 if t is not None and 1 <= t < 20 else None
+    world.write(20, CRASH_LINE)
+    w, gen = steps(world)
+    run_until(world, gen, 20.6)
+    pending = status(world)["serving"]["crash_pending"]
+    assert pending["class"] == "nccl" and pending["offset"] == len(READY_LINE.encode()) and pending["lineno"] == 2
+    run_until(world, gen, 30)
+    st = status(world)
+    assert st["verdict"] == "nccl" and w.code == sglang_watcher.EXIT_RESTARTABLE, st
+    assert st["report"]["evidence"].startswith("the health URL failed 3 requests in a row")
+    assert world.now - world.t0 < 20 + 3 * (1.0 + 1.0) + 1.0
+
+
+def test_while_serving_the_status_is_written_when_what_a_watch_reads_changes_not_on_every_look(world):
+    configure(world, serve_health_interval=2.0)
+    world.health = lambda t: 200 if t is not None and t >= 1 else None
+    Counting.writes = 0
+    w, gen = steps(world, Counting)
+    run_until(world, gen, 10)
+    quiet = Counting.writes
+    run_until(world, gen, 70)
+    assert Counting.writes == quiet  # 60 s serving, health answering, nothing logged: not one write
+    log = status(world)["log_path"]
+    for i in range(300):  # a chatty log: a line every 0.1 s for 30 s
+        world.at(70 + i * 0.1, lambda: open(log, "a").write("[2026-12-02 10:01:00] Decode batch. #running-req: 1\n"))
+    run_until(world, gen, 101)
+    assert 20 <= Counting.writes - quiet <= 32  # log_read moves, written at most once a second
+    assert status(world)["serving"]["log_read"] == os.path.getsize(log)

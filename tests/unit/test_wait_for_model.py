@@ -12,10 +12,13 @@ import sys
 import pytest
 
 from ansible.module_utils import sglang_proc
+from ansible.module_utils.common.warnings import get_warning_messages
 
 from ansible.module_utils import sglang_plan
 import wait_for_model as wfm
-from module_harness import SCHED_CRASH, module_exits, record_self_as_server, run, stops, world  # noqa: F401 - fixtures
+from module_harness import (  # noqa: F401 - fixtures
+    SCHED_CRASH, append, later, module_exits, record_self_as_server, run, serve, stops, world,
+)
 
 pytestmark = pytest.mark.usefixtures("module_exits")
 UNUSED_PID = 4000000  # above any pid_max: never a live process
@@ -314,33 +317,147 @@ def test_attempt_numbering_and_pruning(world):
     assert sorted(f for f in os.listdir(world.log_dir) if f.endswith(".log") and "_r" in f) == ["sglang_r3.log", "sglang_r4.log"]
 
 
-def test_watched_reports_a_crash_from_earlier_in_the_servers_life(world):
-    # The server became healthy, then died on its first decode request; the leader is gone.
-    state = {"pid": UNUSED_PID, "start_time": 1, "boot_id": sglang_proc.boot_id(), "cmdline": SERVER_ARGV,
-             "fingerprint": "f", "attempt": 1, "log_path": os.path.join(world.log_dir, "sglang_r1.log")}
-    with open(state["log_path"], "w") as fh:
-        fh.write("[2026-12-02 10:00:00] The server is fired up and ready to roll!\n"
-                 "[2026-12-02 10:00:01] Prefill batch. #new-seq: 1, #new-token: 7, #cached-token: 0, token usage: 0.00, "
-                 "#running-req: 0, #queue-req: 0, \n"
-                 "[2026-12-02 10:00:01 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
-                 '  File "/x/sglang/srt/managers/scheduler.py", line 2753, in run_scheduler_process\n'
-                 "    scheduler.event_loop_overlap()\n"
-                 "AttributeError: 'EAGLEWorkerV2' object has no attribute 'spec_disable_batch_threshold'\n")
-    sglang_proc.write_state(world.log_dir, "sglang", state)
-    status, r = run(world, state="watched")
-    assert status == "failed" and r["crash_class"] == "first_request_crash"
-    assert "spec_disable_batch_threshold" in r["crash_exception"]
-    assert "early-init patch" in r["hint"]
-    assert world.spawned == []
+EAGLE_CRASH = ("[2026-12-02 10:00:01] Prefill batch. #new-seq: 1, #new-token: 7, #cached-token: 0, token usage: 0.00, "
+               "#running-req: 0, #queue-req: 0, \n"
+               "[2026-12-02 10:00:01 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+               '  File "/x/sglang/srt/managers/scheduler.py", line 2753, in run_scheduler_process\n'
+               "    scheduler.event_loop_overlap()\n"
+               "AttributeError: 'EAGLEWorkerV2' object has no attribute 'spec_disable_batch_threshold'\n")
 
 
-def test_watched_healthy_server_passes_after_the_window(world, stops):
-    record_self_as_server(world)
+def _first_decode_kills_it(world, after):
+    """The first decode request kills the server ``after`` s from now: its scheduler logs the crash (health answers no
+    more), the leader exits."""
+    later(world, after, append(os.path.join(world.log_dir, "sglang.log"), EAGLE_CRASH))
+    later(world, after, lambda: setattr(world, "health", lambda t: None))
+    later(world, after + 0.05, lambda: setattr(world, "rc", 1))
+
+
+def test_watched_reports_the_failure_its_supervisor_decided_before_the_watch(world):
+    serve(world)
+    _first_decode_kills_it(world, 1.0)
+    for _ in range(50):
+        world.sleep(0.1)  # the supervisor, a process of its own, decides meanwhile, and ends
+    status, r = run(world, state="watched", log_offset=-1)
+    assert status == "failed" and r["crash_class"] == "first_request_crash", r
+    assert "spec_disable_batch_threshold" in r["crash_exception"] and "early-init patch" in r["hint"]
+    assert r["traceback"] and "Scheduler hit an exception" in r["deciding_line"]
+    assert r["evidence"].startswith("the server's leader process exited")
+    assert r["stopped_after_failure"] == {"how": "the supervisor ends the failed tree"}
+    assert "decided by its supervisor program" in r["msg"]
+    assert len(world.spawned) == 1  # the module watched; it launched nothing
+
+
+def test_watched_reports_the_failure_its_supervisor_writes_during_the_window(world):
+    serve(world)
+    _first_decode_kills_it(world, 1.0)
+    t0 = world.now
+    status, r = run(world, state="watched", watch_time=30)
+    assert status == "failed" and r["crash_class"] == "first_request_crash", r
+    assert world.now - t0 < 2.0  # at the supervisor's verdict, not at the end of the window
+    assert r["log_path"].endswith("sglang_r1.log") and r["log_offset"] == os.path.getsize(r["log_path"])
+
+
+def test_watched_with_no_supervisor_fails_clearly_and_asks_nothing(world, stops):
+    record_self_as_server(world, log_text="[2026-12-02 10:00:00] The server is fired up and ready to roll!\n")
     world.health = lambda t: 200
     status, r = run(world, state="watched", watch_time=5)
-    assert status == "ok" and r["changed"] is False
-    assert r["elapsed"] >= 5 and r["health_polls"]["last"] == 200
-    assert stops == []
+    assert status == "failed" and r["supervisor"] == "gone", r
+    assert "nothing watches the server" in r["msg"] and "state: started to put a supervisor back" in r["msg"]
+    assert world.http_calls == 0 and stops == [] and world.spawned == []
+
+
+def test_watched_fails_clearly_when_its_supervisor_went_away(world):
+    serve(world)
+    world.supervisors[0].terminated = True  # killed: no verdict written
+    status, r = run(world, state="watched", watch_time=5)
+    assert status == "failed" and "nothing watches the server" in r["msg"] and "crash_class" not in r, r
+
+
+def test_watched_healthy_server_passes_after_the_window(world):
+    serve(world)
+    t0 = world.now
+    status, r = run(world, state="watched", watch_time=5)
+    assert status == "ok" and r["changed"] is False, r
+    assert world.now - t0 >= 5 and r["elapsed"] >= 5 and r["health_polls"]["last"] == 200
+    assert r["msg"].startswith("watched 5.") and "log_crash" not in r
+    assert world.supervisors[0].poll() is None  # serving on
+
+
+def test_watched_returns_a_log_offset_and_warns_about_a_crash_line_set_aside_after_it_not_before(world):
+    """The supervisor sets aside a crash line the server outlives (health 200 after it); the watch warns about those at
+    or after its start offset: the mark taken before the smoke requests."""
+    serve(world)
+    log = os.path.join(world.log_dir, "sglang.log")
+    later(world, 0.5, append(log, SCHED_CRASH.replace("unhandled system error", "before the mark")))
+    for _ in range(30):
+        world.sleep(0.1)
+    status, mark = run(world, state="watched", watch_time=0, log_offset=-1)
+    assert status == "ok" and "log_crash" not in mark, mark
+    assert mark["log_offset"] == os.path.getsize(log) and mark["log_watched_from"] == mark["log_offset"]
+    after = SCHED_CRASH.replace("unhandled system error", "after the mark")
+    later(world, 0.5, append(log, after))
+    status, r = run(world, state="watched", watch_time=3, log_offset=mark["log_offset"])
+    assert status == "ok", r
+    crash = r["log_crash"]
+    assert crash["class"] == "nccl" and crash["acted_on"] is False and "after the mark" in crash["exception"]
+    assert crash["lineno"] == open(log).read()[:mark["log_offset"]].count("\n") + 1  # the line right after the mark
+    assert crash["why"].startswith("every server process stayed alive and the health URL answered 200")
+    assert "nothing was stopped" in r["msg"]
+    assert any("line %d" % crash["lineno"] in w for w in get_warning_messages())
+    status, whole = run(world, state="watched", watch_time=0, log_offset=0)
+    assert status == "ok" and whole["log_crash"]["lineno"] < crash["lineno"]  # the one before the mark first
+    assert "1 more crash line" in whole["msg"] and world.supervisors[0].poll() is None and world.rc is None
+
+
+def test_watched_a_crash_line_in_the_window_waits_for_the_supervisors_word(world):
+    """A crash whose processes hang (nothing exits, health holds): the crash line stands, so even a 0.2 s window goes on
+    until the supervisor, which asks at once and at the start's pace while the line stands (not every
+    serve_health_interval), proves it by health failing in a row."""
+    serve(world, serve_health_interval=10.0)
+    later(world, 0.5, append(os.path.join(world.log_dir, "sglang.log"), SCHED_CRASH))
+    later(world, 0.5, lambda: setattr(world, "health", lambda t: None))
+    for _ in range(6):
+        world.sleep(0.1)
+    t0 = world.now
+    status, r = run(world, state="watched", watch_time=0.2)
+    assert status == "failed" and r["crash_class"] == "nccl", r
+    assert r["evidence"].startswith("the health URL failed 3 requests in a row"), r["evidence"]
+    assert world.now - t0 < 4.0  # three requests 1 s apart, not 10 s apart
+
+
+def test_watched_fails_on_its_own_health_requests_when_no_crash_line_explains_it(world):
+    serve(world)
+    world.health = lambda t: 503
+    polls = []
+    http = world.http
+    status, r = run(world, state="watched", watch_time=3, unhealthy_after=3,
+                    inject={"http": lambda url, headers, timeout: polls.append(world.now) or http(url, headers, timeout)})
+    assert status == "failed" and r["crash_class"] == "unhealthy", r
+    assert r["evidence"] == "the health URL failed 3 requests in a row (last: HTTP 503), asked by this watch"
+    assert all(b - a >= 1.0 for a, b in zip(polls, polls[1:]))
+    assert "stopped_after_failure" not in r and "ends the server once it fails 3 requests in a row" in r["msg"]
+
+
+def test_a_detached_server_whose_supervisor_is_gone_and_that_does_not_answer_is_restarted(world, stops):
+    state = record_self_as_server(world, fingerprint=fingerprint_of_argv(SERVER_ARGV),
+                                  watcher={"pid": UNUSED_PID, "start_time": 1, "cmdline": ["gone"]})
+    world.health = lambda t: 200 if t is not None else None  # the old one does not answer; the new one does
+    status, r = run(world, argv=SERVER_ARGV, check_mode=True)
+    assert status == "ok" and r["changed"] is True and stops == [] and world.spawned == []
+    assert r["msg"] == "would restart the server (its supervisor program is gone and the server does not answer health)"
+    status, r = run(world, argv=SERVER_ARGV)
+    assert status == "ok" and r["changed"] is True, r
+    assert r["restart_reason"] == "its supervisor program is gone and the server does not answer health"
+    assert r["supervisor"] == "gone" and stops == [state["pid"]] and len(world.spawned) == 1 and r["attempt"] == 2
+
+
+def test_a_gone_supervisors_unhealthy_server_is_kept_when_the_restart_input_is_bad(world, stops):
+    record_self_as_server(world, fingerprint=fingerprint_of_argv(SERVER_ARGV),
+                          watcher={"pid": UNUSED_PID, "start_time": 1, "cmdline": ["gone"]})
+    status, r = run(world, argv=SERVER_ARGV, chdir="/nonexistent/dir")
+    assert status == "failed" and "chdir /nonexistent/dir does not exist" in r["msg"]
+    assert stops == [] and world.spawned == []
 
 
 def test_ready_line_triggers_an_immediate_health_check(world):

@@ -24,7 +24,9 @@ from ansible.module_utils import sglang_launch
 from ansible.module_utils import sglang_plan
 from ansible.module_utils import sglang_watch
 from ansible.module_utils import sglang_exec
-from module_harness import SCHED_CRASH, module_exits, record_self_as_server, run, stops, world  # noqa: F401 - fixtures
+from module_harness import (  # noqa: F401 - fixtures
+    SCHED_CRASH, append, later, module_exits, record_self_as_server, run, serve, stops, world,
+)
 
 pytestmark = pytest.mark.usefixtures("module_exits")
 
@@ -237,16 +239,25 @@ def test_state_write_failure_kills_the_server_just_started(world, monkeypatch):
 
 
 # ------------------------------------------------------------------ item 6: watched is careful
+# A watch waits on the supervisor's status file (module_harness.serve: a fake supervisor that serves on) and asks
+# health itself; it stops nothing, whatever it finds (the supervisor ends a server whose failure it decided).
+def _hangs_after(world, seconds, text=SCHED_CRASH):
+    """A crash line ``seconds`` from now, after which the server answers no health request (nothing exits)."""
+    later(world, seconds, append(os.path.join(world.log_dir, "sglang.log"), text))
+    later(world, seconds, lambda: setattr(world, "health", lambda t: None))
+
+
 def test_watched_in_check_mode_never_signals(world, stops):
-    record_self_as_server(world, log_text=SCHED_CRASH)
-    status, r = run(world, state="watched", check_mode=True)
-    assert status == "failed" and r["crash_class"] == "nccl"
-    assert r["would_stop"] is True and "not stopped" in r["msg"]
-    assert stops == [] and "stopped_after_failure" not in r
+    serve(world)
+    _hangs_after(world, 0.5)
+    status, r = run(world, state="watched", check_mode=True, watch_time=5)
+    assert status == "failed" and r["crash_class"] == "nccl", r
+    assert "would_stop" not in r and r["stopped_after_failure"] == {"how": "the supervisor ends the failed tree"}
+    assert stops == []
 
 
 def test_watched_a_single_failed_poll_at_the_end_is_not_unhealthy(world, stops):
-    record_self_as_server(world)
+    serve(world)
     t0 = world.now
     seen = []
 
@@ -254,73 +265,82 @@ def test_watched_a_single_failed_poll_at_the_end_is_not_unhealthy(world, stops):
         seen.append((world.now - t0, timeout))
         # slow answers (timeouts) for 2 polls right at the end of the window, then 200 again
         return None if world.now - t0 >= 3 and len([s for s in seen if s[0] >= 3]) <= 2 else 200
-    world.http = http
-    status, r = run(world, state="watched", watch_time=3)
+    status, r = run(world, state="watched", watch_time=3, inject={"http": http})
     assert status == "ok", r["msg"]
-    assert stops == []
+    assert r["health_polls"] == {"polls": len(seen), "failed_in_a_row": 0, "last": 200}
+    assert stops == [] and len([s for s in seen if s[0] >= 3]) == 3  # two failed, the third answered
     assert all(timeout == 10.0 for _, timeout in seen)  # health_timeout, not 2 s
 
 
 def test_watched_unhealthy_after_consecutive_failed_polls(world, stops):
-    record_self_as_server(world)
+    serve(world)
     polls = []
-    world.http = lambda url, headers, timeout: polls.append(world.now) or 503
-    status, r = run(world, state="watched", watch_time=3, unhealthy_after=4)
+    status, r = run(world, state="watched", watch_time=3, unhealthy_after=4,
+                    inject={"http": lambda url, headers, timeout: polls.append(world.now) or 503})
     assert status == "failed" and r["crash_class"] == "unhealthy"
-    assert r["health_polls"]["failed_in_a_row"] == 4
+    assert r["health_polls"]["failed_in_a_row"] == 4 and len(polls) == 4
     assert all(b - a >= 1.0 for a, b in zip(polls, polls[1:]))  # failed polls are at least 1 s apart
-
-
-def test_watched_from_an_offset_ignores_an_old_crash_and_echoed_prompts(world, stops):
-    old = ("[2026-12-02 10:00:00] Receive: obj=GenerateReqInput(rid='1', text='Traceback (most recent call last): "
-           "torch.OutOfMemoryError: CUDA out of memory')\n" + SCHED_CRASH)
-    record_self_as_server(world, log_text=old)
-    world.health = lambda t: 200
-    status, r = run(world, state="watched", log_offset=len(old.encode()))
-    assert status == "ok", r["msg"]
-    assert r["log_watched_from"] == len(old.encode()) and r["log_offset"] == len(old.encode())
     assert stops == []
 
 
-def test_watched_from_the_end_then_a_new_crash_is_caught_once_health_fails(world, stops):
-    # A crash whose processes hang: the log explains, health failing in a row proves it.
-    record_self_as_server(world, log_text="[2026-12-02 10:00:00] The server is fired up and ready to roll!\n")
-    world.health = lambda t: 200
-    status, mark = run(world, state="watched", watch_time=0, log_offset=-1)
-    assert status == "ok"
-    with open(os.path.join(world.log_dir, "sglang_r1.log"), "a") as fh:
-        fh.write(SCHED_CRASH)
-    world.health = lambda t: None
-    status, r = run(world, state="watched", log_offset=mark["log_offset"], watch_time=3)
-    assert status == "failed" and r["crash_class"] == "nccl" and r["log_watched_from"] == mark["log_offset"]
-    assert r["evidence"].startswith("the health URL failed 3 requests in a row")
-    assert stops == [os.getpid()]
-
-
-def test_a_crash_line_on_a_serving_server_that_keeps_answering_is_never_acted_on(world, stops):
-    record_self_as_server(world, log_text="[2026-12-02 10:00:00] The server is fired up and ready to roll!\n" + SCHED_CRASH)
-    world.health = lambda t: 200
-    status, r = run(world, state="watched", log_offset=0, watch_time=3)
+def test_watched_from_an_offset_ignores_an_old_crash_and_echoed_prompts(world, stops):
+    serve(world)
+    old = ("[2026-12-02 10:00:00] Receive: obj=GenerateReqInput(rid='1', text='Traceback (most recent call last): "
+           "torch.OutOfMemoryError: CUDA out of memory')\n" + SCHED_CRASH)
+    log = os.path.join(world.log_dir, "sglang.log")
+    later(world, 0.5, append(log, old))
+    for _ in range(20):
+        world.sleep(0.1)  # the supervisor reads it, asks health (200) and sets the crash line aside
+    end = os.path.getsize(log)
+    status, r = run(world, state="watched", log_offset=end)
+    assert status == "ok", r["msg"]
+    assert r["log_watched_from"] == end and r["log_offset"] == end and "log_crash" not in r
+    status, r = run(world, state="watched", log_offset=0)
     assert status == "ok" and r["log_crash"]["class"] == "nccl" and r["log_crash"]["acted_on"] is False
     assert stops == []
 
 
+def test_watched_from_the_end_then_a_new_crash_is_caught_once_health_fails(world, stops):
+    # A crash whose processes hang: the log explains, health failing in a row proves it (the supervisor's requests).
+    serve(world)
+    status, mark = run(world, state="watched", watch_time=0, log_offset=-1)
+    assert status == "ok"
+    _hangs_after(world, 0.2)
+    status, r = run(world, state="watched", log_offset=mark["log_offset"], watch_time=3)
+    assert status == "failed" and r["crash_class"] == "nccl" and r["log_watched_from"] == mark["log_offset"]
+    assert r["evidence"].startswith("the health URL failed 3 requests in a row")
+    assert stops == []  # the supervisor ends the failed tree, the module stops nothing
+
+
+def test_a_crash_line_on_a_serving_server_that_keeps_answering_is_never_acted_on(world, stops):
+    serve(world)
+    later(world, 0.2, append(os.path.join(world.log_dir, "sglang.log"), SCHED_CRASH))
+    status, r = run(world, state="watched", log_offset=0, watch_time=3)
+    assert status == "ok" and r["log_crash"]["class"] == "nccl" and r["log_crash"]["acted_on"] is False
+    assert stops == [] and world.rc is None and world.supervisors[0].poll() is None
+
+
 def test_a_short_watch_waits_for_the_health_budget_before_it_says_anything_of_a_crash_line(world, stops):
     # One probe fits in a 0.2 s window; the crash needs unhealthy_after failures, so the watch goes on past it.
-    record_self_as_server(world, log_text="[2026-12-02 10:00:00] The server is fired up and ready to roll!\n" + SCHED_CRASH)
-    world.health = lambda t: None
+    serve(world, unhealthy_after=3, health_timeout=10)
+    _hangs_after(world, 0.0)
+    t0 = world.now
     status, r = run(world, state="watched", log_offset=0, watch_time=0.2, unhealthy_after=3, health_timeout=10)
     assert status == "failed" and r["crash_class"] == "nccl"
-    assert r["health_polls"]["failed_in_a_row"] == 3 and r["elapsed"] >= 2.0  # 3 polls, at least 1 s apart
-    assert stops == [os.getpid()]
+    assert world.now - t0 >= 2.0  # 3 requests, at least 1 s apart
+    assert stops == []
 
 
 def test_offset_inside_a_line_starts_at_the_next_line(world, stops):
+    serve(world)
+    log = os.path.join(world.log_dir, "sglang.log")
+    start = os.path.getsize(log)
     text = "[2026-12-02 10:00:00] Receive: obj=GenerateReqInput(text='Scheduler hit an exception: Traceback')\nnext\n"
-    record_self_as_server(world, log_text=text)
-    world.health = lambda t: 200
-    status, r = run(world, state="watched", log_offset=30)
-    assert status == "ok" and r["log_watched_from"] == text.index("next")
+    later(world, 0.1, append(log, text))
+    for _ in range(3):
+        world.sleep(0.1)
+    status, r = run(world, state="watched", log_offset=start + 30)
+    assert status == "ok" and r["log_watched_from"] == start + text.index("next")
 
 
 def test_started_returns_the_log_offset_when_it_keeps_the_server(world, stops):

@@ -27,27 +27,28 @@ def test_a_step_that_ends_while_loading_is_pending_not_failed(world, module_exit
     assert len(world.spawned) == 1 and not world.killed  # nothing is stopped at the end of a step
 
 
-def test_a_later_step_goes_on_with_the_launch_and_reports_the_time_since_it(world, stops, module_exits):  # noqa: F811
-    state = record_self_as_server(world, fingerprint=same_fingerprint(), log_text=LOADING + READY,
-                                  started_at=-30.0)
-    world.t0 = world.now
+def test_a_later_step_whose_supervisor_is_gone_restarts_the_server_that_does_not_answer(world, stops,
+                                                                                          module_exits):  # noqa: F811
+    # The launch's supervisor was killed between two steps: nothing follows the load (nor copies its output), and
+    # the module watches no server itself, so the server is started again under a supervisor of its own.
+    state = record_self_as_server(world, fingerprint=same_fingerprint(), log_text=LOADING, started_at=-30.0,
+                                  watcher={"pid": 4000000, "start_time": 1, "cmdline": ["gone"]})
     world.health = lambda t: 200 if t is not None and t > 0.3 else None  # the first look: not yet
-    status, r = run(world, _resume_attempt=1, force_restart=True, run_as=None)
-    assert status == "ok", r
-    assert r["changed"] is False and not world.spawned and not stops  # no second restart, even with force_restart
-    assert r["pid"] == state["pid"] and r["attempt"] == 1
-    assert "log_watched_from" not in r  # the log read from its start, as the launch's wait reads it
-    assert [p["phase"] for p in r["phases"]][:2] == ["launching", "loading_weights"]
-    assert 30.0 <= r["elapsed"] < 32.0  # since the launch, not since this step
+    status, r = run(world, _resume_attempt=1, run_as=None)
+    assert status == "ok" and r["changed"] is True, r
+    assert r["restart_reason"] == "its supervisor program is gone and the server does not answer health"
+    assert stops == [state["pid"]] and len(world.spawned) == 1 and r["attempt"] == 2
 
 
-def test_without_resume_attempt_the_same_server_is_an_attach(world, stops, module_exits):  # noqa: F811
-    record_self_as_server(world, fingerprint=same_fingerprint(), log_text=LOADING, started_at=-30.0)
-    world.t0 = world.now
-    world.health = lambda t: 200 if t is not None and t > 0.3 else None
-    status, r = run(world, run_as=None)
-    assert status == "ok" and r["changed"] is False and not world.spawned
-    assert "log_watched_from" in r and r["msg"].startswith("attached")
+def test_without_resume_attempt_the_same_server_is_an_attach(world, monkeypatch, module_exits):  # noqa: F811
+    from ansible.module_utils import sglang_proc
+    world.health = lambda t: 200 if t is not None and t >= 5 else None
+    status, r = run(world, _step_time=1.0, run_as=None)
+    assert status == "ok" and r["pending"] is True, r
+    monkeypatch.setattr(sglang_proc, "why_not_ours", lambda state: None)  # the fake server counts as ours
+    status, r = run(world, run_as=None, health_timeout=0.5)
+    assert status == "ok" and r["changed"] is False and len(world.spawned) == 1, r
+    assert r["msg"].startswith("attached to our server (same fingerprint, its supervisor program)")
 
 
 def test_a_later_step_takes_the_supervisors_verdict_and_times_even_when_its_own_probe_is_answered(world, monkeypatch,

@@ -367,6 +367,56 @@ def test_an_attach_never_takes_an_earlier_attempts_verdict(world, stops, module_
     assert r["attempt"] == 2 and "stop" not in fake.names()
 
 
+def _serving_unit(world, active, status):
+    """Our unit's server, recorded (this test process stands in for it), systemd showing ``active``, and the status
+    file its watcher wrote (attempt 2)."""
+    from module_harness import record_self_as_server
+    dirs = unit_dirs(world)
+    fake = FakeSystemd(world, dirs[0], [])
+    fake.active = active
+    with open(os.path.join(dirs[0], "sglang-sglang.service"), "w") as fh:  # our unit, as the launch wrote it
+        fh.write("%s\n%s\n" % (sglang_unit.UNIT_MARK, sglang_unit.deployment_line("sglang", world.log_dir)))
+    state = record_self_as_server(world, log_text="[2026-12-02 10:00:00] The server is fired up and ready to roll!\n",
+                                  attempt=2, launcher="systemd")
+    st = {"launch": "x", "attempt": 2, "log_path": state["log_path"], "server_pid": state["pid"]}
+    st.update(status)
+    sglang_proc.write_files(world.log_dir, ((sglang_watcher.STATUS % "sglang", json.dumps(st)),))
+    return fake, {"systemctl": fake, "booted": lambda: (True, None), "unit_dirs": dirs}, dirs[0], state
+
+
+SERVING = {"verdict": "ready", "phase": "ready", "serving": {
+    "set_aside": [], "set_aside_total": 0, "crash_pending": None, "health": {"last": 200, "failed_in_a_row": 0},
+    "log_read": len("[2026-12-02 10:00:00] The server is fired up and ready to roll!\n"), "serve_health_interval": 10.0,
+    "health_interval": 0.25, "health_timeout": 10.0, "unhealthy_after": 3}}
+
+
+def test_watched_through_the_units_watcher(world, stops, module_exits):  # noqa: F811
+    fake, inject, unit_dir, state = _serving_unit(world, "active", SERVING)
+    world.health = lambda t: 200
+    status, r = run(world, state="watched", watch_time=2, inject=inject, launcher="systemd", unit_dir=unit_dir)
+    assert status == "ok" and r["pid"] == state["pid"] and r["log_offset"] == SERVING["serving"]["log_read"], r
+    assert fake.touched() == [] and stops == []  # asked systemd, changed nothing
+
+
+def test_watched_with_the_unit_not_active_fails_clearly(world, stops, module_exits):  # noqa: F811
+    fake, inject, unit_dir, _state = _serving_unit(world, "failed", SERVING)
+    status, r = run(world, state="watched", watch_time=2, inject=inject, launcher="systemd", unit_dir=unit_dir)
+    assert status == "failed" and r["supervisor"] == "gone", r
+    assert "nothing watches the server" in r["msg"] and "unit sglang-sglang.service is not active" in r["msg"]
+    assert fake.touched() == [] and stops == [] and world.http_calls == 0
+
+
+def test_watched_reports_the_units_failure_verdict(world, stops, module_exits):  # noqa: F811
+    report = {"failed": True, "crash_class": "child_died", "evidence": "worker PID 4100 of the server died",
+              "hint": "dmesg", "msg": "server crashed: child_died", "exit_status": 69, "dead_child_pid": 4100}
+    fake, inject, unit_dir, _state = _serving_unit(world, "activating", {"verdict": "child_died", "report": report})
+    status, r = run(world, state="watched", watch_time=2, inject=inject, launcher="systemd", unit_dir=unit_dir)
+    assert status == "failed" and r["crash_class"] == "child_died" and r["dead_child_pid"] == 4100, r
+    assert r["msg"] == ("server crashed: child_died (decided by unit sglang-sglang.service; journalctl -u "
+                        "sglang-sglang.service)")
+    assert fake.touched() == [] and stops == []
+
+
 def test_a_failure_report_reaches_the_operator_with_its_control_characters_escaped(world):  # noqa: F811
     # The watcher's report quotes the log (a client's prompt in a raw request echo): every field the module returns
     # has its control characters escaped, whichever field they are in.
