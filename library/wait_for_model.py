@@ -684,18 +684,17 @@ import pwd
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_log import tail_lines
 from ansible.module_utils import sglang_proc
 from ansible.module_utils import sglang_progress
 from ansible.module_utils.sglang_progress import operator_text
-from ansible.module_utils.sglang_inputs import Inputs, Orphaned, Prober, WaitError, open_log
+from ansible.module_utils.sglang_inputs import Inputs, Orphaned, Prober, WaitError
 from ansible.module_utils.sglang_launch import Cgroups, Popener, Supervision, Supervisors
 from ansible.module_utils.sglang_lock import RunLock
 from ansible.module_utils import sglang_plan as plan
 from ansible.module_utils.sglang_status_client import StatusWait, Verdicts
 from ansible.module_utils.sglang_stop import Stopper
 from ansible.module_utils.sglang_unit_check import UnitGuard
-from ansible.module_utils.sglang_unit import CallerWatch, Systemctl, systemd_here, unit_name
+from ansible.module_utils.sglang_unit import CallerWatch, Systemctl, systemd_here
 from ansible.module_utils import sglang_watched
 from ansible.module_utils.sglang_watch import ProcView, http_status
 
@@ -782,31 +781,8 @@ class ModelWaiter(object):
             self.runlock.unlock()
 
     def watch(self):
-        """``state: watched``: wait ``watch_time`` s on the supervisor's status file and report what it decided or set
-        aside (``sglang_watched``); the module itself follows neither the log nor the processes."""
-        state, _ours = self._existing()
-        if state is None or state.get("unverified") or not state.get("log_path"):
-            raise WaitError("no server of ours is recorded in %s (name %s): nothing to watch"
-                            % (self.run_dir, self.p["name"]))
-        unit = unit_name(self.p["name"]) if state.get("launcher") == "systemd" else None
-
-        def supervised():
-            if unit is not None:
-                return self.systemctl.show(unit).get("ActiveState") in ("active", "activating", "reloading")
-            return self.supervisors.alive(state)
-        log_fd = open_log(state["log_path"], self.p["log_dir"], self.inputs.reader(state))
-        try:
-            fields, notes = sglang_watched.Watched(
-                self.p, state, log_fd, self.status.read_status, supervised,
-                lambda timeout: self.http(self.p["health_url"], self.headers(), timeout), self.clock, self.sleep,
-                self.background_health, run_dir=self.run_dir if self.real_sleep and self.events else None,
-                unit=unit).run()
-        finally:
-            os.close(log_fd)
-        self.result.update(fields)
-        for note in notes:
-            self.warn(note)
-        return self.result
+        """``state: watched``: the supervisor's word on the recorded server for ``watch_time`` s (sglang_watched)."""
+        return sglang_watched.watch_recorded(self)
 
     def _existing(self):
         """(state, ours?) of the recorded server; applies on_foreign_pid for a reused PID."""
@@ -887,7 +863,7 @@ class ModelWaiter(object):
 
     def ready_now(self, state, resuming):
         """Our kept server answered: ready, with its log's tail and end (the smoke watch's mark)."""
-        tail, offset = self._tail_of(state)
+        tail, offset = self.verdicts.tail_of(state)
         self.result.update(elapsed=0.0, phases=[], phase="ready", log_tail=tail, log_offset=offset)
         st = {"verdict": "ready", "phase": "ready", "attempt": state.get("attempt"), "started_at": state.get("started_at")}
         if resuming and state.get("launcher") != "systemd":
@@ -901,18 +877,6 @@ class ModelWaiter(object):
                 self.status.record_load(state, st)
         self.result["progress"] = self.status.progress_of(st, state.get("launcher") or "detached")
         return self.result
-
-    def _tail_of(self, state):
-        """(log_tail, end offset) of the recorded log, read safely; ([], None) when there is none."""
-        path = state.get("log_path")
-        if not path or not os.path.exists(path):
-            return [], None
-        fd = open_log(path, self.p["log_dir"], self.inputs.reader(state))
-        try:
-            size = os.fstat(fd).st_size
-            return tail_lines(os.pread(fd, 65536, max(0, size - 65536)), self.p["log_tail_lines"]), size
-        finally:
-            os.close(fd)
 
 def argument_spec():
     return dict(

@@ -18,7 +18,7 @@ from ansible.module_utils import sglang_proc
 from ansible.module_utils import sglang_progress
 from ansible.module_utils.sglang_unit import SERVICE_TIMEOUT_MARGIN, SHOW_EVERY, unit_name
 from ansible.module_utils.sglang_watch import Waker
-from ansible.module_utils.sglang_inputs import WaitError, Orphaned
+from ansible.module_utils.sglang_inputs import Orphaned, WaitError, open_log
 
 
 
@@ -311,3 +311,15 @@ class Verdicts(object):
             return
         self.w.stopper.stop_unit()
         self.w.result["stopped_after_failure"] = self.w.result.pop("stopped", None)
+
+    def tail_of(self, state):
+        """(log_tail, end offset) of the recorded log, read safely; ([], None) when there is none."""
+        path = state.get("log_path")
+        if not path or not os.path.exists(path):
+            return [], None
+        fd = open_log(path, self.w.p["log_dir"], self.w.inputs.reader(state))
+        try:
+            size = os.fstat(fd).st_size
+            return tail_lines(os.pread(fd, 65536, max(0, size - 65536)), self.w.p["log_tail_lines"]), size
+        finally:
+            os.close(fd)

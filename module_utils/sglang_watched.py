@@ -28,7 +28,9 @@ from __future__ import annotations
 
 import os
 
+from ansible.module_utils.sglang_inputs import WaitError, open_log
 from ansible.module_utils.sglang_log import tail_lines
+from ansible.module_utils.sglang_unit import unit_name
 from ansible.module_utils.sglang_watch import EVENT_WAIT, BackgroundAsk, InlineAsk, Waker, start_of_line
 
 ALIVE_EVERY = 1.0  # s between two looks at the supervisor (systemctl show, or its process)
@@ -287,3 +289,31 @@ class Watched(object):
         return self.fields({"failed": True, "msg": "our server (attempt %s) is not serving%s: its supervisor's status "
                             "says %s. Run the playbook with state: started to wait for it"
                             % (self.state.get("attempt"), " any more (a restart?)" if during else "", now)})
+
+
+def watch_recorded(w):
+    """``state: watched`` for the module (``w``: its ModelWaiter): wait ``watch_time`` s on the supervisor's status
+    file and report what it decided or set aside; the module itself follows neither the log nor the processes."""
+    state, _ours = w._existing()
+    if state is None or state.get("unverified") or not state.get("log_path"):
+        raise WaitError("no server of ours is recorded in %s (name %s): nothing to watch"
+                        % (w.run_dir, w.p["name"]))
+    unit = unit_name(w.p["name"]) if state.get("launcher") == "systemd" else None
+
+    def supervised():
+        if unit is not None:
+            return w.systemctl.show(unit).get("ActiveState") in ("active", "activating", "reloading")
+        return w.supervisors.alive(state)
+    log_fd = open_log(state["log_path"], w.p["log_dir"], w.inputs.reader(state))
+    try:
+        fields, notes = Watched(
+            w.p, state, log_fd, w.status.read_status, supervised,
+            lambda timeout: w.http(w.p["health_url"], w.headers(), timeout), w.clock, w.sleep,
+            w.background_health, run_dir=w.run_dir if w.real_sleep and w.events else None,
+            unit=unit).run()
+    finally:
+        os.close(log_fd)
+    w.result.update(fields)
+    for note in notes:
+        w.warn(note)
+    return w.result
