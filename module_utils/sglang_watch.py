@@ -1044,12 +1044,17 @@ class Watch(object):
         self.waker = False
 
     def drain(self, verdict, settle_time, poll_interval, sleep):
-        """Read what is left of the log. When the process side spoke first, give the log the settle time to say why."""
+        """Read what is left of the log. When the process side spoke first, give the log the settle time to say why:
+        until a crash stands with its traceback complete, or, when that crash came after a raw request echo (a
+        client's prompt may have written it), the whole settle time, so that the server's own crash written just
+        before the death (still on its way through the log copy) is read and explains it."""
         clf = self.log.clf
         clf.feed(self.log.follower.read())
         if verdict in ("exited", "child_died", "crashed"):
             end = self.clock() + settle_time
-            while not (clf.crash is not None and clf.settled) and self.clock() < end:
+            while not (clf.crash is not None and clf.settled and not (
+                    hasattr(clf, "crash_after_raw_echo") and clf.crash_after_raw_echo() is not None)) \
+                    and self.clock() < end:
                 waker = self.waker or None  # there only when pause() ran on the real clock
                 if waker is not None and waker.arm({}, self.log.follower.path, self.log_behind()):
                     waker.wait(min(poll_interval, max(0.0, end - self.clock())))  # the next line, or the poll

@@ -182,3 +182,37 @@ def test_while_serving_the_status_is_written_when_what_a_watch_reads_changes_not
     run_until(world, gen, 101)
     assert 20 <= Counting.writes - quiet <= 32  # log_read moves, written at most once a second
     assert status(world)["serving"]["log_read"] == os.path.getsize(log)
+
+
+RAW_ECHO_FAKE_OOM = (
+    "[2026-12-03 09:24:18] Receive: obj=GenerateReqInput(rid='1', text='hi', input_ids=None, sampling_params={})\n"
+    "[2026-12-03 09:24:19 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+    '  File "/sgl/python/sglang/srt/managers/scheduler.py", line 2432, in run_scheduler_process\n'
+    "    scheduler.event_loop_overlap()\n"
+    "torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 7.72 GiB.\n")
+REAL_NCCL = ("[2026-12-03 09:24:20 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"
+             '  File "/sgl/python/sglang/srt/managers/scheduler.py", line 2432, in run_scheduler_process\n'
+             "    scheduler.event_loop_overlap()\n"
+             "torch.distributed.DistBackendError: NCCL error in: ProcessGroupNCCL.cpp:1970, unhandled system error\n")
+
+
+def test_a_death_seen_before_the_servers_own_crash_line_is_in_the_log_is_not_named_by_a_prompts_fake(world):
+    """A raw request echo (an older SGLang's --log-requests) wrote a complete fake traceback; the same request kills
+    the server, whose own traceback is still on its way through the log copy when the supervisor sees the death. The
+    drain gives the log its whole settle time then (the standing crash may be a client's), so the server's own line
+    explains the death."""
+    configure(world, serve_health_interval=2.0, settle_time=0.3, poll_interval=0.1)
+    world.health = lambda t: 200 if t is not None and t >= 1 else None
+    w, gen = steps(world)
+    run_until(world, gen, 20)
+    log = status(world)["log_path"]
+    with open(log, "a") as fh:
+        fh.write(RAW_ECHO_FAKE_OOM)
+    world.health = lambda t: None
+    world.rc = 1  # the leader is gone before the look
+    world.at(world.now - world.t0 + 0.05, lambda: open(log, "a").write(REAL_NCCL))  # copied during the drain
+    run_until(world, gen, 30)
+    st = status(world)
+    assert st["verdict"] == "nccl" and st["report"]["class_uncertain"] is True, st["report"]
+    assert "DistBackendError" in st["report"]["crash_exception"] and "1 earlier crash line set aside" in \
+        st["report"]["hint"]
