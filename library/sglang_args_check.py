@@ -35,7 +35,28 @@ description:
     SGLang is (RV(installed), RV(sglang_version), RV(eagle_worker_v2), read as the C(sglang_info) module reads them),
     whether the model dirs of O(model_dirs) hold C(config.json), and whether the config file of O(config_file) is
     already as the caller would write it.
-  - Read-only; runs the same in check mode.
+  - With O(cache_dir) a passing verdict is kept in C(<cache_dir>/<name>.argcheck.json) (0600, written atomically by
+    the module's user, root), and a later run whose inputs are all as they were uses it without importing SGLang or
+    reading its sources (RV(cached)). Its key is everything the verdict depends on, namely this module's own code
+    and the Python running it; the interpreter of O(python) (path, real path, the real file's identity and its
+    venv's C(pyvenv.cfg)); the SGLang found (version, dist-info, package dir); every option but O(model_dirs) and
+    the place, owner and mode of O(config_file), which are looked at fresh on every run (O(config_file.sha256) is
+    part of the key); where a probe imports SGLang, the environment variables that steer Python, SGLang, torch and
+    CUDA in it; and the files the check read.
+  - Those files are the SHA-256 of every C(sglang) file it read (with method V(sglang_parser), every C(sglang) module
+    the probe process had imported, found in its C(sys.modules) and in the traceback of a failed import; the sources
+    the V(ast) method and the C(--config) rule read), the SHA-256 of every other file the probe opened for reading,
+    and the identity (device, inode, size, mode, mtime and ctime, which any write or replacement changes) of every
+    other module file it had imported or mapped (standard library, torch, shared objects) and of every directory it
+    listed or searched for an import (an installed or removed package shows there). A look re-hashes exactly those
+    (no import, no process) and takes the verdict only when all match; otherwise the check runs fresh,
+    RV(cache_miss) says why, and a pass is kept again.
+  - Only a pass is kept; a refusal fails the task and is never kept. A cache that someone less privileged could have
+    written (C(cache_dir) or anything above it writable by others, not owned by root or the module's user, a
+    symlink; the file likewise) is never read, with a warning; the check runs fresh and its pass replaces the file
+    when the directory is trusted. A missing O(cache_dir) means no cache.
+  - Reads the cache in check mode, never writes it. Otherwise read-only (the kept verdict is bookkeeping, never a
+    change).
 version_added: "1.0.0"
 author:
   - eagle-deploy contributors
@@ -137,10 +158,23 @@ options:
         description: Permission bits the file must have, octal (V(0600)).
         type: str
         required: true
+  cache_dir:
+    description:
+      - Where a passing verdict is kept, the deployment's trusted run dir (the server role passes
+        C(sglang_server_run_dir)), owned by root (or the module's user), writable by no one else, reached from C(/)
+        without a symlink through directories only root can write (a sticky one such as C(/tmp) excepted).
+      - Omitted, nothing is kept and every run checks fresh. A directory that does not exist (yet) means no cache.
+    type: path
+  name:
+    description:
+      - Name of the deployment; the kept verdict is C(<cache_dir>/<name>.argcheck.json). Letters, digits, C(.),
+        C(_), C(-).
+    type: str
+    default: sglang
 attributes:
   check_mode:
     support: full
-    details: Read-only; it runs and reports the same in check mode.
+    details: It checks and reports the same in check mode, and may use a kept verdict, but never writes one.
   diff_mode:
     support: none
   platform:
@@ -164,6 +198,9 @@ EXAMPLES = r"""
     secret_args: [api-key]
     # Options the installed SGLang refuses in its --config file come back in config_argv.
     config_refused: argv
+    # A pass is kept in the run dir; an unchanged re-run uses it without importing SGLang.
+    cache_dir: /var/lib/eagle-deploy/run
+    name: sglang
   register: __sglang_server_args_check
 
 - name: Check them, look at the model dirs and the config file; SGLang may not be installed yet (check mode)
@@ -292,6 +329,22 @@ config_argv:
   type: list
   elements: str
   sample: ["--disable-cuda-graph", "--cuda-graph-max-bs-decode", "64"]
+cached:
+  description: Whether the verdict was the one kept from an earlier check of the same inputs (O(cache_dir)); SGLang
+    was then neither imported nor read.
+  returned: always
+  type: bool
+  sample: false
+cache_miss:
+  description:
+    - 'Why no kept verdict was used, the first difference found, for example V(no cache_dir), V(no cache),
+      V(no cache dir (/var/lib/eagle-deploy/run does not exist)), V(cache not trusted), V(cache unreadable (not JSON)),
+      V(interpreter changed), V(sglang version changed), V(args changed), V(config file content changed
+      (config_file.sha256)), V(environment changed: CUDA_VISIBLE_DEVICES), V(sglang/srt/server_args.py changed),
+      V(directory /opt/sglang/venv/lib/python3.11/site-packages changed), V(no SGLang installed).'
+  returned: when RV(cached) is false
+  type: str
+  sample: sglang/srt/server_args.py changed
 parser_error:
   description: What SGLang's own parser said about the arguments.
   returned: when SGLang's parser rejected the arguments
@@ -309,26 +362,73 @@ import os
 import pwd
 import re
 import stat
+import sys
 import tempfile
 
+from ansible.module_utils import sglang_argcache, sglang_paths
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.sglang_paths import SITE_DIRS_SCRIPT, locate, venv_of, venv_site_dirs
+from ansible.module_utils.sglang_proc import safe_name
 
 # Runs inside the virtualenv's python (only for the methods that import SGLang; where SGLang is and its version
 # are read from the file system, module_utils/sglang_paths.py). It writes its answer to a file: importing SGLang
 # can print to stdout.
 PROBE_SCRIPT = r"""
 import json, os, sys
+# `python -c` puts the current directory first on the import path: a `sglang` there never stands in for the
+# installed one, and the verdict does not depend on where the module runs.
+if sys.path and sys.path[0] in ("", os.getcwd()):
+    del sys.path[0]
 out = {}
 req_path, out_path = sys.argv[1], sys.argv[2]
 with open(req_path) as f:
     req = json.load(f)
+opened, listed, code, recording = set(), set(), set(), [True]
+
+
+def audit(event, args):
+    # What the check reads (the kept verdict's key): every file opened for reading, every directory listed, the
+    # import system's look-ups included.
+    try:
+        if not recording[0]:
+            return
+        if event == "open":
+            path, mode, flags = args
+            if isinstance(path, (str, bytes)) and (
+                    (mode is None and not flags & 3) or (isinstance(mode, str) and not set(mode) & set("wax+"))):
+                opened.add(os.path.abspath(os.fsdecode(path)))
+        elif event in ("os.listdir", "os.scandir") and (not args or isinstance(args[0], (str, bytes, type(None)))):
+            path = args[0] if args and args[0] is not None else "."
+            listed.add(os.path.abspath(os.fsdecode(path) or "."))
+    except Exception:
+        pass
+
+
+def traceback_files(exc, seen=None):
+    # An import that failed half-way is gone from sys.modules; its frames still name the files that ran.
+    seen = set() if seen is None else seen
+    while exc is not None and id(exc) not in seen:
+        seen.add(id(exc))
+        if isinstance(exc, SyntaxError) and exc.filename:
+            code.add(os.path.abspath(exc.filename))
+        tb = exc.__traceback__
+        while tb is not None:
+            if not tb.tb_frame.f_code.co_filename.startswith("<"):  # <string> (this script), <frozen ...>
+                code.add(os.path.abspath(tb.tb_frame.f_code.co_filename))
+            tb = tb.tb_next
+        exc = exc.__cause__ or exc.__context__
+
+
 if req.get("import"):
+    sys.addaudithook(audit)
+    import importlib
+    importlib.invalidate_caches()  # the path finders list their directories again, where the hook sees it
     try:
         import argparse, io, contextlib
         from sglang.srt.server_args import ServerArgs, prepare_server_args
     except BaseException as exc:
         out["import_error"] = "%s: %s" % (type(exc).__name__, exc)
+        traceback_files(exc)
     else:
         parser = argparse.ArgumentParser(prog="sglang serve")
         ServerArgs.add_cli_args(parser)
@@ -345,6 +445,30 @@ if req.get("import"):
                 out["parser_error"] = "%s: %s" % (type(exc).__name__, exc)
             else:
                 out["parsed"] = True
+    recording[0] = False
+    for m in list(sys.modules.values()):
+        f = getattr(m, "__file__", None)
+        if isinstance(f, str):
+            code.add(os.path.abspath(f))
+    mapped = set()
+    try:
+        with open("/proc/self/maps") as f:
+            for line in f:
+                fields = line.rstrip("\n").split(None, 5)
+                if len(fields) == 6 and fields[5].startswith("/"):
+                    mapped.add(fields[5])
+    except OSError:
+        pass
+    for p in sys.path:
+        if p:
+            listed.add(os.path.abspath(p))
+            try:  # site.py read these before the hook: what they add to the import path
+                opened.update(os.path.join(os.path.abspath(p), n) for n in os.listdir(p) if n.endswith(".pth"))
+            except OSError:
+                pass
+    pkg = list(getattr(sys.modules.get("sglang"), "__path__", None) or [])
+    out["record"] = {"code": sorted(code), "opened": sorted(opened), "listed": sorted(listed),
+                     "mapped": sorted(mapped), "package_dir": os.path.abspath(pkg[0]) if pkg else None}
 with open(out_path, "w") as f:
     json.dump(out, f)
 """
@@ -630,6 +754,24 @@ def config_file_in_place(spec):
     return digest.hexdigest() == spec["sha256"].lower()
 
 
+def checker_digest():
+    """SHA-256 of the checker's own code: this module's source and that of the module_utils that decide with it
+    (where SGLang is, what is kept), and the Python that runs it (its ast reads the sources). None when a source
+    cannot be read: then no verdict is kept or used."""
+    h = hashlib.sha256(sys.version.encode("utf-8"))
+    own = (__spec__.name if __spec__ is not None else __name__, globals().get("__loader__"))
+    for name, loader in (own, (sglang_paths.__name__, getattr(sglang_paths, "__loader__", None)),
+                         (sglang_argcache.__name__, getattr(sglang_argcache, "__loader__", None))):
+        try:
+            source = loader.get_source(name)
+        except Exception:  # any loader, any failure: no digest, no cache
+            return None
+        if not source:
+            return None
+        h.update(b"\0" + source.encode("utf-8"))
+    return h.hexdigest()
+
+
 class SGLangArgsChecker:
     """Finds the installed SGLang's options and checks the arguments against them."""
 
@@ -637,7 +779,9 @@ class SGLangArgsChecker:
         self.module = module
         self.params = module.params
         self.runner = runner or module.run_command
-        self.result = {"changed": False, "checked_args": [], "values_checked": False}
+        self.result = {"changed": False, "checked_args": [], "values_checked": False, "cached": False}
+        self.probe_temp = []  # the probe's request and answer files, and its config file's directory: never a key
+        self.probe_dir = None
 
     def fail(self, msg, **extra):
         self.result.update(extra)
@@ -698,6 +842,7 @@ class SGLangArgsChecker:
         fd, req_path = tempfile.mkstemp(prefix="sglang_args_req_", suffix=".json")
         out_fd, out_path = tempfile.mkstemp(prefix="sglang_args_out_", suffix=".json")
         os.close(out_fd)
+        self.probe_temp = [req_path, out_path]
         try:
             with os.fdopen(fd, "w") as f:
                 json.dump({"import": want_import, "config_path": config_path, "argv": list(argv)}, f)
@@ -705,9 +850,11 @@ class SGLangArgsChecker:
             timeout_bin = self.module.get_bin_path("timeout")
             if timeout_bin:
                 cmd = [timeout_bin, str(self.params["timeout"])] + cmd
+            # In / as the server runs (the supervisor's cwd): a relative path means there what it will mean to SGLang.
             rc, stdout, stderr = self.runner(
                 cmd,
                 environ_update={"PYTHONDONTWRITEBYTECODE": "1"},
+                cwd="/",
             )
             if rc == 124:
                 self.fail("importing SGLang took longer than %s s; raise timeout or use method=ast" % self.params["timeout"], rc=rc)
@@ -723,13 +870,123 @@ class SGLangArgsChecker:
                 if os.path.exists(path):
                     os.unlink(path)
 
+    def cache_key(self, found):
+        """Everything of this run that the verdict depends on, but the files it read (sglang_argcache)."""
+        p = self.params
+        checker = checker_digest()
+        if checker is None:
+            return None
+        python = p["python"]
+        real = os.path.realpath(python)
+        venv = venv_of(python)
+        probing = p["method"] != "ast"
+        return {
+            "format": sglang_argcache.FORMAT,
+            "checker": checker,
+            "python": {"path": python, "real": real, "identity": sglang_argcache.identity(real),
+                       "pyvenv_cfg": sglang_argcache.content(os.path.join(venv, "pyvenv.cfg")) if venv else None},
+            "sglang_version": found["version"],
+            "sglang": {"dist_info": found["dist_info"], "package_dir": found["package_dir"]},
+            "method": p["method"],
+            "args": sglang_argcache.digest(p["args"] or {}),
+            "extra_args": sglang_argcache.digest(p["extra_args"] or {}),
+            "secret_args": sglang_argcache.digest(p["secret_args"] or []),
+            "config_refused": p["config_refused"],
+            # A digest of the caller's digest of the config file (a no_log value, never in the result).
+            "config_sha256": sglang_argcache.digest((p["config_file"] or {}).get("sha256", "").lower()),
+            "sglang_root": p["sglang_root"],
+            "allow_missing": p["allow_missing"],
+            "timeout": p["timeout"] if probing else None,
+            "environment": sglang_argcache.environment() if probing else {},
+        }
+
+    def files_read(self, sglang_root, probe):
+        """What the verdict was computed from (sglang_argcache.record): the sources the ast method and the config
+        rule read, and what the probe read: the sglang files it ran (content), every other module and mapped file
+        (identity), every other file it opened (content), every directory it listed or searched (identity).
+        None when the probe ran and said nothing of what it read (then nothing is kept)."""
+        srt = os.path.join(sglang_root, "srt")
+        hashed = set(server_args_sources(sglang_root) + [os.path.join(srt, "server_args_config_parser.py")])
+        by_identity = set()
+        dirs = {srt, os.path.join(srt, "arg_groups"), os.path.join(srt, "arg_groups", "fields")}
+        if probe is None:
+            return sglang_argcache.record(hashed, by_identity, dirs)
+        rec = probe.get("record")
+        if not isinstance(rec, dict):
+            return None
+        roots = [os.path.realpath(r) + os.sep for r in (sglang_root, rec.get("package_dir")) if r]
+        skip = set(self.probe_temp)
+
+        def keep(path):
+            return isinstance(path, str) and path not in skip and not sglang_argcache.volatile(path) and not (
+                self.probe_dir and path.startswith(self.probe_dir + os.sep))
+
+        def in_sglang(path):
+            return any(os.path.realpath(path).startswith(r) for r in roots)
+
+        code = set(filter(keep, rec.get("code") or []))
+        for path in code:
+            (hashed if in_sglang(path) else by_identity).add(path)
+        for path in filter(keep, rec.get("opened") or []):
+            if path not in code and not path.endswith(".pyc"):  # bytecode is its source's
+                hashed.add(path)
+        by_identity.update(filter(keep, rec.get("mapped") or []))
+        dirs.update(filter(keep, rec.get("listed") or []))
+        return sglang_argcache.record(hashed, by_identity, dirs)
+
+    def label(self, sglang_root):
+        """A recorded path in a cache_miss: relative to the site-packages of SGLang when it lies there."""
+        site = os.path.dirname(os.path.realpath(sglang_root)) + os.sep
+
+        def words(path):
+            real = os.path.realpath(path)
+            return real[len(site):] if real.startswith(site) else path
+        return words
+
+    def look(self, key, sglang_root):
+        """The kept verdict when every input is as it was (result: cached), else None (result: cache_miss)."""
+        cache_dir = self.params["cache_dir"]
+        if cache_dir and not sglang_root:
+            self.result["cache_miss"] = "no SGLang found"
+        elif cache_dir and key is None:
+            self.result["cache_miss"] = "the checker's own source could not be read: nothing is kept"
+        if key is None:
+            return None
+        verdict, miss, warning = sglang_argcache.look(cache_dir, self.params["name"], key, self.label(sglang_root))
+        if warning:
+            self.module.warn(warning)
+        if verdict is None:
+            self.result["cache_miss"] = miss
+        else:
+            del self.result["cache_miss"]
+            self.result["cached"] = True
+        return verdict
+
+    def keep(self, key, sglang_root, probe, refused_keys, argv):
+        """Keep this run's pass (never in check mode); a warning when it cannot be kept in a trusted cache dir."""
+        if key is None or self.module.check_mode:
+            return
+        files = self.files_read(sglang_root, probe)
+        why = "the probe did not say what it read" if files is None else sglang_argcache.keep(
+            self.params["cache_dir"], self.params["name"], key, files,
+            {"method": self.result["method"], "option_count": self.result["option_count"],
+             "values_checked": self.result["values_checked"], "import_error": self.result.get("import_error"),
+             "config_refused_args": refused_keys, "config_argv": argv})
+        miss = self.result["cache_miss"]
+        if why and not (miss.startswith("no cache dir") or miss == "cache not trusted"):
+            self.module.warn("the argument check's verdict was not kept: %s" % why)
+
     def run(self):
+        if not safe_name(self.params["name"]):
+            self.fail("name %r may hold only letters, digits, '.', '_' and '-' (it names the kept verdict's file)"
+                      % self.params["name"])
         merged = self.merged_args()
         keys = list(merged)
         self.check_keys_shape(keys)
         secret_args = list(self.params["secret_args"] or [])
-        method = self.params["method"]
         self.result["model_dirs"] = [model_dir_state(d) for d in self.params["model_dirs"] or []]
+        cache_dir = self.params["cache_dir"]
+        self.result["cache_miss"] = "no cache_dir" if not cache_dir else "no cache"
 
         found = self.find_sglang()
         self.result.update(installed=found["installed"], eagle_worker_v2=found["eagle_worker_v2"])
@@ -741,10 +998,53 @@ class SGLangArgsChecker:
                 self.result.update(config_refused_args=[], config_argv=[])
             if config_file:
                 self.result["config_file_in_place"] = config_file_in_place(config_file)
+            self.result["cache_miss"] = "no SGLang installed"
             self.result["msg"] = "no SGLang installed for %s (check mode on a fresh host?): no option checked" % (
                 self.params["python"])
             return self.result
         sglang_root = self.params["sglang_root"] or found["package_dir"]
+        if sglang_root:
+            self.result["sglang_root"] = sglang_root
+        if found["version"]:
+            self.result["sglang_version"] = found["version"]
+
+        key = self.cache_key(found) if cache_dir and sglang_root else None
+        verdict = self.look(key, sglang_root)
+        if verdict is not None:
+            # Kept from a check whose every input is as it is now: SGLang is not imported, its sources not read.
+            refused_keys = verdict["config_refused_args"]
+            self.result.update(method=verdict["method"], option_count=verdict["option_count"],
+                               values_checked=verdict["values_checked"],
+                               checked_args=["--" + k for k in keys + secret_args])
+            if verdict.get("import_error"):
+                self.result["import_error"] = verdict["import_error"]
+            if as_argv:
+                self.result.update(config_refused_args=refused_keys, config_argv=verdict["config_argv"])
+        else:
+            refused_keys, argv, probe = self.check(merged, keys, secret_args, sglang_root)
+            # Only a pass comes here (a refusal failed the task): it is kept for the next run.
+            self.keep(key, sglang_root, probe, refused_keys, argv)
+
+        if config_file:
+            # The caller's hash is of the content with every option in the file (none refused).
+            self.result["config_file_in_place"] = not refused_keys and config_file_in_place(config_file)
+
+        self.result["msg"] = "%d arguments known to SGLang %s (method %s%s)%s%s" % (
+            len(self.result["checked_args"]),
+            self.result.get("sglang_version", "?"),
+            self.result["method"],
+            ", values checked" if self.result["values_checked"] else ", names only",
+            ("; refused in its --config file, so given on the command line: %s" % ", ".join(refused_keys))
+            if as_argv and refused_keys else "",
+            "; verdict kept from an earlier check of the same inputs" if self.result["cached"] else "",
+        )
+        return self.result
+
+    def check(self, merged, keys, secret_args, sglang_root):
+        """The check itself, fresh: fails the task on anything SGLang would refuse. Returns the options refused in
+        the --config file, their argv, and the probe's answer (None when no probe ran)."""
+        method = self.params["method"]
+        as_argv = self.params["config_refused"] == "argv"
         # Options the installed SGLang's --config reader refuses (read from its sources, never imported).
         refused = (config_refused_dests(sglang_root) if sglang_root else None) or {}
         refused_keys = [k for k in keys if normalize_key(k) in refused]
@@ -756,10 +1056,11 @@ class SGLangArgsChecker:
             self.result.update(config_refused_args=refused_keys, config_argv=argv)
         config_path = None
         tmpdir = None
-        probe = {}
+        probe = None
         try:
             if method != "ast":
                 tmpdir = tempfile.mkdtemp(prefix="sglang_args_check_")
+                self.probe_dir = tmpdir
                 config_path = os.path.join(tmpdir, "server.yaml")
                 fd = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
                 in_file = dict((k, v) for k, v in merged.items() if not (as_argv and k in refused_keys))
@@ -772,21 +1073,16 @@ class SGLangArgsChecker:
                     os.unlink(os.path.join(tmpdir, name))
                 os.rmdir(tmpdir)
 
-        if sglang_root:
-            self.result["sglang_root"] = sglang_root
-        if found["version"]:
-            self.result["sglang_version"] = found["version"]
-
-        if "options" in probe:
+        if probe and "options" in probe:
             self.result["method"] = "sglang_parser"
             options = set(probe["options"])
         else:
-            if probe.get("import_error"):
+            if probe and probe.get("import_error"):
                 self.result["import_error"] = probe["import_error"]
             if method == "sglang_parser":
                 self.fail(
                     "SGLang does not import in %s (%s); install its dependencies or use method=auto"
-                    % (self.params["python"], probe.get("import_error")),
+                    % (self.params["python"], (probe or {}).get("import_error")),
                     method="sglang_parser",
                 )
             self.result["method"] = "ast"
@@ -837,24 +1133,11 @@ class SGLangArgsChecker:
                 self.fail("SGLang's parser rejected the arguments: %s" % probe["parser_error"],
                           parser_error=probe["parser_error"])
             self.result["values_checked"] = bool(probe.get("parsed"))
-
-        if config_file:
-            # The caller's hash is of the content with every option in the file (none refused).
-            self.result["config_file_in_place"] = not refused_keys and config_file_in_place(config_file)
-
-        self.result["msg"] = "%d arguments known to SGLang %s (method %s%s)%s" % (
-            len(checked),
-            self.result.get("sglang_version", "?"),
-            self.result["method"],
-            ", values checked" if self.result["values_checked"] else ", names only",
-            ("; refused in its --config file, so given on the command line: %s" % ", ".join(refused_keys))
-            if as_argv and refused_keys else "",
-        )
-        return self.result
+        return refused_keys, argv, probe
 
 
-def main():
-    module = AnsibleModule(
+def new_module():
+    return AnsibleModule(
         argument_spec=dict(
             python=dict(type="path", required=True),
             args=dict(type="dict", required=True),
@@ -866,6 +1149,8 @@ def main():
             config_refused=dict(type="str", default="fail", choices=["fail", "argv"]),
             allow_missing=dict(type="bool", default=False),
             model_dirs=dict(type="list", elements="path", default=[]),
+            cache_dir=dict(type="path"),
+            name=dict(type="str", default="sglang"),
             config_file=dict(type="dict", options=dict(
                 path=dict(type="path", required=True),
                 sha256=dict(type="str", required=True, no_log=True),
@@ -876,8 +1161,11 @@ def main():
         ),
         supports_check_mode=True,
     )
-    checker = SGLangArgsChecker(module)
-    module.exit_json(**checker.run())
+
+
+def main():
+    module = new_module()
+    module.exit_json(**SGLangArgsChecker(module).run())
 
 
 if __name__ == "__main__":
