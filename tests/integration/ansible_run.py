@@ -46,3 +46,28 @@ def free_port():
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return sock.getsockname()[1]
+
+
+def install_sglang_files(site, version="0.5.23",
+                         members=("sglang/srt/speculative/eagle_worker_v2.py", "sglang/srt/managers/scheduler.py")):
+    """An 'installed' sglang package dir under ``site`` (a pathlib.Path) holding ``members`` of the real SGLang
+    wheel ``version`` from the tests' wheel cache (tests/unit/sglang_src.py; never downloaded here): what the
+    emulator's eagle scenario reads. Returns the package dir."""
+    import zipfile
+    sys.path.insert(0, os.path.join(REPO, "tests", "unit"))
+    import sglang_src
+    with zipfile.ZipFile(sglang_src.wheel_path(version)) as wheel:
+        for member in members:
+            target = site / member
+            target.parent.mkdir(parents=True, exist_ok=True)
+            target.write_bytes(wheel.read(member))
+    return site / "sglang"
+
+
+def gone(pid):
+    """Whether the process has ended (gone, or a zombie nobody reaped yet)."""
+    try:
+        with open("/proc/%d/stat" % pid) as fh:
+            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return True

@@ -20,7 +20,7 @@ import urllib.request
 
 import pytest
 
-from ansible_run import EMULATOR, TARGET_PYTHON, free_port, run_module
+from ansible_run import EMULATOR, TARGET_PYTHON, free_port, gone, run_module
 
 API_KEY = "client-text-test-key"
 # Request targets a client can send (no spaces: the request line is split on them). uvicorn logs the path
@@ -193,18 +193,9 @@ def test_a_crash_whose_processes_hang_is_proven_by_health_and_stopped_even_in_a_
     assert watched["stopped_after_failure"] == {"how": "the supervisor ends the failed tree"}
     assert time.monotonic() - t0 < 30  # three requests of at most 2 s, 1 s apart: not serve_health_interval apart
     deadline = time.monotonic() + 20
-    while not _gone(first["pid"]) and time.monotonic() < deadline:
+    while not gone(first["pid"]) and time.monotonic() < deadline:
         time.sleep(0.1)
-    assert _gone(first["pid"])
-
-
-def _gone(pid):
-    """Whether the process has ended (gone, or a zombie nobody reaped yet)."""
-    try:
-        with open("/proc/%d/stat" % pid) as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
+    assert gone(first["pid"])
 
 
 def _quiet(req):

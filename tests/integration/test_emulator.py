@@ -20,18 +20,15 @@ import sys
 import time
 import urllib.error
 import urllib.request
-import zipfile
 
 import pytest
 
-from ansible_run import TARGET_PYTHON, free_port
+from ansible_run import TARGET_PYTHON, free_port, install_sglang_files
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 REPO = os.path.dirname(os.path.dirname(HERE))
 EMULATOR = os.path.join(REPO, "tests", "emulator", "sglang-emulator")  # the emulator package, run from the tree
 CORPUS = os.path.join(REPO, "tests", "data", "sglang-logs")
-sys.path.insert(0, os.path.join(REPO, "tests", "unit"))
-import sglang_src  # noqa: E402 - wheel cache helper in tests/unit, importable once it is on sys.path
 
 LOAD_SECONDS = 0.3
 FAST = ["--emulator-load-seconds", str(LOAD_SECONDS), "--emulator-capture-seconds", "0.1"]
@@ -167,14 +164,9 @@ def start(tmp_path):
 
 @pytest.fixture(scope="module")
 def sglang_root(tmp_path_factory):
-    """An 'installed' sglang package dir holding the real 0.5.23 eagle_worker_v2.py (and scheduler.py)."""
-    root = tmp_path_factory.mktemp("site") / "sglang"
-    with zipfile.ZipFile(sglang_src.wheel_path("0.5.23")) as wheel:
-        for member in ("sglang/srt/speculative/eagle_worker_v2.py", "sglang/srt/managers/scheduler.py"):
-            target = root.parent / member
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(wheel.read(member))
-    return root
+    """An 'installed' sglang package dir holding the real 0.5.23 eagle_worker_v2.py and scheduler.py (the emulator's
+    eagle scenario reads them)."""
+    return install_sglang_files(tmp_path_factory.mktemp("site"))
 
 
 def watcher(emu):

@@ -15,7 +15,7 @@ import urllib.request
 
 import pytest
 
-from ansible_run import EMULATOR, REPO, TARGET_PYTHON, free_port, run_module
+from ansible_run import EMULATOR, REPO, TARGET_PYTHON, free_port, install_sglang_files, run_module
 
 CRASH_PROMPT = (
     "Please explain this log:\n"
@@ -183,16 +183,7 @@ def test_a_hostile_prompt_reaches_the_operator_with_its_control_characters_escap
 def sglang_root(tmp_path_factory):
     """An 'installed' sglang package dir holding the real 0.5.23 eagle_worker_v2.py and scheduler.py (the emulator's
     eagle scenario reads them)."""
-    import zipfile
-    sys.path.insert(0, os.path.join(REPO, "tests", "unit"))
-    import sglang_src
-    root = tmp_path_factory.mktemp("site") / "sglang"
-    with zipfile.ZipFile(sglang_src.wheel_path("0.5.23")) as wheel:
-        for member in ("sglang/srt/speculative/eagle_worker_v2.py", "sglang/srt/managers/scheduler.py"):
-            target = root.parent / member
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(wheel.read(member))
-    return root
+    return install_sglang_files(tmp_path_factory.mktemp("site"))
 
 
 def test_a_prompts_fake_traceback_never_names_a_real_death_and_the_class_is_called_uncertain(tmp_path, sglang_root):

@@ -7,31 +7,21 @@ from __future__ import annotations
 import json
 import os
 import signal
-import sys
 import time
 import urllib.request
-import zipfile
 
 import pytest
 
 from ansible.module_utils import sglang_proc
 
-from ansible_run import EMULATOR, REPO, TARGET_PYTHON, free_port, run_module
+from ansible_run import EMULATOR, TARGET_PYTHON, free_port, gone, install_sglang_files, run_module
 
 
 @pytest.fixture(scope="module")
 def sglang_root(tmp_path_factory):
     """An 'installed' sglang package dir holding the real 0.5.23 eagle_worker_v2.py and scheduler.py (the emulator's
     eagle scenario reads them)."""
-    sys.path.insert(0, os.path.join(REPO, "tests", "unit"))
-    import sglang_src
-    root = tmp_path_factory.mktemp("site") / "sglang"
-    with zipfile.ZipFile(sglang_src.wheel_path("0.5.23")) as wheel:
-        for member in ("sglang/srt/speculative/eagle_worker_v2.py", "sglang/srt/managers/scheduler.py"):
-            target = root.parent / member
-            target.parent.mkdir(parents=True, exist_ok=True)
-            target.write_bytes(wheel.read(member))
-    return root
+    return install_sglang_files(tmp_path_factory.mktemp("site"))
 
 
 @pytest.fixture
@@ -66,15 +56,6 @@ def _post(port, path, body):
         return resp.status, json.loads(resp.read())
 
 
-def _gone(pid):
-    """Whether the process has ended (gone, or a zombie nobody reaped yet)."""
-    try:
-        with open("/proc/%d/stat" % pid) as fh:
-            return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
-    except OSError:
-        return True
-
-
 def _wait_until(what, seconds):
     end = time.monotonic() + seconds
     while not what() and time.monotonic() < end:
@@ -104,7 +85,7 @@ def test_the_smoke_watch_catches_a_decode_crash_with_its_class_and_traceback(ser
     assert "early-init patch" in watched["hint"] and "Scheduler hit an exception" in watched["deciding_line"]
     assert watched["traceback"][0].endswith("Traceback (most recent call last):") and watched["log_tail"]
     assert watched["stopped_after_failure"] == {"how": "the supervisor ends the failed tree"}
-    assert _wait_until(lambda: _gone(first["pid"]), 20)
+    assert _wait_until(lambda: gone(first["pid"]), 20)
 
 
 def test_a_watch_with_its_supervisor_killed_fails_clearly_and_a_start_puts_one_back(server):
@@ -115,7 +96,7 @@ def test_a_watch_with_its_supervisor_killed_fails_clearly_and_a_start_puts_one_b
     watched = server.watch(watch_time=1)
     assert watched.get("failed") is True and watched["supervisor"] == "gone", watched
     assert "nothing watches the server" in watched["msg"] and "state: started" in watched["msg"]
-    assert "crash_class" not in watched and not _gone(first["pid"])  # the module stopped nothing
+    assert "crash_class" not in watched and not gone(first["pid"])  # the module stopped nothing
     again = run_module("wait_for_model", server())
     assert again.get("failed") is not True and again["supervisor"] == "restored" and again["pid"] == first["pid"]
     watched = server.watch(watch_time=1)
@@ -131,10 +112,10 @@ def test_a_server_whose_supervisor_is_gone_and_that_does_not_answer_is_restarted
     plan = run_module("wait_for_model", server(health_timeout=1), check=True)
     assert plan.get("failed") is not True and plan["changed"] is True, plan
     assert plan["msg"] == "would restart the server (its supervisor program is gone and the server does not answer " \
-                          "health)" and not _gone(first["pid"])
+                          "health)" and not gone(first["pid"])
     _post(server.port, "/emulator/health_delay", {"seconds": 3, "count": 2})
     again = run_module("wait_for_model", server(health_timeout=1))
     assert again.get("failed") is not True and again["changed"] is True, again
     assert again["restart_reason"] == "its supervisor program is gone and the server does not answer health"
     assert again["pid"] != first["pid"] and again["attempt"] == first["attempt"] + 1
-    assert _gone(first["pid"]) and sglang_proc.pid_alive(again["supervisor_pid"])
+    assert gone(first["pid"]) and sglang_proc.pid_alive(again["supervisor_pid"])
