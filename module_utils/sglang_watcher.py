@@ -51,13 +51,13 @@ if __name__ == "__main__":  # run as a program: its module_utils lie next to it 
 try:
     from ansible.module_utils import sglang_proc, sglang_progress, sglang_redact, sglang_watch
     from ansible.module_utils.sglang_contract import (
-        API_KEY_NAMES, CONFIG, EXIT_PERMANENT, EXIT_RESTARTABLE, EXIT_SETUP, EXIT_STOPPED, STATUS, exit_status,
+        API_KEY_NAMES, CONFIG, EXIT_PERMANENT, EXIT_SETUP, EXIT_STOPPED, STATUS, exit_status,
         read_config_secret,
     )
     from ansible.module_utils.sglang_log import LogClassifier, LogFollower
 except ImportError:  # the installed program
     from sglang_contract import (
-        API_KEY_NAMES, CONFIG, EXIT_PERMANENT, EXIT_RESTARTABLE, EXIT_SETUP, EXIT_STOPPED, STATUS, exit_status,
+        API_KEY_NAMES, CONFIG, EXIT_PERMANENT, EXIT_SETUP, EXIT_STOPPED, STATUS, exit_status,
         read_config_secret,
     )
     import sglang_proc

@@ -24,6 +24,7 @@ import urllib.request
 EV, P, RUNDIR, LOGDIR, KEY = sys.argv[1:6]
 sys.path.insert(0, os.path.join(P, "module_utils"))
 import sglang_proc  # noqa: E402 - the project's module_utils, from the carried checkout
+import sglang_contract  # noqa: E402
 import sglang_watcher  # noqa: E402
 
 NAME = "sglang"
@@ -42,7 +43,7 @@ config = {
     "settings": {"health_interval": 0.25, "health_timeout": 10, "unhealthy_after": 3, "child_grace": 2.0,
                  "settle_time": 0.3, "stall_timeout": 900, "poll_interval": 0.1, "extend_timeout": 960},
 }
-sglang_proc.write_files(RUNDIR, ((sglang_watcher.CONFIG % NAME, json.dumps(config)),), mode=0o600)
+sglang_proc.write_files(RUNDIR, ((sglang_contract.CONFIG % NAME, json.dumps(config)),), mode=0o600)
 sock_path = "/run/eagle-notify.sock"
 if os.path.exists(sock_path):
     os.unlink(sock_path)
@@ -78,7 +79,7 @@ def pump(until, limit):
 
 ready = pump("READY=1", 480)
 result["ready_after_s"] = None if ready is None else round(ready - t0, 2)
-status = sglang_proc.read_json(RUNDIR, sglang_watcher.STATUS % NAME) or {}
+status = sglang_proc.read_json(RUNDIR, sglang_contract.STATUS % NAME) or {}
 result["status_at_ready"] = {k: status.get(k) for k in ("verdict", "phase", "phases", "attempt", "server_pid")}
 if ready is not None:
     body = json.dumps({"text": "The capital of France is", "sampling_params": {"max_new_tokens": 16, "temperature": 0}})
@@ -110,7 +111,7 @@ if proc.poll() is None:
     except subprocess.TimeoutExpired:
         os.killpg(proc.pid, signal.SIGKILL)
 result["final_exit_status"] = proc.returncode
-status = sglang_proc.read_json(RUNDIR, sglang_watcher.STATUS % NAME) or {}
+status = sglang_proc.read_json(RUNDIR, sglang_contract.STATUS % NAME) or {}
 json.dump(status, open(os.path.join(EV, "status.json"), "w"), indent=1)
 rep = status.get("report") or {}
 result["final"] = {"verdict": status.get("verdict"), "crash_class": rep.get("crash_class"),

@@ -13,7 +13,7 @@ import time
 
 import pytest
 
-from ansible.module_utils import sglang_proc, sglang_watcher
+from ansible.module_utils import sglang_contract, sglang_proc, sglang_watcher
 
 from ansible_run import EMULATOR, REPO, TARGET_PYTHON, free_port
 
@@ -56,7 +56,7 @@ class Watched(object):
         config["settings"].update(settings)
         if api_key_file is not None:
             config["api_key_file"] = api_key_file
-        sglang_proc.write_files(self.run_dir, ((sglang_watcher.CONFIG % "emu", json.dumps(config)),), mode=0o600)
+        sglang_proc.write_files(self.run_dir, ((sglang_contract.CONFIG % "emu", json.dumps(config)),), mode=0o600)
         program = os.path.join(self.run_dir, "watcher", "sglang_watcher.py")
         env = {"PATH": os.environ["PATH"], "NOTIFY_SOCKET": self.sock_path}
         self.proc = subprocess.Popen([TARGET_PYTHON, "-I", program, self.run_dir, "emu"], env=env,
@@ -78,7 +78,7 @@ class Watched(object):
         raise AssertionError("no notify message with %r in %s s: %s" % (until, timeout, self.messages[-10:]))
 
     def status(self):
-        return sglang_proc.read_json(self.run_dir, sglang_watcher.STATUS % "emu")
+        return sglang_proc.read_json(self.run_dir, sglang_contract.STATUS % "emu")
 
     def end(self, timeout=30):
         out, err = self.proc.communicate(timeout=timeout)
@@ -126,7 +126,7 @@ def test_phases_ready_then_a_clean_stop(watched):
     # systemctl stop: SIGTERM (systemd signals the cgroup; here the watcher alone, it stops the server's session)
     os.kill(watched.proc.pid, signal.SIGTERM)
     rc, out, _err = watched.end()
-    assert rc == sglang_watcher.EXIT_STOPPED
+    assert rc == sglang_contract.EXIT_STOPPED
     assert watched.status()["verdict"] == "stopped"
     assert not [p for p in tree if sglang_proc.pid_alive(p)]
     with open(st["log_path"]) as fh:
@@ -138,7 +138,7 @@ def test_phases_ready_then_a_clean_stop(watched):
 def test_a_start_that_fails_exits_78_with_its_class(watched):
     watched.start(scenario="crash_loading", load=2.0, shards=4)
     rc, _out, err = watched.end(timeout=60)
-    assert rc == sglang_watcher.EXIT_PERMANENT
+    assert rc == sglang_contract.EXIT_PERMANENT
     st = watched.status()
     assert st["verdict"] == "cuda_oom" and st["report"]["crash_class"] == "cuda_oom"
     assert st["report"]["exit_status"] == 78 and st["report"]["after_ready"] is False
@@ -164,7 +164,7 @@ def _serving_tree(watched):
 
 def _ends_69_with_evidence(watched, t0, err_hint=""):
     rc, _out, err = watched.end(timeout=60)
-    assert rc == sglang_watcher.EXIT_RESTARTABLE, err
+    assert rc == sglang_contract.EXIT_RESTARTABLE, err
     st = watched.status()
     assert st["report"]["after_ready"] is True and st["report"]["exit_status"] == 69
     assert "evidence" in st["report"]
@@ -206,7 +206,7 @@ def test_a_serving_server_whose_health_fails_exits_69_unhealthy(watched):
     assert urllib.request.urlopen(req, timeout=5).status == 200  # every health request now takes 3 s: no answer in 1 s
     t0 = time.monotonic()
     rc, _out, err = watched.end(timeout=60)
-    assert rc == sglang_watcher.EXIT_RESTARTABLE, err
+    assert rc == sglang_contract.EXIT_RESTARTABLE, err
     st = watched.status()
     assert st["verdict"] == "unhealthy" and st["report"]["after_ready"] is True, st
     assert st["report"]["evidence"].startswith("the health URL failed 3 requests in a row")
@@ -217,7 +217,7 @@ def test_a_serving_server_whose_health_fails_exits_69_unhealthy(watched):
 def test_a_hang_is_stalled_and_may_be_retried(watched):
     watched.start(scenario="hang", stall=3)
     rc, _out, err = watched.end(timeout=60)
-    assert rc == sglang_watcher.EXIT_RESTARTABLE, err
+    assert rc == sglang_contract.EXIT_RESTARTABLE, err
     assert watched.status()["verdict"] == "stalled"
 
 
@@ -233,10 +233,10 @@ def test_the_api_key_is_read_from_the_servers_config_file_for_health_and_redacti
     watched.start(load=0.5, shards=2, extra=["--config", str(config)],
                   api_key_file={"path": str(config), "key": "api-key"})
     watched.notes("READY=1", 60)
-    assert key not in open(os.path.join(watched.run_dir, sglang_watcher.CONFIG % "emu")).read()
+    assert key not in open(os.path.join(watched.run_dir, sglang_contract.CONFIG % "emu")).read()
     os.kill(watched.proc.pid, signal.SIGTERM)
     rc, out, err = watched.end()
-    assert rc == sglang_watcher.EXIT_STOPPED
+    assert rc == sglang_contract.EXIT_STOPPED
     with open(watched.status()["log_path"]) as fh:
         log = fh.read()
     assert "api_key='***'" in log and key not in log and key not in out and key not in err

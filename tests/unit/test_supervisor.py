@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from ansible.module_utils import sglang_proc, sglang_watcher
+from ansible.module_utils import sglang_contract, sglang_proc, sglang_watcher
 from module_harness import Procs, World
 
 SPAWN_WORKER = ["/usr/bin/python3", "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5)",
@@ -64,7 +64,7 @@ def test_a_serving_server_whose_health_fails_in_a_row_is_unhealthy_and_exits_69(
     configure(world, health_timeout=1, serve_health_interval=2.0)
     world.health = lambda t: 200 if t is not None and t < 30 else None  # answers, then holds every request
     w, st = supervise(world, 120)
-    assert w.code == sglang_watcher.EXIT_RESTARTABLE and st["verdict"] == "unhealthy", st
+    assert w.code == sglang_contract.EXIT_RESTARTABLE and st["verdict"] == "unhealthy", st
     assert st["report"]["after_ready"] is True and st["report"]["exit_status"] == 69
     assert st["report"]["evidence"].startswith("the health URL failed 3 requests in a row")
     # 3 failures, each at least serve_health_interval after the last: decided within ~10 s of the first
@@ -87,7 +87,7 @@ def test_a_child_alive_at_ready_is_part_of_the_serving_server_however_briefly_it
     world.health = lambda t: 200 if t is not None and t >= 1 else None
     world.at(20, lambda: world.children.pop(4200))
     w, st = supervise(world, 60)
-    assert w.code == sglang_watcher.EXIT_RESTARTABLE and st["verdict"] == "child_died", st
+    assert w.code == sglang_contract.EXIT_RESTARTABLE and st["verdict"] == "child_died", st
     assert st["report"]["evidence"] == "worker PID 4200 of the server died"
 
 
@@ -162,7 +162,7 @@ def test_a_crash_line_that_stands_while_serving_is_recorded_and_proven_in_second
     assert pending["class"] == "nccl" and pending["offset"] == len(READY_LINE.encode()) and pending["lineno"] == 2
     run_until(world, gen, 30)
     st = status(world)
-    assert st["verdict"] == "nccl" and w.code == sglang_watcher.EXIT_RESTARTABLE, st
+    assert st["verdict"] == "nccl" and w.code == sglang_contract.EXIT_RESTARTABLE, st
     assert st["report"]["evidence"].startswith("the health URL failed 3 requests in a row")
     assert world.now - world.t0 < 20 + 3 * (1.0 + 1.0) + 1.0
 

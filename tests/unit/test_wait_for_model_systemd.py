@@ -14,7 +14,7 @@ import pytest
 import wait_for_model as wfm
 from ansible.module_utils import sglang_plan
 import role_unit
-from ansible.module_utils import sglang_proc, sglang_unit, sglang_watcher
+from ansible.module_utils import sglang_contract, sglang_proc, sglang_unit, sglang_watcher
 from ansible_run import free_port
 from module_harness import module_exits, run, stops, world  # noqa: F401 - fixtures
 
@@ -62,7 +62,7 @@ class FakeSystemd(object):
             self.started += 1
             self.active = "activating"
             self.world.t0 = self.world.now
-            config = sglang_proc.read_json(self.world.log_dir, sglang_watcher.CONFIG % "sglang")
+            config = sglang_proc.read_json(self.world.log_dir, sglang_contract.CONFIG % "sglang")
             for t, fields in self.script:
                 self.world.at(t, self._writer(config["launch"], fields))
         return 0, "", ""
@@ -79,7 +79,7 @@ class FakeSystemd(object):
                 self.active = "active"
             elif st["verdict"]:
                 self.active = "failed"
-            sglang_proc.write_files(self.world.log_dir, ((sglang_watcher.STATUS % "sglang", json.dumps(st)),))
+            sglang_proc.write_files(self.world.log_dir, ((sglang_contract.STATUS % "sglang", json.dumps(st)),))
         return write
 
     def show(self, unit):
@@ -358,7 +358,7 @@ def test_an_attach_never_takes_an_earlier_attempts_verdict(world, stops, module_
     parts["launcher"] = sglang_plan._h("systemd")
     record_self_as_server(world, fingerprint=sglang_plan.fingerprint_of(parts), attempt=2, launcher="systemd")
     old = {"launch": "x", "attempt": 1, "verdict": "cuda_oom", "report": {"failed": True, "crash_class": "cuda_oom"}}
-    sglang_proc.write_files(world.log_dir, ((sglang_watcher.STATUS % "sglang", json.dumps(old)),))
+    sglang_proc.write_files(world.log_dir, ((sglang_contract.STATUS % "sglang", json.dumps(old)),))
     world.t0 = world.now
     world.at(2.0, fake._writer("x", {"attempt": 2, "verdict": "ready", "phase": "ready", "report": {}}))
     status, r = run(world, inject={"systemctl": fake, "booted": lambda: (True, None), "unit_dirs": dirs},
@@ -380,7 +380,7 @@ def _serving_unit(world, active, status):
                                   attempt=2, launcher="systemd")
     st = {"launch": "x", "attempt": 2, "log_path": state["log_path"], "server_pid": state["pid"]}
     st.update(status)
-    sglang_proc.write_files(world.log_dir, ((sglang_watcher.STATUS % "sglang", json.dumps(st)),))
+    sglang_proc.write_files(world.log_dir, ((sglang_contract.STATUS % "sglang", json.dumps(st)),))
     return fake, {"systemctl": fake, "booted": lambda: (True, None), "unit_dirs": dirs}, dirs[0], state
 
 
@@ -505,10 +505,10 @@ def test_a_systemd_launch_whose_config_file_does_not_hold_the_key_is_refused_bef
 def test_the_config_files_key_line_is_read_as_the_role_writes_it(tmp_path, line, value):
     path = tmp_path / "c.yaml"
     path.write_text("# {{ ansible_managed }}\nmodel-path: \"/m\"\n  api-key: \"indented-is-no-key\"\n%s\n" % line)
-    assert sglang_watcher.read_config_secret(str(path))[1] == value
+    assert sglang_contract.read_config_secret(str(path))[1] == value
     os.symlink(str(path), str(tmp_path / "link.yaml"))
     with pytest.raises(OSError):
-        sglang_watcher.read_config_secret(str(tmp_path / "link.yaml"))  # never through a symlink
+        sglang_contract.read_config_secret(str(tmp_path / "link.yaml"))  # never through a symlink
 
 
 def test_the_watcher_takes_the_key_from_the_servers_config_file(tmp_path):
@@ -743,9 +743,9 @@ def test_a_stop_between_two_steps_is_reported_by_the_next_step_not_undone(world)
     # (resume_attempt) finds no server: it reports the attempt's own verdict instead of starting it again.
     status, r, fake = systemd_run(world, READY, _step_time=1.0)
     assert status == "ok" and r["pending"] is True and r["attempt"] == 3
-    st = sglang_proc.read_json(world.log_dir, sglang_watcher.STATUS % "sglang")
+    st = sglang_proc.read_json(world.log_dir, sglang_contract.STATUS % "sglang")
     st.update(verdict="stopped", status="stopped", phase="loading_weights")
-    sglang_proc.write_files(world.log_dir, ((sglang_watcher.STATUS % "sglang", json.dumps(st)),))
+    sglang_proc.write_files(world.log_dir, ((sglang_contract.STATUS % "sglang", json.dumps(st)),))
     fake.active = "inactive"
     starts = fake.started
     status, r, fake = systemd_run(world, [], _resume_attempt=3, fake=fake)
@@ -821,7 +821,7 @@ def test_the_template_renders_the_unit():
     text = role_unit.render(facts_for(words), name="m")
     assert text == EXPECTED_UNIT
     assert sglang_unit.unit_owner(text) == ("m-0123456789ab", "/srv/run")
-    assert "RestartPreventExitStatus=%d" % sglang_watcher.EXIT_PERMANENT in text.splitlines()
+    assert "RestartPreventExitStatus=%d" % sglang_contract.EXIT_PERMANENT in text.splitlines()
 
 
 @pytest.mark.parametrize("stall, stop, start_line, stop_line", [
