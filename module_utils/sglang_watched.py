@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import os
 
+from ansible.module_utils import sglang_contract, sglang_progress
 from ansible.module_utils.sglang_inputs import WaitError, open_log
 from ansible.module_utils.sglang_log import tail_lines
 from ansible.module_utils.sglang_unit import unit_name
@@ -222,7 +223,7 @@ class Watched(object):
         self.waker.wait(max(0.0, min([EVENT_WAIT] + [t - self.clock() for t in due])))
 
     def mine(self, st):
-        return st is not None and st.get("attempt") == self.state.get("attempt")
+        return sglang_contract.status_of(st, attempt=self.state.get("attempt")) is not None
 
     def fields(self, r, elapsed=None):
         """Every result carries the log's end (at a line start: the mark for a later watch), where this watch started
@@ -247,8 +248,7 @@ class Watched(object):
             first = aside[0]
             r["log_crash"] = dict((k, first.get(k)) for k in ("class", "hint", "line", "lineno", "exception", "why"))
             r["log_crash"]["acted_on"] = False
-            note = ("the log shows %s at line %s (%s), but the server is alive and answering: nothing was stopped"
-                    % (first.get("class"), first.get("lineno"), (first.get("line") or "").strip()[:160]))
+            note = sglang_progress.set_aside_words(first)
             if len(aside) > 1:
                 note += " (%d more crash lines set aside since byte %d)" % (len(aside) - 1, self.start)
             r["msg"] += "; " + note
