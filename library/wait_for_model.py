@@ -39,6 +39,8 @@ description:
   - Our previous server is stopped (its whole process tree, found from the run-state file and
     verified by start time, boot id and command line, so that a reused PID is never signalled;
     SIGTERM, then SIGKILL after O(stop_timeout)). A process that is not ours is never signalled.
+  - With O(gpu_release_below_mib), a (re)start that stopped our old server waits until its GPU memory is back
+    before it launches the new one (RV(gpu_release)), so that one call per host does stop, GPU release and launch.
 version_added: "1.0.0"
 author:
   - eagle-deploy contributors
@@ -400,6 +402,7 @@ notes:
     that the service user could read itself.
   - Use it without C(async); the module itself is the wait.
 seealso:
+  - module: gpu_facts
   - module: ansible.builtin.wait_for
   - module: ansible.builtin.uri
 """
