@@ -47,9 +47,8 @@ def render_report(service):
     env.filters.update({k: v for k, v in FilterModule().filters().items() if k != "default"})
     env.tests.update(AnsibleTests().tests())
     msg = by_name("Show what the server did")["ansible.builtin.debug"]["msg"]
-    return " ".join(env.from_string(msg).render(
-        sglang_server_name="sglang", __sglang_server_service=service,
-        __sglang_server_model_info={"skipped": True}).split())
+    return env.from_string(msg).render(sglang_server_name="sglang", __sglang_server_service=service,
+                                       __sglang_server_model_info={"skipped": True})
 
 
 def test_the_report_of_a_restart_names_the_stop_and_the_release():
@@ -57,9 +56,9 @@ def test_the_report_of_a_restart_names_the_stop_and_the_release():
                           "elapsed": 95.0, "log_path": "/var/log/sglang/sglang_r2.log",
                           "stopped": {"signalled": [7, 8], "killed": [], "remaining": [], "seconds": 5.7},
                           "gpu_release": {"below_mib": 2048, "seconds": 0.026, "polls": 1, "gpus": []}})
-    assert "restarted (fingerprint changed: argv), pid 42," in line
-    assert "old server stopped (PIDs 7, 8) in 5.7 s," in line
-    assert "GPU memory back below 2048 MiB after 0.026 s," in line  # tests/gpu/playbook_figures.py reads this
+    assert line == ("server sglang: restarted (fingerprint changed: argv), pid 42, old server stopped (PIDs 7, 8) in "
+                    "5.7 s, GPU memory back below 2048 MiB after 0.026 s, attempt 2, 95.0 s, "
+                    "log /var/log/sglang/sglang_r2.log")  # tests/gpu/playbook_figures.py reads the stop and release
 
 
 def test_the_report_of_a_restart_without_nvidia_smi_says_so():
