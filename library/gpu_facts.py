@@ -67,7 +67,9 @@ options:
   wait_memory_below_mib:
     description:
       - The B(wait for release) mode - poll C(memory.used) until it is below this many MiB on every selected GPU.
-      - Used right after stopping the server, so that a restart does not meet a card still held.
+      - For a stop made outside M(wait_for_model), so that the next start does not meet a card still held. A restart
+        by M(wait_for_model) waits inside its own call (its O(wait_for_model#module:gpu_release_below_mib) option, the
+        same nvidia-smi figures).
       - Mutually exclusive with O(fail_on_foreign).
     type: int
   wait_timeout:
