@@ -176,9 +176,9 @@ class _Printer(object):
         self.printed += 1
 
 
-# What only the step that started (or put back) a detached supervisor returns: a later step, which waits on it,
-# does not know it.
-FROM_THE_STARTING_STEP = ("supervisor_pid", "supervisor", "tree_tracking_note")
+# What only the step that started (or put back) a detached supervisor, or stopped our old server and waited for its
+# GPU memory, returns: a later step, which waits on the new server, does not know it.
+FROM_THE_STARTING_STEP = ("supervisor_pid", "supervisor", "tree_tracking_note", "stopped", "gpu_release")
 
 
 def _merge(steps):

@@ -67,7 +67,9 @@ options:
   wait_memory_below_mib:
     description:
       - The B(wait for release) mode - poll C(memory.used) until it is below this many MiB on every selected GPU.
-      - Used right after stopping the server, so that a restart does not meet a card still held.
+      - For a stop made outside M(wait_for_model), so that the next start does not meet a card still held. A restart
+        by M(wait_for_model) waits inside its own call (its O(wait_for_model#module:gpu_release_below_mib) option, the
+        same nvidia-smi figures).
       - Mutually exclusive with O(fail_on_foreign).
     type: int
   wait_timeout:
@@ -261,93 +263,13 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
+from ansible.module_utils.sglang_gpus import (  # noqa: F401 - the parsers are gpu_facts' API too (its tests use them)
+    APPS_QUERY, FORMAT, GPU_QUERY, INFO_LINES, NOT_AVAILABLE, NvidiaSmiError, Smi, data_lines, info_message,
+    parse_apps, parse_gpus, parse_int, parse_mib, unknown_indices, wait_below)
 from ansible.module_utils.sglang_proc import orphans_of, our_tree, proc_cmdline, proc_uid, read_state, why_not_ours
 
-GPU_QUERY = "index,uuid,name,memory.total,memory.used,memory.free"
-APPS_QUERY = "pid,process_name,gpu_uuid,used_memory"
-FORMAT = "--format=csv,noheader,nounits"
-NOT_AVAILABLE = ("[N/A]", "[Not Supported]", "N/A", "[Unknown Error]", "[Insufficient Permissions]", "")
-INFO_LINES = ("No devices were found", "No running processes found", "No running compute processes found")
 SECRET_WORDS = frozenset(("key", "token", "secret", "password", "passwd", "apikey"))
 MASK = "********"
-
-
-class NvidiaSmiError(Exception):
-    """nvidia-smi ran and failed."""
-
-    def __init__(self, msg, rc, stdout, stderr):
-        super().__init__(msg)
-        self.rc = rc
-        self.stdout = stdout
-        self.stderr = stderr
-
-
-def parse_mib(text):
-    """'20480', '20480 MiB', '[N/A]' -> int or None."""
-    text = text.strip()
-    if text in NOT_AVAILABLE:
-        return None
-    if text.endswith("MiB"):
-        text = text[:-3].strip()
-    try:
-        return int(float(text))
-    except ValueError:
-        return None
-
-
-def parse_int(text):
-    text = text.strip()
-    try:
-        return int(text)
-    except ValueError:
-        return None
-
-
-def info_message(text):
-    """nvidia-smi's 'No devices were found' and the like, or ''."""
-    for line in text.splitlines():
-        for known in INFO_LINES:
-            if line.strip().startswith(known):
-                return line.strip()
-    return ""
-
-
-def data_lines(text):
-    return [line for line in text.splitlines() if line.strip() and not info_message(line)]
-
-
-def parse_gpus(text):
-    """Lines of `index, uuid, name, total, used, free` -> list of dicts (a name may hold commas)."""
-    gpus = []
-    for line in data_lines(text):
-        fields = [f.strip() for f in line.split(",")]
-        if len(fields) < 6:
-            raise ValueError("unexpected nvidia-smi --query-gpu line: %r" % line)
-        gpus.append({
-            "index": parse_int(fields[0]),
-            "uuid": fields[1],
-            "name": ", ".join(fields[2:-3]),
-            "memory_total_mib": parse_mib(fields[-3]),
-            "memory_used_mib": parse_mib(fields[-2]),
-            "memory_free_mib": parse_mib(fields[-1]),
-        })
-    return gpus
-
-
-def parse_apps(text):
-    """Lines of `pid, process_name, gpu_uuid, used_memory` -> list of dicts (a name may hold commas)."""
-    apps = []
-    for line in data_lines(text):
-        fields = [f.strip() for f in line.split(",")]
-        if len(fields) < 4:
-            raise ValueError("unexpected nvidia-smi --query-compute-apps line: %r" % line)
-        apps.append({
-            "pid": parse_int(fields[0]),
-            "process_name": ", ".join(fields[1:-2]),
-            "gpu_uuid": fields[-2],
-            "used_memory_mib": parse_mib(fields[-1]),
-        })
-    return apps
 
 
 def _is_secret_flag(flag):
@@ -398,18 +320,10 @@ class GpuFacts:
         self.message = ""
 
     def _query(self, argument):
-        cmd = [self.nvidia_smi, argument, FORMAT]
-        rc, out, err = self.module.run_command(cmd)
-        message = info_message(out) or info_message(err)
-        if rc != 0:
-            if message.startswith("No devices were found"):
-                self.message = message
-                return ""
-            raise NvidiaSmiError(
-                "nvidia-smi failed (rc=%d): %s" % (rc, (err.strip() or out.strip() or "no output")),
-                rc, out, err)
-        if message:
-            self.message = message
+        smi = Smi(self.module, self.nvidia_smi)
+        out = smi.query(argument)
+        if smi.message:
+            self.message = smi.message
         return out
 
     def query_gpus(self):
@@ -422,7 +336,7 @@ class GpuFacts:
         wanted = self.params["gpu_indices"]
         if wanted is None:
             return gpus
-        unknown = sorted(set(wanted) - set(gpu["index"] for gpu in gpus))
+        unknown = unknown_indices(wanted, gpus)
         if unknown:
             self.module.fail_json(msg="GPU index %s not found: nvidia-smi lists %s; fix gpu_indices" % (
                 ", ".join(str(i) for i in unknown), ", ".join(str(g["index"]) for g in gpus) or "no GPU"),
@@ -482,21 +396,12 @@ class GpuFacts:
 
     def wait_for_release(self, limit):
         """Poll memory.used until every selected GPU is below limit. -> (ok, gpus, release_seconds, polls, elapsed)."""
-        timeout = self.params["wait_timeout"]
-        start = self.clock()
-        deadline = start + timeout
-        polls = 0
-        while True:
+        def poll():
             gpus = self.query_gpus()
-            polls += 1
-            now = self.clock()
-            held = [gpu for gpu in self._selected(gpus)
-                    if gpu["memory_used_mib"] is None or gpu["memory_used_mib"] >= limit]
-            if not held:
-                return True, gpus, round(now - start, 3), polls, round(now - start, 3)
-            if now >= deadline:
-                return False, gpus, None, polls, round(now - start, 3)
-            self.sleep(min(self.params["poll_interval"], max(deadline - now, 0)))
+            self._selected(gpus)  # an unknown index fails the task
+            return gpus
+        return wait_below(poll, self.params["gpu_indices"], limit, self.params["wait_timeout"],
+                          self.params["poll_interval"], self.clock, self.sleep)
 
     def foreign_report(self, processes, gpus):
         selected = {gpu["index"] for gpu in self._selected(gpus)}

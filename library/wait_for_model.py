@@ -39,6 +39,8 @@ description:
   - Our previous server is stopped (its whole process tree, found from the run-state file and
     verified by start time, boot id and command line, so that a reused PID is never signalled;
     SIGTERM, then SIGKILL after O(stop_timeout)). A process that is not ours is never signalled.
+  - With O(gpu_release_below_mib), a (re)start that stopped our old server waits until its GPU memory is back
+    before it launches the new one (RV(gpu_release)), so that one call per host does stop, GPU release and launch.
 version_added: "1.0.0"
 author:
   - eagle-deploy contributors
@@ -257,6 +259,27 @@ options:
         wait for it (under systemd a restartable failure is kept from restarting with C(systemctl stop --no-block)).
     type: int
     default: 30
+  gpu_release_below_mib:
+    description:
+      - With O(state=started), when a (re)start stops our old server, wait after the stop and before the launch until
+        every GPU of O(gpu_release_indices) has less than this many MiB of C(memory.used) (polled with
+        C(nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits) every O(poll_interval) seconds), so
+        that the new server does not meet a card the old one still holds. RV(gpu_release) says how long it took.
+      - Before anything is stopped, C(nvidia-smi) is asked once; it must answer and list every selected GPU, or the
+        task fails with nothing stopped. After O(gpu_release_timeout) seconds the task fails with the per-GPU
+        figures; the old server is then stopped and nothing is launched.
+      - Unset, there is no wait. Without C(nvidia-smi) on the host there is none either (RV(gpu_release.note) says
+        so). A run that keeps the server, and check mode, never query C(nvidia-smi).
+    type: int
+  gpu_release_indices:
+    description:
+      - The GPU indices that O(gpu_release_below_mib) looks at; all GPUs C(nvidia-smi) lists when unset.
+    type: list
+    elements: int
+  gpu_release_timeout:
+    description: Seconds to wait for O(gpu_release_below_mib) before failing.
+    type: float
+    default: 120
   stop_on_failure:
     description: Stop our server when the wait of O(state=started) fails (it holds GPU memory and cannot serve). A
       wait fails only on evidence (see the description), never on a log line alone (RV(log_crash)). With
@@ -272,8 +295,8 @@ options:
       - With O(state=started) in check mode, prove the launch as a real run does before it stops anything (O(run_as)
         can run C(argv[0]) and its C(#!) interpreters, and that interpreter, a Python or a POSIX shell, starts once
         with C(-c '')), when the server would be (re)started. The task fails if the new server could not start.
-      - For a check-mode plan made before our server is stopped on purpose (to free its GPUs for the new one). Outside
-        check mode every launch is proven anyway; in check mode without it, nothing is run.
+      - Outside check mode every launch is proven anyway, before our old server is stopped; in check mode without it,
+        nothing is run.
     type: bool
     default: false
   on_foreign_pid:
@@ -379,6 +402,7 @@ notes:
     that the service user could read itself.
   - Use it without C(async); the module itself is the wait.
 seealso:
+  - module: gpu_facts
   - module: ansible.builtin.wait_for
   - module: ansible.builtin.uri
 """
@@ -520,6 +544,33 @@ stopped:
   returned: when a server was stopped
   type: dict
   sample: {"signalled": [41235, 41240], "killed": [], "remaining": [], "seconds": 1.2}
+gpu_release:
+  description:
+    - The wait of O(gpu_release_below_mib) after our old server was stopped - the figure, the seconds from the start of
+      the wait to the poll that saw every selected GPU below it (on a timeout, the seconds waited), the number of
+      C(nvidia-smi) polls, and the selected GPUs' C(memory.used) at the last poll. With no C(nvidia-smi) on the host,
+      C(note) says that nothing was waited for.
+  returned: with O(gpu_release_below_mib), when a (re)start stopped our old server (on success and on failure)
+  type: dict
+  contains:
+    below_mib:
+      description: O(gpu_release_below_mib).
+      type: int
+    seconds:
+      description: Seconds until the memory was back (1 poll - it already was).
+      type: float
+    polls:
+      description: C(nvidia-smi) polls of the wait.
+      type: int
+    gpus:
+      description: The selected GPUs at the last poll, C(index) and C(memory_used_mib) (null - not available).
+      type: list
+      elements: dict
+    note:
+      description: Why nothing was waited for (no C(nvidia-smi)).
+      type: str
+      returned: when C(nvidia-smi) is missing
+  sample: {"below_mib": 2048, "seconds": 0.31, "polls": 3, "gpus": [{"index": 0, "memory_used_mib": 9}]}
 stale_state:
   description: Why a pidfile / run-state record was discarded without signalling anything.
   returned: when one was found
@@ -692,7 +743,7 @@ from ansible.module_utils.sglang_launch import Cgroups, Popener, Supervision, Su
 from ansible.module_utils.sglang_lock import RunLock
 from ansible.module_utils import sglang_plan as plan
 from ansible.module_utils.sglang_status_client import StatusWait, Verdicts
-from ansible.module_utils.sglang_stop import Stopper
+from ansible.module_utils.sglang_stop import GpuRelease, Stopper
 from ansible.module_utils.sglang_unit_check import UnitGuard
 from ansible.module_utils.sglang_unit import CallerWatch, Systemctl, systemd_here
 from ansible.module_utils import sglang_watched
@@ -705,7 +756,8 @@ class ModelWaiter(object):
 
     def __init__(self, module, clock=time.monotonic, sleep=None, popener=None, http=http_status,
                  procs=None, wall=time.time, cgroups=None, locker=fcntl.flock, prober=None, background_health=True,
-                 systemctl=None, booted=systemd_here, caller_gone=None, unit_dirs=None, events=True, supervisors=None):
+                 systemctl=None, booted=systemd_here, caller_gone=None, unit_dirs=None, events=True, supervisors=None,
+                 gpu_smi=None):
         self.module = module
         self.events = events  # False: the wait polls every poll_interval (no Waker; the benches' baseline)
         self.supervisors = supervisors or Supervisors()
@@ -744,6 +796,7 @@ class ModelWaiter(object):
         self.runlock = RunLock(self)  # <run_dir>/<name>.lock
         self.sup = Supervision(self)  # asking the supervisor program to start (detached), or putting one back
         self.stopper = Stopper(self)  # asking it (or systemd) to stop
+        self.release = GpuRelease(self, gpu_smi)  # after that stop, before the launch: the GPU memory back
         self.status = StatusWait(self)  # waiting on its status file
         self.verdicts = Verdicts(self)  # its verdict as the module's result
         self.unit = UnitGuard(self)  # launcher systemd: the unit of our name is this deployment's, or refused
@@ -820,7 +873,10 @@ class ModelWaiter(object):
             return self.result
         self.inputs.prove_it_runs()
         if state is not None or self.stopper.unit_active():
+            release = self.release.check()  # nvidia-smi lists the selected GPUs, before anything is stopped
             self.stopper._stop(state or {"pid": None, "unverified": True})
+            if release:
+                self.release.wait()
         if self.launcher == "systemd":
             return self.sup.launch_unit(parts, fp)
         return self.sup.launch(parts, fp)
@@ -910,6 +966,9 @@ def argument_spec():
         health_interval=dict(type="float", default=0.25),
         child_grace=dict(type="float", default=2.0),
         stop_timeout=dict(type="int", default=30),
+        gpu_release_below_mib=dict(type="int"),
+        gpu_release_indices=dict(type="list", elements="int"),
+        gpu_release_timeout=dict(type="float", default=120.0),
         stop_on_failure=dict(type="bool", default=True),
         force_restart=dict(type="bool", default=False),
         prove_launch=dict(type="bool", default=False),

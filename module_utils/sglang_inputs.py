@@ -66,6 +66,8 @@ RANGES = {
     "serve_health_interval": (0, 86400, True),
     "child_grace": (0, 3600, False),
     "stop_timeout": (0, 3600, False),
+    "gpu_release_below_mib": (0, 1 << 30, True),
+    "gpu_release_timeout": (0, 86400, False),
     "lock_timeout": (0, 86400, False),
     "watch_time": (0, 86400, False),
     "log_tail_lines": (0, 10000, False),
@@ -208,6 +210,8 @@ class Inputs(object):
         if not sglang_proc.safe_name(p["name"]):
             raise WaitError("name %r is not allowed: letters, digits, '.', '_', '-' (no '/', no '..'), at most 64" % p["name"])
         check_ranges(p)
+        if any(i < 0 for i in p.get("gpu_release_indices") or ()):
+            raise WaitError("gpu_release_indices must be GPU indices >= 0 (got %s)" % p["gpu_release_indices"])
         check_secret_lengths(p)
         self.w.launcher = self.pick_launcher()
         self.w.result["launcher"] = self.w.launcher

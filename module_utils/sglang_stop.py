@@ -2,7 +2,8 @@
 # Copyright: (c) 2026, eagle-deploy contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """wait_for_model stops a deployment: through systemd (its unit's cgroup) or, detached, its supervisor (SIGTERM to
-the verified process) and the recorded tree; ``state: stopped`` also forgets the supervisor's config.
+the verified process) and the recorded tree; ``state: stopped`` also forgets the supervisor's config. Before a
+restart's launch, GpuRelease waits until the stopped server's GPU memory is back (``gpu_release_*``).
 
 Module side only. Never signals a process that is not ours, never in check mode.
 """
@@ -12,6 +13,7 @@ from __future__ import annotations
 import os
 
 from ansible.module_utils import sglang_contract
+from ansible.module_utils import sglang_gpus
 from ansible.module_utils import sglang_proc
 from ansible.module_utils.sglang_unit import unit_name
 from ansible.module_utils.sglang_inputs import WaitError
@@ -120,3 +122,75 @@ class Stopper(object):
         except (OSError, sglang_proc.UntrustedState) as e:
             raise WaitError("the server is stopped, but %s/%s (it holds the server's secret environment) could not be "
                             "removed: %s" % (self.w.run_dir, sglang_contract.CONFIG % self.w.p["name"], e))
+
+
+class GpuRelease(object):
+    """wait_for_model's GPU release (options ``gpu_release_*``): after our old server was stopped and before the new
+    one is launched, wait until every selected GPU's memory.used is below ``gpu_release_below_mib``. ``check()``
+    runs before anything is stopped (nvidia-smi answers and lists the selected GPUs), ``wait()`` after the stop;
+    RV(gpu_release) says what was seen. Never in check mode (the caller sees to it)."""
+
+    def __init__(self, w, smi=None):
+        self.w = w  # the ModelWaiter: options, result, injected clock and sleep
+        self._smi = smi
+
+    @property
+    def smi(self):
+        if self._smi is None:
+            self._smi = sglang_gpus.Smi(self.w.module, self.w.module.get_bin_path("nvidia-smi"))
+        return self._smi
+
+    def wanted(self):
+        return self.w.p["gpu_release_indices"]
+
+    def poll(self):
+        return sglang_gpus.parse_used(self.smi.query("--query-gpu=" + sglang_gpus.USED_QUERY))
+
+    def check(self):
+        """Before the stop: whether to wait after it. No option: no. No nvidia-smi: no, with a note. Otherwise one
+        query, which must list every selected GPU (WaitError, nothing stopped)."""
+        p = self.w.p
+        if p["gpu_release_below_mib"] is None:
+            return False
+        if not self.smi.path:
+            self.w.result["gpu_release"] = {"below_mib": p["gpu_release_below_mib"], "seconds": 0.0, "polls": 0,
+                                            "gpus": [], "note": "nvidia-smi not found: no GPU memory to wait for"}
+            return False
+        try:
+            gpus = self.poll()
+        except (sglang_gpus.NvidiaSmiError, ValueError) as e:
+            raise WaitError("gpu_release_below_mib: cannot read the GPUs' memory (%s). Nothing was stopped or "
+                            "launched." % e)
+        unknown = sglang_gpus.unknown_indices(self.wanted(), gpus)
+        if unknown:
+            raise WaitError("gpu_release_indices %s not found: nvidia-smi lists %s. Nothing was stopped or launched; "
+                            "fix gpu_release_indices." % (", ".join(str(i) for i in unknown),
+                                                          ", ".join(str(g["index"]) for g in gpus) or "no GPU"))
+        return True
+
+    def wait(self):
+        """After the stop, before the launch: poll until the memory is back, or fail (the old server is stopped,
+        nothing launched)."""
+        p = self.w.p
+        limit, wanted = p["gpu_release_below_mib"], self.wanted()
+        stopped = "our old server is stopped (%s), nothing was launched" % describe_stopped(self.w.result.get("stopped"))
+        try:
+            ok, gpus, seconds, polls, elapsed = sglang_gpus.wait_below(self.poll, wanted, limit, p["gpu_release_timeout"],
+                                                           p["poll_interval"], self.w.clock, self.w.sleep)
+        except (sglang_gpus.NvidiaSmiError, ValueError) as e:
+            raise WaitError("cannot read the GPUs' memory while waiting for its release (%s): %s" % (e, stopped))
+        selected = [g for g in gpus if wanted is None or g["index"] in wanted]
+        self.w.result["gpu_release"] = {"below_mib": limit, "seconds": seconds if ok else elapsed, "polls": polls,
+                                        "gpus": selected}
+        if not ok:
+            raise WaitError("GPU memory not below %d MiB %s s after our old server was stopped: %s; %s. Free the GPUs "
+                            "(gpu_facts shows who holds them) and run again, or raise gpu_release_timeout."
+                            % (limit, elapsed, sglang_gpus.figures(sglang_gpus.held(gpus, wanted, limit)), stopped))
+
+
+def describe_stopped(stopped):
+    if not stopped:
+        return "no process was left"
+    if stopped.get("unit"):
+        return "%s of %s" % (stopped.get("how", "systemctl stop"), stopped["unit"])
+    return "PIDs %s" % ", ".join(str(pid) for pid in (stopped.get("signalled") or []) + (stopped.get("killed") or []))

@@ -10,9 +10,11 @@ poller saw it), and prints one JSON object per run:
   launch             wait_for_model's `elapsed` for a (re)start: launch to ready (or to the crash verdict)
   ready_to_return    the server log's ready line -> the console line of the launch task's result
   crash_to_failure   the first line of the crash -> the run's last failed task (the launch, or the smoke's report)
-  stop_old_s         the role's stop of the old server before a restart (wait_for_model state=stopped: SIGTERM
-                     to the whole tree until no process is left)
-  gpu_release_s      after that stop -> GPU memory below the threshold (gpu_facts, the role's own figure)
+  stop_old_s         the stop of the old server before a restart (SIGTERM to the whole tree until no process is
+                     left): the launch's `stopped.seconds`, in the role's report line (older captures: the task
+                     "Stop our old server")
+  gpu_release_s      after that stop -> GPU memory below the threshold (the launch's `gpu_release.seconds`, in the
+                     role's report line; older captures: gpu_facts)
 """
 
 import json
@@ -75,6 +77,9 @@ def figures(root):
             m = re.search(r"GPU memory back below (\d+) MiB after ([\d.]+) s", text)
             if m:
                 row["gpu_release_s"] = float(m.group(2))
+            m = re.search(r"old server stopped \([^)]*\) in ([\d.]+) s", text)
+            if m:
+                row["stop_old_s"] = float(m.group(1))
             if text.startswith("TASK ["):
                 stop_task = text.startswith("TASK [sglang_server : Stop our old server")
             m = re.match(r"^        seconds: ([\d.]+)$", text)

@@ -407,6 +407,7 @@ pid=$(cat %(run)s/sglang.pid 2>/dev/null)
 used=9
 if [ -n "$pid" ] && kill -0 "$pid" 2>/dev/null; then used=21007; else pid=; fi
 case "$1" in
+  --query-gpu=index,memory.used) echo "0, $used" ;;
   --query-gpu=*) echo "0, GPU-8d9a908f-8223-a2b4-18a6-444d8fbdb0d2, NVIDIA H200, 143771, $used, $((143771 - used))" ;;
   --query-compute-apps=*) [ -n "$pid" ] && echo "$pid, python3, GPU-8d9a908f-8223-a2b4-18a6-444d8fbdb0d2, 20998" ;;
   *) exit 2 ;;
@@ -429,13 +430,13 @@ def test_restart_stops_our_old_server_and_waits_for_its_gpu_memory(host, serving
     assert run.rc == 0, run
     # Our server's 20998 MiB count as free for the preflight (it is ours), and are not "foreign".
     assert [p["ours"] for p in run.result("Read the GPUs and who uses them")["processes"]] == [True]
-    assert run.result("Find out whether the server will be restarted")["changed"] is True
-    assert old in run.result("Stop our old server (only ours)")["stopped"]["signalled"]
-    released = run.result("Wait until the GPU memory of our old server has come back")
-    # The wait ended on the poll that saw the memory back (the fake nvidia-smi shows 9 MiB once our leader is gone).
-    assert released["polls"] >= 1 and released["gpus"][0]["memory_used_mib"] == 9
+    # One call stops our old server, waits for its GPU memory and launches the new one.
     launch = run.result("Launch SGLang and wait for health")
     assert launch["changed"] is True and launch["pid"] != old
+    assert old in launch["stopped"]["signalled"]
+    released = launch["gpu_release"]
+    # The wait ended on the poll that saw the memory back (the fake nvidia-smi shows 9 MiB once our leader is gone).
+    assert released["polls"] >= 1 and released["gpus"][0]["memory_used_mib"] == 9
 
 
 def _patched_file(host):

@@ -149,9 +149,12 @@ def test_steps_resume_the_attempt_and_merge_into_one_result():
     h.calls_restart = None
     h.script[0][0]["restart_reason"] = "fingerprint changed: argv"
     h.script[0][0]["supervisor_pid"] = 4100  # the detached supervisor the first step started
+    h.script[0][0]["stopped"] = {"signalled": [4000], "killed": [], "remaining": [], "seconds": 1.5}  # the old server
+    h.script[0][0]["gpu_release"] = {"below_mib": 2048, "seconds": 0.2, "polls": 2, "gpus": []}
     h.script[1][0]["warnings"] = ["w0", "w1"]
     res = h.run()
     assert res["supervisor_pid"] == 4100 and "supervisor" not in res
+    assert res["stopped"]["signalled"] == [4000] and res["gpu_release"]["seconds"] == 0.2  # for the role's report
     assert len(h.calls) == 4
     assert "_resume_attempt" not in h.calls[0]["args"]
     assert [c["args"]["_resume_attempt"] for c in h.calls[1:]] == [7, 7, 7]

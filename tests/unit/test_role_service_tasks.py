@@ -1,0 +1,76 @@
+"""The role's service tasks (roles/sglang_server/tasks/service.yml), read as data: one wait_for_model call per host
+does stop, GPU release and launch (no check-mode plan, no separate stop, no gpu_facts wait), and the report line of
+a restart names the stopped PIDs and the release seconds (rendered with jinja2 and Ansible's own filters)."""
+from __future__ import annotations
+
+import os
+
+import jinja2
+import yaml
+from ansible.plugins.filter.core import FilterModule
+from ansible.plugins.test.core import TestModule as AnsibleTests
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+SERVICE = os.path.join(REPO, "roles", "sglang_server", "tasks", "service.yml")
+
+
+def tasks():
+    with open(SERVICE, encoding="utf-8") as fh:
+        top = yaml.safe_load(fh)
+    out = []
+    for task in top:
+        out.append(task)
+        for key in ("block", "rescue", "always"):
+            out.extend(task.get(key) or [])
+    return out
+
+
+def by_name(name):
+    return [t for t in tasks() if t.get("name") == name][0]
+
+
+def test_one_wait_for_model_call_and_no_gpu_facts_wait():
+    calls = [t for t in tasks() if "ansible.legacy.wait_for_model" in t]
+    assert [t["name"] for t in calls] == ["Launch SGLang and wait for health"]
+    assert not [t for t in tasks() if "ansible.legacy.gpu_facts" in t]
+    launch = calls[0]["ansible.legacy.wait_for_model"]
+    assert "check_mode" not in calls[0] and "prove_launch" not in launch
+    assert "sglang_server_gpu_release_below_mib" in launch["gpu_release_below_mib"]
+    assert "sglang_server_gpu_expected" in launch["gpu_release_below_mib"]
+    assert "sglang_server_gpu_count" in launch["gpu_release_indices"]
+    assert "sglang_server_gpu_release_timeout" in launch["gpu_release_timeout"]
+
+
+def render_report(service):
+    env = jinja2.Environment(undefined=jinja2.Undefined)
+    # Ansible's own filters, but jinja2's `default` (Ansible's needs its templar; on undefined they agree)
+    env.filters.update({k: v for k, v in FilterModule().filters().items() if k != "default"})
+    env.tests.update(AnsibleTests().tests())
+    msg = by_name("Show what the server did")["ansible.builtin.debug"]["msg"]
+    return env.from_string(msg).render(sglang_server_name="sglang", __sglang_server_service=service,
+                                       __sglang_server_model_info={"skipped": True})
+
+
+def test_the_report_of_a_restart_names_the_stop_and_the_release():
+    line = render_report({"changed": True, "restart_reason": "fingerprint changed: argv", "pid": 42, "attempt": 2,
+                          "elapsed": 95.0, "log_path": "/var/log/sglang/sglang_r2.log",
+                          "stopped": {"signalled": [7, 8], "killed": [], "remaining": [], "seconds": 5.7},
+                          "gpu_release": {"below_mib": 2048, "seconds": 0.026, "polls": 1, "gpus": []}})
+    assert line == ("server sglang: restarted (fingerprint changed: argv), pid 42, old server stopped (PIDs 7, 8) in "
+                    "5.7 s, GPU memory back below 2048 MiB after 0.026 s, attempt 2, 95.0 s, "
+                    "log /var/log/sglang/sglang_r2.log")  # tests/gpu/playbook_figures.py reads the stop and release
+
+
+def test_the_report_of_a_restart_without_nvidia_smi_says_so():
+    line = render_report({"changed": True, "restart_reason": "force_restart", "pid": 42,
+                          "stopped": {"unit": "sglang-sglang.service", "seconds": 1.5, "how": "systemctl stop"},
+                          "gpu_release": {"below_mib": 2048, "seconds": 0.0, "polls": 0, "gpus": [],
+                                          "note": "nvidia-smi not found: no GPU memory to wait for"}})
+    assert "old server stopped (sglang-sglang.service) in 1.5 s," in line
+    assert "nvidia-smi not found: no GPU memory to wait for," in line
+
+
+def test_the_report_of_a_no_op_is_short():
+    line = render_report({"changed": False, "restart_reason": None, "pid": 42, "attempt": 1, "elapsed": 0.0,
+                          "log_path": "/var/log/sglang/sglang_r1.log"})
+    assert line == "server sglang: unchanged, healthy, pid 42, attempt 1, 0.0 s, log /var/log/sglang/sglang_r1.log"
