@@ -22,7 +22,7 @@ import pytest
 import ansible_run
 import sglang_src
 from ansible.module_utils import basic
-from test_sglang_args_check import fake_sglang_python, run, sac  # noqa: F401 - fixtures too
+from test_sglang_args_check import fake_sglang_python, run, sa, sac  # noqa: F401 - fixtures too
 
 WHEEL = "0.5.23"
 # The deployment's arguments; sampling-backend is one of 0.5.23's few add_argument options in server_args.py.
@@ -160,7 +160,7 @@ def probes(monkeypatch):
     real = basic.AnsibleModule.run_command
 
     def run_command(self, cmd, *args, **kwargs):
-        if sac.PROBE_SCRIPT in cmd:
+        if sa.PROBE_SCRIPT in cmd:
             seen.append(cmd)
         return real(self, cmd, *args, **kwargs)
 

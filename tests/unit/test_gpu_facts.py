@@ -12,10 +12,10 @@ import os
 
 import pytest
 
-from ansible.module_utils import basic
+from ansible.module_utils import basic, sglang_gpus
 from ansible.module_utils.common.warnings import get_warning_messages
 from gpu_facts_harness import (CAPTURED_PID, H200_UUID, FakeClock, case_dir, case_from, exits, fails,
-                               fixture_fields, gpu_facts, unused_pid)
+                               fixture_fields, unused_pid)
 from module_harness import module_exits  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.usefixtures("module_exits")
@@ -171,7 +171,7 @@ def test_na_and_not_supported_figures_become_null(smi):
 
 def test_parse_gpus_rejects_a_short_line():
     with pytest.raises(ValueError):
-        gpu_facts.parse_gpus("0, GPU-x, NVIDIA H200\n")
+        sglang_gpus.parse_gpus("0, GPU-x, NVIDIA H200\n")
 
 
 def test_unparsable_output_fails_with_a_message(smi, tmp_path):
@@ -183,10 +183,10 @@ def test_unparsable_output_fails_with_a_message(smi, tmp_path):
 
 
 def test_parse_mib_accepts_units_and_rejects_markers():
-    assert gpu_facts.parse_mib("20998 MiB") == 20998
-    assert gpu_facts.parse_mib(" 0") == 0
-    assert gpu_facts.parse_mib("[N/A]") is None
-    assert gpu_facts.parse_mib("[Not Supported]") is None
+    assert sglang_gpus.parse_mib("20998 MiB") == 20998
+    assert sglang_gpus.parse_mib(" 0") == 0
+    assert sglang_gpus.parse_mib("[N/A]") is None
+    assert sglang_gpus.parse_mib("[Not Supported]") is None
 
 
 # ---------------------------------------------------------------- secrets
@@ -202,7 +202,7 @@ def test_parse_mib_accepts_units_and_rejects_markers():
      ["x", "--tokenizer-path", "/m", "--ssl-keyfile", "/k.pem"]),
 ])
 def test_mask_cmdline(argv, expected):
-    assert gpu_facts.mask_cmdline(argv) == expected
+    assert sglang_gpus.mask_cmdline(argv) == expected
 
 
 # ---------------------------------------------------------------- ours / foreign

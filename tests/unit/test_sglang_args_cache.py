@@ -19,7 +19,7 @@ from ansible.module_utils.testing import patch_module_args
 from module_harness import FailJson
 from module_harness import exit_json as _exit_json
 from module_harness import fail_json as _fail_json
-from test_sglang_args_check import (SERVER_ARGS, _config, _venv, sac,  # noqa: F401 - fixtures too
+from test_sglang_args_check import (SERVER_ARGS, _config, _venv, sa, sac,  # noqa: F401 - fixtures too
                                     sglang_0_5_17_root, sglang_root)
 
 CACHE = "sglang.argcheck.json"
@@ -65,7 +65,7 @@ class FakeProbe(object):
         self.record = True
 
     def __call__(self, cmd, environ_update=None, **kwargs):
-        assert cmd[-5:-2] == [self.layout.python, "-c", sac.PROBE_SCRIPT], cmd
+        assert cmd[-5:-2] == [self.layout.python, "-c", sa.PROBE_SCRIPT], cmd
         self.calls += 1
         req_path, out_path = cmd[-2], cmd[-1]
         with open(req_path) as f:
@@ -99,7 +99,7 @@ def lay(tmp_path, sglang_root):  # noqa: F811 - the fixture of test_sglang_args_
 
 @pytest.fixture
 def probe(lay):
-    return FakeProbe(lay, sac.option_strings_from_tree(lay.pkg))
+    return FakeProbe(lay, sa.option_strings_from_tree(lay.pkg))
 
 
 @pytest.fixture
@@ -120,7 +120,7 @@ def check(monkeypatch, tmp_path, lay, probe):
         warnings = []
         module.warn = warnings.append
         try:
-            result = sac.SGLangArgsChecker(module, runner=probe).run()
+            result = sa.SGLangArgsChecker(module, runner=probe).run()
         except FailJson as exc:
             result = exc.args[0]
         result["warnings"] = warnings
@@ -220,7 +220,7 @@ CHANGES = {
     "timeout": (lambda lay, mp, spec: {"timeout": 120}, "timeout changed"),
     "environment": (lambda lay, mp, spec: mp.setenv("CUDA_VISIBLE_DEVICES", "1"),
                     "environment changed: CUDA_VISIBLE_DEVICES"),
-    "checker": (lambda lay, mp, spec: mp.setattr(sac, "checker_digest", lambda: "0" * 64), "the checker changed"),
+    "checker": (lambda lay, mp, spec: mp.setattr(sa, "checker_digest", lambda: "0" * 64), "the checker changed"),
     "server_args.py": (lambda lay, mp, spec: _rewrite(lay.server_args, '"--sampling-backend",',
                                                       '"--sampling-backend",  # edited'),
                        "sglang/srt/server_args.py changed"),
@@ -267,7 +267,7 @@ def test_the_ast_method_keeps_its_pass_without_the_environment_and_reads_no_sour
         raise AssertionError("a hit reads no SGLang source")
 
     for name in ("option_strings_from_tree", "config_refused_dests", "option_kinds"):
-        monkeypatch.setattr(sac, name, never)
+        monkeypatch.setattr(sa, name, never)
     again = check(method="ast")
     assert again["cached"] is True
     assert (again["option_count"], again["checked_args"]) == (first["option_count"], first["checked_args"])
@@ -300,13 +300,13 @@ def test_config_argv_is_kept_with_the_pass(tmp_path, monkeypatch, sglang_0_5_17_
 
     def run():
         with patch_module_args(args):
-            return sac.SGLangArgsChecker(sac.new_module(), runner=None).run()
+            return sa.SGLangArgsChecker(sac.new_module(), runner=None).run()
 
     first = run()
     assert (first["config_refused_args"], first["config_argv"]) == (["disable-cuda-graph"], ["--disable-cuda-graph"])
     assert os.path.join(lay.pkg, "srt", "server_args_config_parser.py") in entry(lay)["files"]["sha256"]
     for name in ("option_strings_from_tree", "config_refused_dests", "option_kinds"):
-        monkeypatch.setattr(sac, name, None)  # a hit calls none of them
+        monkeypatch.setattr(sa, name, None)  # a hit calls none of them
     again = run()
     assert again["cached"] is True
     assert (again["config_refused_args"], again["config_argv"]) == (["disable-cuda-graph"], ["--disable-cuda-graph"])
@@ -515,6 +515,6 @@ def test_content_of_a_fifo_or_a_device_is_its_identity_and_never_blocks(tmp_path
 
 
 def test_the_checker_digest_covers_the_module_and_its_module_utils():
-    digest = sac.checker_digest()
+    digest = sa.checker_digest()
     assert digest and len(digest) == 64
-    assert sac.checker_digest() == digest
+    assert sa.checker_digest() == digest

@@ -33,6 +33,8 @@ MODULE_FILE = os.path.join(sglang_src.REPO, "library", "sglang_args_check.py")
 _spec = importlib.util.spec_from_file_location("sglang_args_check", MODULE_FILE)
 sac = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(sac)
+# The checker itself: module_utils/sglang_args.py (also sglang_info's args_check look).
+from ansible.module_utils import sglang_args as sa  # noqa: E402 - conftest puts the project's module_utils there
 
 # What roles/sglang_server renders for the Kimi-K2.5 EAGLE-3 deployment.
 SERVER_ARGS = {
@@ -150,7 +152,7 @@ def fake_sglang_python(tmp_path):
 # --------------------------------------------------------------------------------------------------
 
 def test_ast_finds_every_option_the_deployment_renders(sglang_root):
-    options = sac.option_strings_from_tree(sglang_root)
+    options = sa.option_strings_from_tree(sglang_root)
     missing = ["--" + k for k in SERVER_ARGS if "--" + k not in options]
     assert missing == []
     assert "--api-key" in options and "--config" in options
@@ -159,13 +161,13 @@ def test_ast_finds_every_option_the_deployment_renders(sglang_root):
 
 
 def test_ast_knows_that_cuda_graph_max_bs_is_gone_in_0_5_23(sglang_root):
-    options = sac.option_strings_from_tree(sglang_root)
+    options = sa.option_strings_from_tree(sglang_root)
     assert "--cuda-graph-max-bs" not in options
     assert {"--cuda-graph-max-bs-decode", "--cuda-graph-max-bs-prefill"} <= options
 
 
 def test_ast_follows_aliases_negations_and_skips_no_cli_fields(sglang_root):
-    options = sac.option_strings_from_tree(sglang_root)
+    options = sa.option_strings_from_tree(sglang_root)
     assert "--speculative-draft-model" in options  # Arg(aliases=[...])
     assert "--no-dllm-fdfo" in options  # action=argparse.BooleanOptionalAction
     assert "--speculative-boundary-reduction" not in options  # Arg(no_cli=True)
@@ -175,7 +177,7 @@ def test_ast_follows_aliases_negations_and_skips_no_cli_fields(sglang_root):
 def test_ast_reads_an_older_release_that_only_uses_add_argument(tmp_path):
     root = _extract_server_sources("0.5.9", str(tmp_path))
     assert not os.path.isdir(os.path.join(root, "srt", "arg_groups"))
-    options = sac.option_strings_from_tree(root)
+    options = sa.option_strings_from_tree(root)
     assert {"--speculative-eagle-topk", "--cuda-graph-max-bs", "--model-path"} <= options
 
 
@@ -193,7 +195,7 @@ def test_field_annotation_rules_mirror_add_cli_args_from_dataclass():
         class Helper:
             not_an_option: A[int, "help"] = 1
     ''')
-    assert sac.option_strings_from_source(source) == {"--plain", "--joined", "--other-name", "--alias"}
+    assert sa.option_strings_from_source(source) == {"--plain", "--joined", "--other-name", "--alias"}
 
 
 # --------------------------------------------------------------------------------------------------
@@ -265,11 +267,11 @@ def test_ast_reads_as_many_options_from_0_5_17_as_its_real_parser_gave_on_the_h2
     with open(os.path.join(H200_RESULTS, "argscheck.json")) as f:
         real = json.load(f)
     assert (real["method"], real["sglang_version"]) == ("sglang_parser", "0.5.17")
-    assert len(sac.option_strings_from_tree(sglang_0_5_17_root)) == real["option_count"] == 493
+    assert len(sa.option_strings_from_tree(sglang_0_5_17_root)) == real["option_count"] == 493
 
 
 def test_config_refused_dests_follow_0_5_17s_config_reader(sglang_0_5_17_root):
-    refused = sac.config_refused_dests(sglang_0_5_17_root)
+    refused = sa.config_refused_dests(sglang_0_5_17_root)
     assert refused["disable_cuda_graph"] == "DeprecatedStoreTrueAction"
     # A plain option refused because a deprecated alias shares its dest (the second device call's crash).
     assert refused["cuda_graph_backend_prefill"] == "DeprecatedStoreConstAction"
@@ -279,7 +281,7 @@ def test_config_refused_dests_follow_0_5_17s_config_reader(sglang_0_5_17_root):
 
 def test_config_rule_is_not_applied_without_sglangs_config_reader(sglang_root):
     """0.5.23's sources as extracted above hold no server_args_config_parser.py: nothing is refused."""
-    assert sac.config_refused_dests(sglang_root) is None
+    assert sa.config_refused_dests(sglang_root) is None
 
 
 # --------------------------------------------------------------------------------------------------
@@ -390,30 +392,30 @@ def test_model_dir_states_are_those_of_sglang_info(run, tmp_path):
 
 def test_config_file_in_place_only_with_the_same_content_owner_group_mode(tmp_path):
     path, spec = _config(tmp_path)
-    assert sac.config_file_in_place(spec) is True
-    assert sac.config_file_in_place(dict(spec, sha256=spec["sha256"].upper())) is True
-    assert sac.config_file_in_place(dict(spec, sha256="0" * 64)) is False
-    assert sac.config_file_in_place(dict(spec, mode="0640")) is False
-    assert sac.config_file_in_place(dict(spec, owner="no-such-user-eagle")) is False
-    assert sac.config_file_in_place(dict(spec, group="no-such-group-eagle")) is False
-    assert sac.config_file_in_place(dict(spec, path=str(tmp_path / "missing.yaml"))) is False
+    assert sa.config_file_in_place(spec) is True
+    assert sa.config_file_in_place(dict(spec, sha256=spec["sha256"].upper())) is True
+    assert sa.config_file_in_place(dict(spec, sha256="0" * 64)) is False
+    assert sa.config_file_in_place(dict(spec, mode="0640")) is False
+    assert sa.config_file_in_place(dict(spec, owner="no-such-user-eagle")) is False
+    assert sa.config_file_in_place(dict(spec, group="no-such-group-eagle")) is False
+    assert sa.config_file_in_place(dict(spec, path=str(tmp_path / "missing.yaml"))) is False
     other_user = next(p.pw_name for p in pwd.getpwall() if p.pw_uid != os.getuid())
     other_group = next(g.gr_name for g in grp.getgrall() if g.gr_gid != os.getgid())
-    assert sac.config_file_in_place(dict(spec, owner=other_user)) is False
-    assert sac.config_file_in_place(dict(spec, group=other_group)) is False
+    assert sa.config_file_in_place(dict(spec, owner=other_user)) is False
+    assert sa.config_file_in_place(dict(spec, group=other_group)) is False
     path.chmod(0o644)
-    assert sac.config_file_in_place(spec) is False
+    assert sa.config_file_in_place(spec) is False
 
 
 def test_config_file_that_is_a_link_or_a_fifo_is_never_in_place(tmp_path):
     path, spec = _config(tmp_path)
     link = tmp_path / "link.yaml"
     link.symlink_to(path)
-    assert sac.config_file_in_place(dict(spec, path=str(link))) is False
+    assert sa.config_file_in_place(dict(spec, path=str(link))) is False
     fifo = tmp_path / "fifo.yaml"
     os.mkfifo(str(fifo), 0o600)
     # Opened without blocking (no writer), then refused: not a regular file.
-    assert sac.config_file_in_place(dict(spec, path=str(fifo))) is False
+    assert sa.config_file_in_place(dict(spec, path=str(fifo))) is False
 
 
 def test_config_file_hash_is_a_no_log_value_and_never_returned(monkeypatch, tmp_path, sglang_root):
@@ -464,4 +466,4 @@ def test_allow_missing_fails_on_an_interpreter_that_cannot_list_its_site_dirs(ru
     result = run(python=str(python), args={"model-path": "/m"}, allow_missing=True, method="ast")
     assert result["failed"]
     assert "could not list its site directories (rc=1): boom: no encodings module" in result["msg"]
-    assert calls == [[str(python), "-c", sac.SITE_DIRS_SCRIPT]]
+    assert calls == [[str(python), "-c", sa.SITE_DIRS_SCRIPT]]

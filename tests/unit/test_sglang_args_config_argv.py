@@ -21,7 +21,7 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import sglang_src  # noqa: E402 - test helper next to this file, importable once sys.path has this directory
 from module_harness import ExitJson, FailJson, exit_json, fail_json  # noqa: E402 - test helper next to this file, importable once sys.path has this directory
 
-from test_sglang_args_check import sac  # noqa: E402 - the module under test, loaded once by that test file
+from test_sglang_args_check import sa, sac  # noqa: E402 - the module under test, loaded once by that test file
 
 # inventory/h200's settings as the role renders them (tests/data/h200-sglang: what ran on the H200).
 H200_ARGS = {
@@ -124,11 +124,11 @@ def test_default_still_fails_on_a_refused_option(run, root_0_5_17):
     (None, "value", []),
 ])
 def test_to_argv_renders_like_sglangs_config_reader(value, kind, argv):
-    assert sac.to_argv("x", value, kind) == argv
+    assert sa.to_argv("x", value, kind) == argv
 
 
 def test_option_kinds_of_0_5_17(root_0_5_17):
-    kinds = sac.option_kinds(root_0_5_17)
+    kinds = sa.option_kinds(root_0_5_17)
     assert kinds["--disable-cuda-graph"] == "flag"
     assert kinds["--enable-breakable-cuda-graph"] == "flag"
     assert kinds["--cuda-graph-max-bs"] == "value"
