@@ -211,6 +211,10 @@ import stat
 from urllib.parse import unquote, urlsplit
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.early_init import PATCH_OPTIONS
+from ansible.module_utils.sglang_args import ARGUMENT_SPEC, SGLangArgsChecker
+from ansible.module_utils.sglang_gpus import LOOK_OPTIONS, GpuFacts
+from ansible.module_utils.sglang_look import UNIT_OPTIONS, look_patch, look_unit
 from ansible.module_utils.sglang_paths import (PACKAGE, SITE_DIRS_SCRIPT, canonical_name, find_distribution, locate,
                                                venv_of, venv_site_dirs)
 
@@ -496,6 +500,10 @@ def main():
             user=dict(type="dict"),
             paths=dict(type="list", elements="dict", default=[]),
             site_dirs=dict(type="list", elements="path"),
+            patch=dict(type="dict", options=PATCH_OPTIONS),
+            args_check=dict(type="dict", options=ARGUMENT_SPEC),
+            gpus=dict(type="dict", options=LOOK_OPTIONS),
+            unit=dict(type="dict", options=UNIT_OPTIONS),
         ),
         mutually_exclusive=[("venv", "python")],
         required_one_of=[("venv", "python")],
@@ -513,6 +521,19 @@ def main():
         result = SGLangInfo(module.params, runner).run()
     except SGLangInfoError as exc:
         module.fail_json(msg=exc.msg, **exc.extra)
+    p = module.params
+    # The other roles' looks, each by the code of the module it stands in for (module_utils/sglang_look.py).
+    if p["patch"] is not None:
+        result["patch"] = look_patch(result, p["patch"])
+    if p["args_check"] is not None:
+        result["args_check"] = SGLangArgsChecker(module, params=p["args_check"], cache_only=True).run()
+    if p["gpus"] is not None:
+        gpus = dict(p["gpus"], wait_memory_below_mib=None, wait_timeout=0, poll_interval=0)
+        result["gpus"] = GpuFacts(module, params=gpus).facts()
+        result["gpus"].pop("changed", None)
+    if p["unit"] is not None:
+        result["unit"] = look_unit(p["unit"], lambda *args: module.run_command(
+            [module.get_bin_path("systemctl", required=True)] + list(args)))
     module.exit_json(changed=False, **result)
 
 

@@ -18,9 +18,7 @@ import select
 import stat
 import sys
 
-from ansible.module_utils import (
-    sglang_contract, sglang_log, sglang_proc, sglang_progress, sglang_redact, sglang_watch, sglang_watcher,
-)
+from ansible.module_utils import sglang_proc
 
 # The mark on a unit eagle-deploy wrote (a comment line of its header): the role's template writes UNIT_MARK; the
 # module itself wrote OLD_UNIT_MARK (first line) before the unit became a template. A unit with either is ours when its
@@ -47,23 +45,6 @@ UNIT_DIRS = ("/etc/systemd/system.control", "/run/systemd/system.control", "/run
              "/run/systemd/generator.late")
 # A line of the unit's header: which deployment (sglang_proc.deployment_name, the run dir's real path) owns it.
 DEPLOYMENT_PREFIX = "# eagle-deploy deployment: "
-
-
-def module_source(mod):
-    """Source of a module_utils module (bytes), also from inside an AnsiballZ zip."""
-    loader = getattr(mod, "__loader__", None)
-    source = loader.get_source(mod.__name__) if loader is not None else None
-    if source is None:
-        with open(mod.__file__, "rb") as fh:
-            return fh.read()
-    return source.encode("utf-8") if isinstance(source, str) else source
-
-
-def watcher_files():
-    """{file name: source} of the host watcher program and the module_utils it imports."""
-    return dict(("%s.py" % m.__name__.rsplit(".", 1)[-1], module_source(m))
-                for m in (sglang_watcher, sglang_contract, sglang_watch, sglang_log, sglang_proc, sglang_redact,
-                          sglang_progress))
 
 
 def unit_name(name):

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import hashlib
-import importlib.util
 import json
 import os
 import re
@@ -19,25 +18,15 @@ import sglang_src  # noqa: E402 - test helper next to this file, importable once
 sys.path.insert(0, os.path.join(sglang_src.REPO, "tests", "emulator"))
 import sglang_emulator  # noqa: E402 - tests/emulator, importable once it is on sys.path
 from sglang_emulator import cli, logs, replay, scenarios, scheduler  # noqa: E402 - tests/emulator, once on sys.path
+from ansible.module_utils import early_init  # noqa: E402 - conftest puts the project's module_utils there
 
-PATCH_MODULE_FILE = os.path.join(sglang_src.REPO, "library", "early_init_patch.py")
 CORPUS = os.path.join(sglang_src.REPO, "tests", "data", "sglang-logs")
 TEMPLATE = os.path.join(sglang_src.REPO, "roles", "sglang_server", "templates", "sglang_server.yaml.j2")
 
 
-def _patcher():
-    if not os.path.isfile(PATCH_MODULE_FILE):
-        pytest.skip("library/early_init_patch.py not present")
-    spec = importlib.util.spec_from_file_location("early_init_patch_for_emulator", PATCH_MODULE_FILE)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
 def patched(source_bytes):
-    """The real patch module's output for the default attribute, as the sglang_patch role applies it."""
-    eip = _patcher()
-    patcher = eip.EarlyInitPatcher("eagle_worker_v2.py", "EAGLEWorkerV2", "__init__",
+    """The real patch's output for the default attribute, as the sglang_patch role applies it."""
+    patcher = early_init.EarlyInitPatcher("eagle_worker_v2.py", "EAGLEWorkerV2", "__init__",
                                    {"spec_disable_batch_threshold": "0"}, "present")
     return patcher.compute(source_bytes)["new"]
 
