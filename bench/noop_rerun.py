@@ -7,7 +7,9 @@ empty play on the same inventory in the same process (ansible's start-up cost), 
 that machine noise hits both alike; stops the server at the end and removes the prefix, unless stop.yml
 failed (then the prefix, which holds the run state that finds the server, is left and the error printed).
 Prints figures; asserts nothing.
-Last line exactly: noop_over_empty=<f> noop_s=<f> tasks=<n>
+Last line exactly: noop_over_empty=<f> noop_s=<f> tasks=<n> module_calls=<n>
+(tasks: the tasks that ran, skipped ones not counted; module_calls: those of them that ran a module on the host,
+the tasks the controller answers alone (assert, debug, include_tasks, argument validation, ...) not counted.)
 """
 from __future__ import annotations
 
@@ -24,6 +26,9 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 BIN = os.path.dirname(sys.executable)
+# Actions that run on the controller only: no module call on the host.
+CONTROLLER_ONLY = frozenset("ansible.builtin." + a for a in (
+    "assert", "debug", "fail", "set_fact", "meta", "include_tasks", "import_tasks", "include_role", "validate_argument_spec"))
 EMPTY_PLAY = "- name: Empty play\n  hosts: sglang_servers\n  gather_facts: false\n  tasks: []\n"
 
 
@@ -59,22 +64,23 @@ def main():
         out = json.loads(proc.stdout)
         tasks = [t for p in out["plays"] for t in p["tasks"]]
         changed = [t["task"]["name"] for t in tasks if any(h.get("changed") for h in t["hosts"].values())]
-        ran = [t for t in tasks if any(not h.get("skipped") for h in t["hosts"].values())]
-        return elapsed, len(ran), changed
+        ran = [h for t in tasks for h in t["hosts"].values() if not h.get("skipped")]
+        calls = [h for h in ran if h.get("action") not in CONTROLLER_ONLY]
+        return elapsed, (len(ran), len(calls)), changed
 
     try:
         first, _, _ = play("playbooks/serve_eagle3.yml")
         print("converge_s=%.2f (not timed below)" % first)
-        noop, empty_s, tasks = [], [], 0
+        noop, empty_s, tasks, calls = [], [], 0, 0
         for i in range(args.n):
-            t, tasks, changed = play("playbooks/serve_eagle3.yml")
+            t, (tasks, calls), changed = play("playbooks/serve_eagle3.yml")
             if changed:
                 raise SystemExit("re-run %d was not a no-op: changed %s" % (i + 1, changed))
             noop.append(t)
             empty_s.append(play(empty)[0])
-            print("run %d: noop_s=%.2f empty_s=%.2f tasks=%d" % (i + 1, noop[-1], empty_s[-1], tasks))
+            print("run %d: noop_s=%.2f empty_s=%.2f tasks=%d module_calls=%d" % (i + 1, noop[-1], empty_s[-1], tasks, calls))
         med_noop, med_empty = statistics.median(noop), statistics.median(empty_s)
-        print("noop_over_empty=%.2f noop_s=%.2f tasks=%d" % (med_noop / med_empty, med_noop, tasks))
+        print("noop_over_empty=%.2f noop_s=%.2f tasks=%d module_calls=%d" % (med_noop / med_empty, med_noop, tasks, calls))
     finally:
         stop = subprocess.run([os.path.join(BIN, "ansible-playbook"), "playbooks/stop.yml", "-i", "inventory/local",
                                "-e", "eagle_deploy_prefix=%s" % prefix, "-e", "sglang_server_port=%d" % port],

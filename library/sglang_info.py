@@ -9,7 +9,7 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: sglang_info
-short_description: Find the SGLang installed in a virtualenv, without importing it
+short_description: Find the SGLang installed in a virtualenv, without importing it, and look at what a deployment needs
 description:
   - Reads where SGLang is installed for a virtualenv (or a Python interpreter) and which version it is, from the
     C(sglang-<version>.dist-info/METADATA) file in its site-packages, and hashes
@@ -18,6 +18,12 @@ description:
   - For a virtualenv nothing is run at all; for a Python that is not a virtualenv's, that interpreter is asked once
     for its site directories (standard library only).
   - A virtualenv that does not exist yet (check mode on a fresh host) is not an error; RV(installed) is then false.
+  - In the same call it can look at what the other steps of a deployment decide on, each with the code of the module
+    that step runs, so that a re-run that changes nothing makes one look per host (C(playbooks/serve_eagle3.yml)).
+    O(patch) - whether C(eagle_worker_v2.py) is already as M(ansible.legacy.early_init_patch) would leave it.
+    O(args_check) - the verdict M(ansible.legacy.sglang_args_check) kept for these very inputs (never a fresh
+    check). O(gpus) - what M(ansible.legacy.gpu_facts) reads. O(unit) - whether the systemd unit of the deployment is
+    there as this deployment's, loaded and enabled.
 version_added: "1.0.0"
 author:
   - eagle-deploy contributors
@@ -86,6 +92,89 @@ options:
       - Null (the default) looks neither at the file nor into those directories.
     type: list
     elements: path
+  patch:
+    description:
+      - The early-init patch to look for in the C(eagle_worker_v2.py) found (the options of
+        M(ansible.legacy.early_init_patch) but O(ansible.legacy.early_init_patch#module:path) and
+        O(ansible.legacy.early_init_patch#module:backup)); see RV(patch).
+      - Decided only where this Python's major.minor is the virtualenv's (the patch module parses and compiles the
+        file with the virtualenv's Python); elsewhere RV(patch.in_place) is false, and the caller runs the module.
+    type: dict
+    suboptions:
+      class_name:
+        description: The class whose method is patched.
+        type: str
+        default: EAGLEWorkerV2
+      method:
+        description: The method whose top gets the assignments.
+        type: str
+        default: __init__
+      attributes:
+        description: Attribute names and their default values (Python literals).
+        type: dict
+        default: {spec_disable_batch_threshold: "0"}
+      state:
+        description: Whether the managed block should be there (V(present)) or not (V(absent)).
+        type: str
+        choices: [present, absent]
+        default: present
+  args_check:
+    description:
+      - The options of M(ansible.legacy.sglang_args_check), exactly as that module takes them (its documentation
+        says what each means). The look reports the verdict that module kept in O(args_check.cache_dir) for these
+        very inputs (RV(args_check.cached)), computed by the same code with the same key. It never checks fresh -
+        with no verdict kept, RV(args_check.cached) is false and the caller runs the module. An input that module
+        refuses on its face (a secret among the arguments, a malformed name) fails this call with its message.
+    type: dict
+  gpus:
+    description:
+      - The options of M(ansible.legacy.gpu_facts) that say which GPUs and whose processes (O(gpus.run_dir),
+        O(gpus.name), O(gpus.gpu_indices), O(gpus.fail_on_foreign), O(gpus.foreign_limit_mib)); RV(gpus) is that
+        module's result. With O(gpus.fail_on_foreign), foreign GPU memory over the limit fails this call as it fails
+        that module.
+    type: dict
+    suboptions:
+      run_dir:
+        description: The run dir whose run state names our server's processes.
+        type: path
+      name:
+        description: The deployment's name.
+        type: str
+        default: sglang
+      gpu_indices:
+        description: The GPUs looked at (all when not given).
+        type: list
+        elements: int
+      fail_on_foreign:
+        description: Fail when processes that are not ours hold more than O(gpus.foreign_limit_mib) on a GPU.
+        type: bool
+        default: false
+      foreign_limit_mib:
+        description: Foreign GPU memory allowed per GPU with O(gpus.fail_on_foreign).
+        type: int
+        default: 0
+  unit:
+    description:
+      - The deployment whose systemd unit C(sglang-<name>.service) to look at; see RV(unit).
+    type: dict
+    suboptions:
+      name:
+        description: The deployment's name.
+        type: str
+        required: true
+      run_dir:
+        description: The deployment's run dir (the unit records it).
+        type: path
+        required: true
+      launcher:
+        description: As M(ansible.legacy.wait_for_model) takes it; V(auto) resolves as it does there.
+        type: str
+        choices: [auto, systemd, detached]
+        default: auto
+      unit_dir:
+        description: Where the role writes the unit.
+        type: path
+        default: /etc/systemd/system
 notes:
   - Read-only; runs the same in check mode.
   - O(requirements), O(user) and O(paths) let one call tell whether an installation is already as wanted
@@ -199,6 +288,39 @@ import_error:
   returned: when O(import_check=true) and the import failed
   type: str
   sample: "ModuleNotFoundError: No module named 'torch'"
+patch:
+  description:
+    - The patch's look. C(path) - the C(eagle_worker_v2.py) found (null where none); C(in_place) - whether it is
+      already as the patch module would leave it; C(why) - why not, where it is not; and, where the patch was
+      computed, C(inserted), C(sha256) (of the file as the patch leaves it), C(at_risk), C(first_raising_line), as
+      the patch module returns them.
+  returned: when O(patch) is given
+  type: dict
+  sample: {path: /opt/sglang/venv-0.5.23/lib/python3.11/site-packages/sglang/srt/speculative/eagle_worker_v2.py,
+           in_place: true, inserted: [spec_disable_batch_threshold], at_risk: [spec_disable_batch_threshold],
+           first_raising_line: 84, sha256: 3f0c}
+args_check:
+  description:
+    - M(ansible.legacy.sglang_args_check)'s result for O(args_check), from its kept verdict (C(cached) true), or
+      C(cached) false with C(cache_miss) saying why and nothing checked.
+  returned: when O(args_check) is given
+  type: dict
+  sample: {cached: true, method: sglang_parser, config_argv: [], config_file_in_place: true, sglang_version: 0.5.23}
+gpus:
+  description: M(ansible.legacy.gpu_facts)'s result for O(gpus) (C(gpus), C(processes), C(foreign), ...).
+  returned: when O(gpus) is given
+  type: dict
+  sample: {nvidia_smi: /usr/bin/nvidia-smi, gpus: [], processes: [], foreign: []}
+unit:
+  description:
+    - C(launcher) - what O(unit.launcher) resolves to; C(in_place) - true for V(detached), and for V(systemd) where the
+      unit is there as this deployment's (no foreign unit, drop-in or transient unit of its name), loaded as it is on
+      disk and enabled; C(why) - why not. For V(systemd) also C(unit_facts) (what the role's unit template takes, as
+      M(ansible.legacy.wait_for_model) returns them), C(exists), C(sha256) (of the unit file's text, which the role
+      compares with its template), C(loaded), C(enabled).
+  returned: when O(unit) is given
+  type: dict
+  sample: {launcher: systemd, in_place: true, exists: true, loaded: true, enabled: true, sha256: 9b1e}
 """
 
 import grp

@@ -33,6 +33,11 @@ from ansible_run import free_port
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.dirname(sys.executable)
 API_KEY = "local-rehearsal-key"  # inventory/local's sglang_server_api_key
+LOOK = "Look at the host once (install, patch, server)"
+LAUNCH = "Launch SGLang and wait for health"
+# Actions that run on the controller only: no module call on the host.
+CONTROLLER_ONLY = frozenset("ansible.builtin." + a for a in (
+    "assert", "debug", "fail", "set_fact", "meta", "include_tasks", "import_tasks", "include_role", "validate_argument_spec"))
 
 
 class Run:
@@ -62,6 +67,10 @@ class Run:
 
     def changed_tasks(self):
         return [n for n, r in self.tasks if r.get("changed")]
+
+    def module_calls(self):
+        """The tasks that ran a module on the host (every one that ran, but those the controller answers alone)."""
+        return [n for n, r in self.tasks if not r.get("skipped") and r.get("action") not in CONTROLLER_ONLY]
 
     def failures(self):
         """The results of the tasks that failed (not ignored)."""
@@ -249,10 +258,17 @@ def test_second_run_changes_nothing(host, converged):
     assert run.rc == 0, run
     assert run.stats["changed"] == 0, run.changed_tasks()
     assert run_state(host)["pid"] == before["pid"]
-    # The args check found the config file as the template would write it: the template is skipped. The file's
-    # hash went to the module as a no_log option; it is nowhere in the output.
-    assert run.result("Check the server arguments against the installed SGLang")["config_file_in_place"] is True
-    assert run.result("Write the server config file").get("skipped") is True, run.result("Write the server config file")
+    # Two module calls on the host: the play's one look and the server's keep.
+    assert run.module_calls() == [LOOK, LAUNCH], run.module_calls()
+    look = run.result(LOOK)
+    assert look["in_place"] is True and look["patch"]["in_place"] is True, look
+    # The look found the argument check's verdict kept for these very inputs, and the config file as the template
+    # would write it: the check and the template are skipped. The file's hash went to the module as a no_log option;
+    # it is nowhere in the output.
+    assert look["args_check"]["cached"] is True and look["args_check"]["config_file_in_place"] is True, look
+    for skipped in ("Check the server arguments against the installed SGLang", "Write the server config file",
+                    "Apply the EAGLEWorkerV2 early-init patch"):
+        assert not run.results(skipped) or run.result(skipped).get("skipped") is True, (skipped, run.result(skipped))
     assert digest not in json.dumps(run.out)
 
 
@@ -266,7 +282,7 @@ def test_a_config_file_changed_behind_our_back_is_written_again(host, serving):
     os.chmod(config, 0o644)
     run = host["play"]()
     assert run.rc == 0, run
-    assert run.result("Check the server arguments against the installed SGLang")["config_file_in_place"] is False
+    assert run.result(LOOK)["args_check"]["config_file_in_place"] is False
     assert run.changed_tasks() == ["Write the server config file"], run
     with open(config, "rb") as f:
         assert f.read() == wanted
@@ -282,6 +298,24 @@ def test_check_diff_on_the_converged_host_is_clean(host, converged):
     assert run.rc == 0, run
     assert run.stats["changed"] == 0, run.changed_tasks()
     assert run_state(host)["pid"] == before["pid"]
+    assert run.module_calls() == [LOOK, LAUNCH], run.module_calls()
+
+
+def test_an_argument_sglang_does_not_know_is_refused_by_a_fresh_check_and_nothing_restarts(host, serving):
+    # The look has a verdict kept only for the arguments it was computed for: with one more, it has none, the
+    # argument check runs (SGLang's real 0.5.23 sources) and refuses, before the config file or the server is touched.
+    config = os.path.join(host["prefix"], "etc/sglang/sglang.yaml")
+    with open(config, "rb") as f:
+        before_config = f.read()
+    run = host["play"]("-e", '{"sglang_server_extra_args": {"speculative-num-stepz": 3}}')
+    assert run.rc != 0, run
+    look = run.result(LOOK)
+    assert look["args_check"]["cached"] is False and "args" in look["args_check"]["cache_miss"], look["args_check"]
+    assert any("speculative-num-stepz" in m and "speculative-num-steps" in m for m in run.failure_msgs()), run
+    assert not run.results(LAUNCH), run
+    with open(config, "rb") as f:
+        assert f.read() == before_config
+    assert run_state(host)["pid"] == serving["pid"]
 
 
 def test_changing_one_server_argument_restarts_exactly_once(host, serving):
@@ -376,7 +410,9 @@ def test_gpu_preflight_on_replayed_nvidia_smi(host, converged, tmp_path, tp, min
                        path_prepend=str(bindir))
     if expected is None:
         assert run.rc == 0, run
-        assert run.result("Read the GPUs and who uses them")["gpus"][1]["memory_free_mib"] == 143156
+        # The play's one look read them (gpu_facts' code and options); the role's own read is skipped.
+        assert run.result(LOOK)["gpus"]["gpus"][1]["memory_free_mib"] == 143156
+        assert run.result("Read the GPUs and who uses them").get("skipped") is True
         return
     assert run.rc != 0
     assert len(run.failures()) == 1, run
