@@ -465,7 +465,7 @@ def test_restart_stops_our_old_server_and_waits_for_its_gpu_memory(host, serving
     run = host["play"](*(gpu + ["-e", "sglang_server_speculative_num_steps=%d" % steps]), path_prepend=str(bindir))
     assert run.rc == 0, run
     # Our server's 20998 MiB count as free for the preflight (it is ours), and are not "foreign".
-    assert [p["ours"] for p in run.result("Read the GPUs and who uses them")["processes"]] == [True]
+    assert [p["ours"] for p in run.result(LOOK)["gpus"]["processes"]] == [True]  # the play's one look read them
     # One call stops our old server, waits for its GPU memory and launches the new one.
     launch = run.result("Launch SGLang and wait for health")
     assert launch["changed"] is True and launch["pid"] != old
