@@ -233,6 +233,13 @@ foreign_mib_by_gpu:
   returned: always
   type: dict
   sample: {"0": 20480}
+foreign_refusal:
+  description:
+    - The refusal of foreign GPU memory over O(foreign_limit_mib) on a selected GPU, in words (PID, user, MiB and
+      command of each foreign process there); empty when there is none. O(fail_on_foreign) fails with it.
+  returned: when nvidia-smi was found
+  type: str
+  sample: "foreign processes hold GPU memory: GPU 0: 20998 MiB foreign (limit 1024 MiB): PID 562 (user bob, ...)"
 run_state_found:
   description: Whether a run state of O(name) was found in O(run_dir).
   returned: always

@@ -130,8 +130,9 @@ options:
     description:
       - The options of M(ansible.legacy.gpu_facts) that say which GPUs and whose processes (O(gpus.run_dir),
         O(gpus.name), O(gpus.gpu_indices), O(gpus.fail_on_foreign), O(gpus.foreign_limit_mib)); RV(gpus) is that
-        module's result. With O(gpus.fail_on_foreign), foreign GPU memory over the limit fails this call as it fails
-        that module.
+        module's result. The look never fails on the GPUs (it is the play's first call, before the install, on every
+        tag) - foreign GPU memory over the limit is reported in C(gpus.foreign_refusal) (the message that module
+        fails with under O(gpus.fail_on_foreign)), a query that failed in C(gpus.error); the caller acts on them.
     type: dict
     suboptions:
       run_dir:
@@ -146,7 +147,7 @@ options:
         type: list
         elements: int
       fail_on_foreign:
-        description: Fail when processes that are not ours hold more than O(gpus.foreign_limit_mib) on a GPU.
+        description: Taken for that module's key, but the look only reports (C(gpus.foreign_refusal)).
         type: bool
         default: false
       foreign_limit_mib:
@@ -307,7 +308,9 @@ args_check:
   type: dict
   sample: {cached: true, method: sglang_parser, config_argv: [], config_file_in_place: true, sglang_version: 0.5.23}
 gpus:
-  description: M(ansible.legacy.gpu_facts)'s result for O(gpus) (C(gpus), C(processes), C(foreign), ...).
+  description:
+    - M(ansible.legacy.gpu_facts)'s result for O(gpus) (C(gpus), C(processes), C(foreign), C(foreign_refusal), ...);
+      where the query failed, what there is of it and C(error), the message that module would fail with.
   returned: when O(gpus) is given
   type: dict
   sample: {nvidia_smi: /usr/bin/nvidia-smi, gpus: [], processes: [], foreign: []}
@@ -335,8 +338,8 @@ from urllib.parse import unquote, urlsplit
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.early_init import PATCH_OPTIONS
 from ansible.module_utils.sglang_args import ARGUMENT_SPEC, SGLangArgsChecker
-from ansible.module_utils.sglang_gpus import LOOK_OPTIONS, GpuFacts
-from ansible.module_utils.sglang_look import UNIT_OPTIONS, look_patch, look_unit
+from ansible.module_utils.sglang_gpus import LOOK_OPTIONS
+from ansible.module_utils.sglang_look import UNIT_OPTIONS, look_gpus, look_patch, look_unit
 from ansible.module_utils.sglang_paths import (PACKAGE, SITE_DIRS_SCRIPT, canonical_name, find_distribution, locate,
                                                venv_of, venv_site_dirs)
 
@@ -650,9 +653,7 @@ def main():
     if p["args_check"] is not None:
         result["args_check"] = SGLangArgsChecker(module, params=p["args_check"], cache_only=True).run()
     if p["gpus"] is not None:
-        gpus = dict(p["gpus"], wait_memory_below_mib=None, wait_timeout=0, poll_interval=0)
-        result["gpus"] = GpuFacts(module, params=gpus).facts()
-        result["gpus"].pop("changed", None)
+        result["gpus"] = look_gpus(module, p["gpus"])
     if p["unit"] is not None:
         result["unit"] = look_unit(p["unit"], lambda *args: module.run_command(
             [module.get_bin_path("systemctl", required=True)] + list(args)))

@@ -222,12 +222,14 @@ class GpuFacts:
     """Runs nvidia-smi and classifies processes (facts); then, by mode, refuses foreign users or has waited for
     memory release. Clock and sleep are injectable."""
 
-    def __init__(self, module, clock=time.monotonic, sleep=None, params=None):
+    def __init__(self, module, clock=time.monotonic, sleep=None, params=None, fail=None):
         self.module = module
         self.clock = clock
         # time.sleep looked up when called (not bound at import): the unit-test guard that forbids sleeping sees it
         self.sleep = sleep or (lambda seconds: time.sleep(seconds))
         self.params = module.params if params is None else params
+        # fail(msg, **result): the module's fail_json; sglang_info's look passes one that reports instead.
+        self.fail = fail or module.fail_json
         self.nvidia_smi = module.get_bin_path("nvidia-smi")
         self.message = ""
 
@@ -250,7 +252,7 @@ class GpuFacts:
             return gpus
         unknown = unknown_indices(wanted, gpus)
         if unknown:
-            self.module.fail_json(msg="GPU index %s not found: nvidia-smi lists %s; fix gpu_indices" % (
+            self.fail(msg="GPU index %s not found: nvidia-smi lists %s; fix gpu_indices" % (
                 ", ".join(str(i) for i in unknown), ", ".join(str(g["index"]) for g in gpus) or "no GPU"),
                 gpus=gpus, nvidia_smi=self.nvidia_smi, nvidia_smi_message=self.message)
         return [gpu for gpu in gpus if gpu["index"] in wanted]
@@ -351,9 +353,9 @@ class GpuFacts:
             apps = self.query_apps()
         except NvidiaSmiError as exc:
             result.update(rc=exc.rc, stdout=exc.stdout, stderr=exc.stderr)
-            self.module.fail_json(msg=str(exc), **result)
+            self.fail(msg=str(exc), **result)
         except ValueError as exc:
-            self.module.fail_json(msg="cannot parse nvidia-smi output: %s" % exc, **result)
+            self.fail(msg="cannot parse nvidia-smi output: %s" % exc, **result)
         found, processes = self.describe(apps, gpus)
         foreign, by_gpu, over = self.foreign_report(processes, gpus)
         result.update(nvidia_smi_message=self.message, gpus=gpus, processes=processes, foreign=foreign,
@@ -363,19 +365,22 @@ class GpuFacts:
                                 for g in self._selected(gpus)
                                 if g["memory_used_mib"] is None or g["memory_used_mib"] >= limit)
             holders = ", ".join(_describe_process(p) for p in processes) or "no compute process listed"
-            self.module.fail_json(
+            self.fail(
                 msg="GPU memory not below %d MiB after %s s: %s (held by: %s)" % (
                     limit, result["elapsed"], figures, holders),
                 **result)
-        if self.params["fail_on_foreign"] and over:
+        refusal = ""
+        if over:
             lines = []
             for key in over:
                 procs = [p for p in foreign if str(p["gpu_index"]) == key]
                 lines.append("GPU %s: %d MiB foreign (limit %d MiB): %s" % (
                     key, by_gpu[key], self.params["foreign_limit_mib"], ", ".join(_describe_process(p) for p in procs)))
-            self.module.fail_json(
-                msg="foreign processes hold GPU memory: %s. Stop them or pick other GPUs (gpu_indices); "
-                    "this module kills nothing" % "; ".join(lines), **result)
+            refusal = ("foreign processes hold GPU memory: %s. Stop them or pick other GPUs (gpu_indices); "
+                       "this module kills nothing" % "; ".join(lines))
+        result["foreign_refusal"] = refusal
+        if self.params["fail_on_foreign"] and over:
+            self.fail(msg=refusal, **result)
         return result
 
 

@@ -17,6 +17,7 @@ import os
 import sys
 
 from ansible.module_utils.early_init import PatchError, plan
+from ansible.module_utils.sglang_gpus import GpuFacts
 from ansible.module_utils.sglang_unit import (CHECK_PROPS, UNIT_DIRS, enable_problem, parse_show, read_regular,
                                               systemd_here, unit_facts, unit_files_on_disk, unit_loaded, unit_name,
                                               unit_refusal)
@@ -71,6 +72,29 @@ def look_patch(found, spec):
     out["in_place"] = not planned["changed"]
     if planned["changed"]:
         out["why"] = "the file would change"
+    return out
+
+
+class _Refused(Exception):
+    def __init__(self, msg, result):
+        super().__init__(msg)
+        self.result = result
+
+
+def look_gpus(module, spec):
+    """gpu_facts' result for spec (its look options), never a failure: the look is tagged always and runs before the
+    install, so a GPU the query cannot read, or foreign memory over the limit, is reported (``error``;
+    ``foreign_refusal``, the message gpu_facts fails with under fail_on_foreign) for the role to act on in its
+    preflight, where gpu_facts would have failed."""
+    def refuse(msg, **result):
+        raise _Refused(msg, result)
+
+    params = dict(spec, fail_on_foreign=False, wait_memory_below_mib=None, wait_timeout=0, poll_interval=0)
+    try:
+        out = GpuFacts(module, params=params, fail=refuse).facts()
+    except _Refused as exc:
+        out = dict(exc.result, error=str(exc))
+    out.pop("changed", None)
     return out
 
 

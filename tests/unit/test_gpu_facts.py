@@ -13,10 +13,12 @@ import os
 import pytest
 
 from ansible.module_utils import basic, sglang_gpus
+from ansible.module_utils.testing import patch_module_args
 from ansible.module_utils.common.warnings import get_warning_messages
 from gpu_facts_harness import (CAPTURED_PID, H200_UUID, FakeClock, case_dir, case_from, exits, fails,
                                fixture_fields, unused_pid)
-from module_harness import module_exits  # noqa: F401 - fixture
+from module_harness import ExitJson, module_exits  # noqa: F401 - fixture
+from test_sglang_info import sglang_info
 
 pytestmark = pytest.mark.usefixtures("module_exits")
 
@@ -267,3 +269,31 @@ def test_refusing_foreign_users_and_waiting_for_release_are_separate_modes(smi):
     smi("h200-idle")
     result = fails({"fail_on_foreign": True, "wait_memory_below_mib": 1024})
     assert "mutually exclusive" in result["msg"]
+
+
+# --- the same facts in sglang_info's look (module_utils/sglang_look.py: look_gpus) -------------------------------------
+
+def look(spec):
+    """sglang_info with only its gpus option (no SGLang anywhere): the look's gpus result."""
+    with patch_module_args({"python": "/nonexistent/bin/python", "gpus": spec}):
+        with pytest.raises(ExitJson) as info:
+            sglang_info.main()
+    return info.value.args[0]["gpus"]
+
+
+def test_the_look_reports_foreign_memory_over_the_limit_instead_of_failing(smi):
+    smi("h200-busy")
+    refused = fails({"fail_on_foreign": True, "foreign_limit_mib": 1024})
+    out = look({"fail_on_foreign": True, "foreign_limit_mib": 1024})
+    assert out["foreign_refusal"] == refused["msg"] and "PID 562" in out["foreign_refusal"]
+    assert "error" not in out and out["gpus"] == refused["gpus"] and "changed" not in out
+    # Under the limit: no refusal, the same facts as gpu_facts'.
+    assert look({"fail_on_foreign": True, "foreign_limit_mib": 30000})["foreign_refusal"] == ""
+
+
+@pytest.mark.parametrize("case", ["h200-bad-field", "synthetic-driver-failed"])
+def test_the_look_reports_a_failed_query_as_its_error(smi, case):
+    smi(case)
+    failed = fails()
+    out = look({})
+    assert out["error"] == failed["msg"] and out["rc"] == failed["rc"]
