@@ -163,4 +163,3 @@ def figures(gpus, wanted=None):
     """'GPU 0: 20995 MiB used; GPU 1: ...' of the selected GPUs."""
     return "; ".join("GPU %s: %s MiB used" % (g["index"], g["memory_used_mib"]) for g in gpus
                      if wanted is None or g["index"] in wanted)
-
