@@ -43,7 +43,9 @@ description:
     before it launches the new one (RV(gpu_release)), so that one call per host does stop, GPU release and launch.
 version_added: "1.0.0"
 author:
-  - eagle-deploy contributors
+  - eagle-deploy contributors (!UNKNOWN)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 options:
   name:
     description:
@@ -402,7 +404,7 @@ notes:
     that the service user could read itself.
   - Use it without C(async); the module itself is the wait.
 seealso:
-  - module: gpu_facts
+  - module: ansible.legacy.gpu_facts
   - module: ansible.builtin.wait_for
   - module: ansible.builtin.uri
 """
@@ -750,6 +752,11 @@ from ansible.module_utils import sglang_watched
 from ansible.module_utils.sglang_watch import ProcView, http_status
 
 
+def _sleep(seconds):
+    """time.sleep looked up when called (not bound at import): the unit-test guard that forbids sleeping sees it."""
+    time.sleep(seconds)
+
+
 # ------------------------------------------------------------------------------ the work
 class ModelWaiter(object):
     """Launch / attach / wait / stop. Clock, sleep, process launch, HTTP, /proc, cgroups and the lock are injectable."""
@@ -772,8 +779,7 @@ class ModelWaiter(object):
                       resume_attempt=module.params.get("_resume_attempt"))
         self.background_health = background_health  # False: health requests run inline (unit tests' fake clock)
         self.clock = clock
-        # time.sleep looked up when called (not bound at import): the unit-test guard that forbids sleeping sees it
-        self.sleep = sleep or (lambda seconds: time.sleep(seconds))
+        self.sleep = sleep or _sleep
         self.real_sleep = sleep is None  # the real clock: a wait may end early on an event (see wait())
         self.popener = popener or Popener()
         self.http = http
@@ -934,6 +940,7 @@ class ModelWaiter(object):
         self.result["progress"] = self.status.progress_of(st, state.get("launcher") or "detached")
         return self.result
 
+
 def argument_spec():
     return dict(
         name=dict(type="str", default="sglang"),
@@ -978,7 +985,7 @@ def argument_spec():
         unit_dir=dict(type="path", default="/etc/systemd/system"),
         # The action plugin's protocol, not user options (undocumented on purpose): a step of at most _step_time s,
         # and the attempt a later step goes on waiting for.
-        _step_time=dict(type="float", default=0.0),
+        _step_time=dict(type="float"),
         _resume_attempt=dict(type="int"),
         keep_attempts=dict(type="int", default=20),
     )

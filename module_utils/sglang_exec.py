@@ -16,6 +16,7 @@ import re
 import shutil
 import stat
 
+
 def resolve_exec(argv0, env_path, cwd):
     """The file exec would run for argv[0] (PATH lookup when it has no slash), or None."""
     if "/" in argv0:

@@ -77,6 +77,7 @@ RANGES = {
     "step_time": (0, 86400, False),
 }
 
+
 def check_ranges(p):
     for key, (lo, hi, open_lo) in sorted(RANGES.items()):
         value = p.get(key)
@@ -169,8 +170,6 @@ def open_log(path, log_dir, reader):
         os.close(fd)
         raise WaitError("log %s is not a regular file that the service user can read: not read" % path)
     return fd
-
-
 
 
 def runnable_program(argv0, chdir, env_path, ids, who):
@@ -320,7 +319,7 @@ class Inputs(object):
         if rc != 0:
             raise WaitError("the server's interpreter %s does not run as %s (%s: %s): fix the venv or argv. Nothing was "
                             "stopped or launched." % (program, self.runner_ids()[1], "rc=%s" % rc if rc is not None else "error",
-                                                     (out or "").strip()[-300:] or "no output"))
+                                                      (out or "").strip()[-300:] or "no output"))
 
     def reader(self, state=None):
         """(uid, gids) of the user whose view of the log files counts: the service user."""
@@ -369,7 +368,7 @@ class Inputs(object):
                     out.append(value)
             elif value:
                 self.w.module.warn("%s is shorter than %d characters: it is not redacted from the server's log"
-                                 % (what, sglang_redact.MIN_SECRET_LENGTH))
+                                   % (what, sglang_redact.MIN_SECRET_LENGTH))
         self._secrets = out
         return out
 
@@ -381,8 +380,8 @@ class Inputs(object):
         path = sglang_contract.config_file_of(self.w.p["argv"])
         if path is None:
             raise WaitError("api_key needs the key in the server's --config file (argv has no --config <file>): the "
-                            "key's one copy on disk is that 0600 file, which the supervisor program reads. Put an api-key line there (the sglang_server role does). Nothing was stopped or "
-                            "launched.")
+                            "key's one copy on disk is that 0600 file, which the supervisor program reads. Put an api-key "
+                            "line there (the sglang_server role does). Nothing was stopped or launched.")
         path = os.path.join(self.w.p["chdir"] or os.getcwd(), path)
         try:
             found = sglang_contract.read_config_secret(path)

@@ -125,7 +125,6 @@ class Cgroups(object):
 ADOPT_RECORD_WAIT = 10
 
 
-
 class Supervision(object):
     def __init__(self, w):
         self.w = w  # the ModelWaiter: options, result, injected clock and tools
@@ -172,7 +171,7 @@ class Supervision(object):
         err_fd = self.open_supervisor_log()
         try:
             handle = self.w.popener.spawn_supervisor([sys.executable, "-I", program, self.w.run_dir, p["name"]], err_fd,
-                                                   cgroup_procs=cgroup_procs)
+                                                     cgroup_procs=cgroup_procs)
         except OSError as e:
             if cgroup:
                 self.w.cgroups.remove(*cgroup)
@@ -228,7 +227,7 @@ class Supervision(object):
                  "processes, and its output since the supervisor went is lost)" % (p["name"], state.get("pid")))
         if not healthy or self.w.module.check_mode or not state.get("watcher"):
             self.w.warn(words + ("; %s" % ("it would be put back (check mode)" if healthy and state.get("watcher")
-                                         else "force_restart starts it again under one")))
+                                           else "force_restart starts it again under one")))
             return
         program, _changed = self.install_watcher()
         cg = sglang_proc.dedicated_cgroup(state)
@@ -236,7 +235,7 @@ class Supervision(object):
         err_fd = self.open_supervisor_log()
         try:
             handle = self.w.popener.spawn_supervisor([sys.executable, "-I", program, self.w.run_dir, p["name"], "--adopt"],
-                                                   err_fd, cgroup_procs=cgroup_procs)
+                                                     err_fd, cgroup_procs=cgroup_procs)
         except OSError as e:
             raise WaitError("%s; a supervisor could not be put back: %s" % (words, e))
         finally:

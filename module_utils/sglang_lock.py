@@ -19,8 +19,6 @@ from ansible.module_utils import sglang_proc
 from ansible.module_utils.sglang_inputs import WaitError
 
 
-
-
 class RunLock(object):
     def __init__(self, w):
         self.w = w  # the ModelWaiter: options, result, injected clock and tools

@@ -878,8 +878,8 @@ class LogClassifier(object):
 
     def _classify_block(self, blk, exc_text):
         text = "\n".join(blk.lines)
-        funcs = [f for _, f in blk.frames]
-        files = [p for p, _ in blk.frames]
+        funcs = [f for _path, f in blk.frames]
+        files = [p for p, _func in blk.frames]
         if re.search(r"address already in use|\[Errno 98\]", text, re.I):
             return "port_in_use"
         if _KV_POOL.search(text):
@@ -991,7 +991,7 @@ class LogClassifier(object):
         if self.crash is None and self._child_exit is not None:
             # The launcher reported a child gone (not by a stop) and nothing after it explained it (the log ends
             # there: SGLang's own SIGQUIT line normally follows and decides child_sigquit).
-            line, lineno, _ = self._child_exit
+            line, lineno, _code = self._child_exit
             self._decide(line, lineno, "killed", final=False)
         if self.crash is not None and not self.settled:
             self.settled = True

@@ -46,8 +46,6 @@ def describe_change(old_parts, new_parts):
     return "fingerprint changed: " + ", ".join(changed)
 
 
-
-
 KEEP = "keep"
 RESTART = "restart"
 # Why a kept server is restarted after all: detached, its supervisor gone, and it does not answer health (the module

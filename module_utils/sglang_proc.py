@@ -668,6 +668,11 @@ def signal_verified(pid, start_time, sig, opener=None, sender=None, kill=None):
 WRITER_DRAIN = 5.0
 
 
+def _sleep(seconds):
+    """time.sleep looked up when called (not bound at import): the unit-test guard that forbids sleeping sees it."""
+    time.sleep(seconds)
+
+
 def stop_tree(state, grace=30.0, clock=time.monotonic, sleep=None, poll=0.1):
     """SIGTERM our whole tree, wait up to ``grace`` seconds, SIGKILL what is left.
 
@@ -678,7 +683,7 @@ def stop_tree(state, grace=30.0, clock=time.monotonic, sleep=None, poll=0.1):
     ends by itself once every server process has closed its pipe; only if it is still there ``WRITER_DRAIN`` s
     after them is it SIGKILLed. Returns {"signalled": [...], "killed": [...], "remaining": [...], "seconds": float}."""
     if sleep is None:
-        sleep = lambda seconds: time.sleep(seconds)  # noqa: E731 - looked up when called: the unit-test guard sees it
+        sleep = _sleep
     t0 = clock()
     result = {"signalled": [], "killed": [], "remaining": [], "seconds": 0.0}
     leader_ours = why_not_ours(state) is None

@@ -25,6 +25,7 @@ plugin to print its lines.
 from __future__ import annotations
 
 import json
+import math
 import re
 import time
 
@@ -194,7 +195,10 @@ def timeout_words(timeout, phase, who):
 
 # ------------------------------------------------------------------ ETA
 def _num(v):
-    return isinstance(v, (int, float)) and not isinstance(v, bool) and v == v and v not in (float("inf"), float("-inf"))
+    """A number that is neither a bool, NaN nor an infinity."""
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        return False
+    return isinstance(v, int) or math.isfinite(v)
 
 
 def _clean_phases(phases):
@@ -232,7 +236,7 @@ def phase_durations(record):
 
 def _later(history_phases, current):
     """Indices of the history's phases that come after ``current``."""
-    names = [p for p, _ in history_phases]
+    names = [p for p, _seconds in history_phases]
     if current in names:
         return range(names.index(current) + 1, len(names))
     if current not in PHASE_ORDER:

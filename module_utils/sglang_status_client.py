@@ -21,8 +21,6 @@ from ansible.module_utils.sglang_watch import Waker
 from ansible.module_utils.sglang_inputs import Orphaned, WaitError, open_log
 
 
-
-
 class StatusWait(object):
     def __init__(self, w):
         self.w = w  # the ModelWaiter: options, result, injected clock and tools
@@ -237,7 +235,7 @@ class Verdicts(object):
         """The supervisor's own last lines: the journal of the unit, or the detached supervisor's log file."""
         if self.w.launcher == "systemd":
             rc, out, _err = self.w.module.run_command(["journalctl", "-u", unit_name(self.w.p["name"]), "-n", "20",
-                                                     "--no-pager", "-o", "cat"])
+                                                       "--no-pager", "-o", "cat"])
             return out.splitlines()[-20:] if rc == 0 else []
         try:
             dir_fd = sglang_proc.open_run_dir(self.w.run_dir)

@@ -19,8 +19,6 @@ from ansible.module_utils.sglang_unit import unit_name
 from ansible.module_utils.sglang_inputs import WaitError
 
 
-
-
 class Stopper(object):
     def __init__(self, w):
         self.w = w  # the ModelWaiter: options, result, injected clock and tools
@@ -51,7 +49,7 @@ class Stopper(object):
             # the supervisor (in a session of its own) ends once its server is gone: wait for it, so that nothing of
             # the deployment runs when the stop returns
             killed = self.w.supervisors.wait_gone(state, grace=max(5.0, float(self.w.p["stop_timeout"])),
-                                                clock=self.w.clock, sleep=self.w.sleep)
+                                                  clock=self.w.clock, sleep=self.w.sleep)
             if killed is not None and killed not in stopped["killed"]:
                 stopped["killed"].append(killed)
             if stopped["signalled"] or stopped["killed"]:
@@ -176,7 +174,7 @@ class GpuRelease(object):
         stopped = "our old server is stopped (%s), nothing was launched" % describe_stopped(self.w.result.get("stopped"))
         try:
             ok, gpus, seconds, polls, elapsed = sglang_gpus.wait_below(self.poll, wanted, limit, p["gpu_release_timeout"],
-                                                           p["poll_interval"], self.w.clock, self.w.sleep)
+                                                                       p["poll_interval"], self.w.clock, self.w.sleep)
         except (sglang_gpus.NvidiaSmiError, ValueError) as e:
             raise WaitError("cannot read the GPUs' memory while waiting for its release (%s): %s" % (e, stopped))
         selected = [g for g in gpus if wanted is None or g["index"] in wanted]

@@ -60,7 +60,6 @@ def http_status(url, headers, timeout):
         return None
 
 
-
 def _read_bytes(path):
     """A small /proc file's bytes (one read), or None."""
     try:
@@ -106,7 +105,6 @@ class ProcView(object):
         return sglang_proc.proc_cmdline(pid)
 
 
-
 # Children that are workers from birth (their death is a crash even within child_grace): Python
 # multiprocessing spawn/forkserver children, and SGLang's setproctitle names.
 WORKER_RX = re.compile(r"multiprocessing\.(spawn|forkserver)|--multiprocessing-fork|^sglang::")
@@ -126,7 +124,6 @@ def start_of_line(fd, offset):
         if nl >= 0:
             return pos + nl + 1
         pos += len(chunk)
-
 
 
 # ------------------------------------------------------------------------------ the wait: watchers and decide()
@@ -488,8 +485,6 @@ class ClockWatch(object):
         return None
 
 
-
-
 # ------------------------------------------------------------------------------ waking on events, not a poll
 EVENT_WAIT = 1.0  # s: the longest pause when every event source is watched (the clock's checks still get a look)
 LOG_GAP = 0.005  # s: a log that keeps growing wakes the wait at most once per this much (the processes at once)
@@ -741,7 +736,7 @@ def prune_attempts(log_dir, name, keep):
     rx = re.compile(r"\A%s_r(\d+)\.log\Z" % re.escape(name))
     found = sorted((int(m.group(1)), e) for e in os.listdir(log_dir) for m in [rx.match(e)] if m)
     removed = []
-    for _, entry in found[:-keep]:
+    for _attempt, entry in found[:-keep]:
         try:
             os.unlink(os.path.join(log_dir, entry))
         except OSError:

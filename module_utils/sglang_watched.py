@@ -72,7 +72,7 @@ def failure_fields(st, state, unit):
         return rep
     rep["stopped_after_failure"] = {"how": "the supervisor ends the failed tree"}
     rep["msg"] = "%s (decided by %s%s)" % (rep.get("msg") or "the server failed: %s" % st.get("verdict"),
-                                          supervisor_words(state, unit), "; journalctl -u %s" % unit if unit else "")
+                                           supervisor_words(state, unit), "; journalctl -u %s" % unit if unit else "")
     return rep
 
 

@@ -184,7 +184,7 @@ class ServingView(object):
                 pos += len(chunk)
                 continue
             at = -1
-            for _ in range(need):
+            for _line in range(need):
                 at = chunk.find(b"\n", at + 1)
             line, pos = lineno, pos + at + 1
         self.known = (line, pos)
@@ -289,7 +289,7 @@ class Watcher(object):
     def open_attempt_log(self, user):
         log_dir, name = self.cfg["log_dir"], self.name
         attempt = sglang_watch.next_attempt(log_dir, name)
-        for _ in range(100):  # the service user may create the next name first: take the next free one
+        for _try in range(100):  # the service user may create the next name first: take the next free one
             path = os.path.join(log_dir, "%s_r%d.log" % (name, attempt))
             try:
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o640)
@@ -425,8 +425,7 @@ class Watcher(object):
         """The work as a generator: it yields the seconds to wait before its next look (``run`` waits them; a unit
         test's fake clock steps it) and leaves the exit status in ``self.code``."""
         if self.adopt:
-            for pause in self.adopt_steps():
-                yield pause
+            yield from self.adopt_steps()
             return
         cfg = self.load_config()
         settings = cfg["settings"]
@@ -475,7 +474,10 @@ class Watcher(object):
         self.say("started %s (PID %d), attempt %d, log %s" % (cfg["argv"][0], self.proc.pid, attempt, log_path))
 
         headers = cfg.get("headers") or {}
-        ask = lambda timeout: self.http(cfg["health_url"], headers, timeout)  # noqa: E731 - one line
+
+        def ask(timeout):
+            return self.http(cfg["health_url"], headers, timeout)
+
         deadline = t0 + (cfg.get("timeout") or 10 ** 9)
         # The file we created, through our own descriptor: never a path the service user could swap meanwhile.
         log_read_fd = os.open("/proc/self/fd/%d" % log_fd, os.O_RDONLY | os.O_CLOEXEC)

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The project's test command (README "Tests"): lint, unit + integration tests, then the molecule
+# The project's test command (README "Tests"): lint, ansible-test sanity, unit + integration tests, then the molecule
 # scenarios on podman test hosts. Needs the controller venv (.venv, README "Set-up").
 #   tests/run.sh              everything
 #   tests/run.sh --quick      lint + unit/integration tests only (no molecule)
@@ -19,6 +19,8 @@ echo "== ansible-doc renders every module"
 for m in library/*.py; do
     ansible-doc -M library "$(basename "${m}" .py)" >/dev/null
 done
+echo "== ansible-test sanity on the collection eagle.deploy (tests/sanity.sh)"
+bash tests/sanity.sh
 echo "== fetch the SGLang wheels the tests read (.cache/sglang-wheels; tests never download)"
 python tests/unit/sglang_src.py
 echo "== pytest (unit + integration)"
