@@ -31,7 +31,7 @@ description:
     C(ansible_python_interpreter)), so that the parser and the compile check match that Python's syntax.
 version_added: "1.0.0"
 author:
-  - eagle-deploy contributors
+  - eagle-deploy contributors (!UNKNOWN)
 options:
   path:
     description:
@@ -98,7 +98,7 @@ seealso:
 
 EXAMPLES = r"""
 - name: Give EAGLEWorkerV2 safe defaults before anything in __init__ can raise
-  early_init_patch:
+  ansible.legacy.early_init_patch:
     path: /opt/sglang/venv/lib/python3.11/site-packages/sglang/srt/speculative/eagle_worker_v2.py
     backup: true
   vars:
@@ -106,7 +106,7 @@ EXAMPLES = r"""
   register: patch_result
 
 - name: Set several attributes, with Python literals as values
-  early_init_patch:
+  ansible.legacy.early_init_patch:
     path: /opt/sglang/venv/lib/python3.11/site-packages/sglang/srt/speculative/eagle_worker_v2.py
     attributes:
       spec_disable_batch_threshold: "0"
@@ -115,14 +115,14 @@ EXAMPLES = r"""
       label: "'eagle'"
 
 - name: Patch another class of the same file
-  early_init_patch:
+  ansible.legacy.early_init_patch:
     path: /opt/sglang/venv/lib/python3.11/site-packages/sglang/srt/speculative/eagle_worker_v2.py
     class_name: EagleDraftWorker
     attributes:
       draft_ready: false
 
 - name: Remove the patch, restoring the original file
-  early_init_patch:
+  ansible.legacy.early_init_patch:
     path: /opt/sglang/venv/lib/python3.11/site-packages/sglang/srt/speculative/eagle_worker_v2.py
     state: absent
 """

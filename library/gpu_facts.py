@@ -14,8 +14,8 @@ short_description: Report NVIDIA GPUs and who uses them; optionally refuse forei
 description:
   - Runs C(nvidia-smi --query-gpu) and C(nvidia-smi --query-compute-apps) and returns every GPU with its memory
     figures and every compute process with its owner, its command line (secrets masked) and whether it belongs to
-    the server that M(wait_for_model) started.
-  - A process is B(ours) when it is in the process tree recorded by M(wait_for_model) in O(run_dir) for server
+    the server that M(ansible.legacy.wait_for_model) started.
+  - A process is B(ours) when it is in the process tree recorded by M(ansible.legacy.wait_for_model) in O(run_dir) for server
     O(name), that is the verified leader, every process in the leader's session or in its own cgroup, and their
     descendants; once the leader is dead, what is left in its cgroup and what of its session carries the launch's run
     token (C(EAGLE_DEPLOY_RUN)), runs as its user and started after it. Everything else is foreign, including
@@ -36,7 +36,7 @@ version_added: "0.1.0"
 options:
   run_dir:
     description:
-      - Directory holding the run-state files C(<name>.pid) and C(<name>.json) that M(wait_for_model) writes.
+      - Directory holding the run-state files C(<name>.pid) and C(<name>.json) that M(ansible.legacy.wait_for_model) writes.
       - When unset, or when no run state is found there, every process is foreign.
     type: path
   name:
@@ -67,8 +67,8 @@ options:
   wait_memory_below_mib:
     description:
       - The B(wait for release) mode - poll C(memory.used) until it is below this many MiB on every selected GPU.
-      - For a stop made outside M(wait_for_model), so that the next start does not meet a card still held. A restart
-        by M(wait_for_model) waits inside its own call (its O(wait_for_model#module:gpu_release_below_mib) option, the
+      - For a stop made outside M(ansible.legacy.wait_for_model), so that the next start does not meet a card still held. A restart
+        by M(ansible.legacy.wait_for_model) waits inside its own call (its O(ansible.legacy.wait_for_model#module:gpu_release_below_mib) option, the
         same nvidia-smi figures).
       - Mutually exclusive with O(fail_on_foreign).
     type: int
@@ -99,9 +99,9 @@ notes:
   - Inside a container C(nvidia-smi) may show PIDs of another PID namespace; such processes are reported as
     foreign with RV(processes[].ours_reason) saying the PID is not visible.
 seealso:
-  - module: wait_for_model
+  - module: ansible.legacy.wait_for_model
 author:
-  - eagle-deploy contributors
+  - eagle-deploy contributors (!UNKNOWN)
 """
 
 EXAMPLES = r"""

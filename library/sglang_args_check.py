@@ -59,7 +59,9 @@ description:
     change).
 version_added: "1.0.0"
 author:
-  - eagle-deploy contributors
+  - eagle-deploy contributors (!UNKNOWN)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 options:
   python:
     description:

@@ -26,7 +26,9 @@ description:
     there as this deployment's, loaded and enabled.
 version_added: "1.0.0"
 author:
-  - eagle-deploy contributors
+  - eagle-deploy contributors (!UNKNOWN)
+extends_documentation_fragment:
+  - ansible.builtin.action_common_attributes
 options:
   venv:
     description:
@@ -98,7 +100,7 @@ options:
         M(ansible.legacy.early_init_patch) but O(ansible.legacy.early_init_patch#module:path) and
         O(ansible.legacy.early_init_patch#module:backup)); see RV(patch).
       - Decided only where this Python's major.minor is the virtualenv's (the patch module parses and compiles the
-        file with the virtualenv's Python); elsewhere RV(patch.in_place) is false, and the caller runs the module.
+        file with the virtualenv's Python); elsewhere C(in_place) in RV(patch) is false, and the caller runs the module.
     type: dict
     suboptions:
       class_name:
@@ -121,9 +123,10 @@ options:
   args_check:
     description:
       - The options of M(ansible.legacy.sglang_args_check), exactly as that module takes them (its documentation
-        says what each means). The look reports the verdict that module kept in O(args_check.cache_dir) for these
-        very inputs (RV(args_check.cached)), computed by the same code with the same key. It never checks fresh -
-        with no verdict kept, RV(args_check.cached) is false and the caller runs the module. An input that module
+        says what each means), checked against that module's own argument spec (its defaults filled in; the config
+        file's hash stays a no_log value). The look reports the verdict that module kept in its C(cache_dir) for these
+        very inputs (C(cached) true in RV(args_check)), computed by the same code with the same key. It never checks fresh -
+        with no verdict kept, C(cached) is false and the caller runs the module. An input that module
         refuses on its face (a secret among the arguments, a malformed name) fails this call with its message.
     type: dict
   gpus:
@@ -336,12 +339,14 @@ import stat
 from urllib.parse import unquote, urlsplit
 
 from ansible.module_utils.basic import AnsibleModule
+from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.early_init import PATCH_OPTIONS
 from ansible.module_utils.sglang_args import ARGUMENT_SPEC, SGLangArgsChecker
 from ansible.module_utils.sglang_gpus import LOOK_OPTIONS
 from ansible.module_utils.sglang_look import UNIT_OPTIONS, look_gpus, look_patch, look_unit
-from ansible.module_utils.sglang_paths import (PACKAGE, SITE_DIRS_SCRIPT, canonical_name, find_distribution, locate,
-                                               venv_of, venv_site_dirs)
+from ansible.module_utils.sglang_paths import (
+    PACKAGE, SITE_DIRS_SCRIPT, canonical_name, find_distribution, locate, venv_of, venv_site_dirs,
+)
 
 # PEP 508: a name, optional extras, then a version specifier or "@ URL", then optional environment markers.
 _REQ_RE = re.compile(r"""^(?P<name>[A-Za-z0-9](?:[A-Za-z0-9._-]*[A-Za-z0-9])?)\s*(?:\[[^\]]*\])?\s*
@@ -450,7 +455,7 @@ def requirement_drift(req, site_dirs):
         return "%s: not a form that can be checked without pip" % req
     name, spec = want
     for site_dir in site_dirs:
-        have, _ = find_distribution(site_dir, name)
+        have, _where = find_distribution(site_dir, name)
         if have is not None:
             if spec is None or version_matches(spec, have):
                 return None
@@ -613,6 +618,16 @@ class SGLangInfo:
         return result
 
 
+def args_check_params(module, given):
+    """The args_check option checked against sglang_args_check's own argument spec, with its defaults (so that the key
+    is the one that module computes); its no_log values (the config file's hash) are masked in this result too."""
+    checked = ArgumentSpecValidator(ARGUMENT_SPEC).validate(given)
+    module.no_log_values.update(checked._no_log_values)  # pylint: disable=protected-access
+    if checked.error_messages:
+        module.fail_json(msg="args_check: %s (the options of sglang_args_check)" % "; ".join(checked.error_messages))
+    return checked.validated_parameters
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -626,7 +641,7 @@ def main():
             paths=dict(type="list", elements="dict", default=[]),
             site_dirs=dict(type="list", elements="path"),
             patch=dict(type="dict", options=PATCH_OPTIONS),
-            args_check=dict(type="dict", options=ARGUMENT_SPEC),
+            args_check=dict(type="dict"),
             gpus=dict(type="dict", options=LOOK_OPTIONS),
             unit=dict(type="dict", options=UNIT_OPTIONS),
         ),
@@ -651,7 +666,8 @@ def main():
     if p["patch"] is not None:
         result["patch"] = look_patch(result, p["patch"])
     if p["args_check"] is not None:
-        result["args_check"] = SGLangArgsChecker(module, params=p["args_check"], cache_only=True).run()
+        result["args_check"] = SGLangArgsChecker(module, params=args_check_params(module, p["args_check"]),
+                                                 cache_only=True).run()
     if p["gpus"] is not None:
         result["gpus"] = look_gpus(module, p["gpus"])
     if p["unit"] is not None:

@@ -218,6 +218,10 @@ def user_name(uid):
         return str(uid)
 
 
+def _sleep(seconds):
+    time.sleep(seconds)  # looked up when called (not bound at import): the unit-test guard that forbids sleeping sees it
+
+
 class GpuFacts:
     """Runs nvidia-smi and classifies processes (facts); then, by mode, refuses foreign users or has waited for
     memory release. Clock and sleep are injectable."""
@@ -225,8 +229,7 @@ class GpuFacts:
     def __init__(self, module, clock=time.monotonic, sleep=None, params=None, fail=None):
         self.module = module
         self.clock = clock
-        # time.sleep looked up when called (not bound at import): the unit-test guard that forbids sleeping sees it
-        self.sleep = sleep or (lambda seconds: time.sleep(seconds))
+        self.sleep = sleep or _sleep
         self.params = module.params if params is None else params
         # fail(msg, **result): the module's fail_json; sglang_info's look passes one that reports instead.
         self.fail = fail or module.fail_json

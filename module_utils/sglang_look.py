@@ -18,9 +18,10 @@ import sys
 
 from ansible.module_utils.early_init import PatchError, plan
 from ansible.module_utils.sglang_gpus import GpuFacts
-from ansible.module_utils.sglang_unit import (CHECK_PROPS, UNIT_DIRS, enable_problem, parse_show, read_regular,
-                                              systemd_here, unit_facts, unit_files_on_disk, unit_loaded, unit_name,
-                                              unit_refusal)
+from ansible.module_utils.sglang_unit import (
+    CHECK_PROPS, UNIT_DIRS, enable_problem, parse_show, read_regular, systemd_here, unit_facts, unit_files_on_disk,
+    unit_loaded, unit_name, unit_refusal,
+)
 from ansible.module_utils import sglang_proc
 
 # sglang_info's unit option.

@@ -57,13 +57,7 @@ def test_ansible_doc_renders_the_module_under_its_collection_name(installed, mod
     assert "ansible.legacy." not in out  # references (M(), seealso) name the collection's modules
 
 
-# early_init_patch's EXAMPLES call it by its short name, not as ansible.legacy.early_init_patch (which the assembly
-# makes eagle.deploy.early_init_patch): tests/sanity/PENDING.md. Strict: once fixed, this mark must go.
-PENDING_EXAMPLES = pytest.mark.xfail(reason="PENDING: early_init_patch's EXAMPLES use the short name", strict=True)
-
-
-@pytest.mark.parametrize("module", [pytest.param(m, marks=PENDING_EXAMPLES) if m == "early_init_patch" else m
-                                    for m in MODULES])
+@pytest.mark.parametrize("module", MODULES)
 def test_the_module_s_examples_call_it_by_its_collection_name(installed, module):
     examples = _doc(installed, module).split("EXAMPLES:", 1)[1]
     assert "eagle.deploy.%s:" % module in examples
