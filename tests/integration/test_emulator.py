@@ -305,17 +305,11 @@ def test_eagle_unpatched_crashes_on_first_client_decode(start, sglang_root):
 
 
 def test_eagle_patched_decodes(start, sglang_root, tmp_path):
-    patch_mod = os.path.join(REPO, "library", "early_init_patch.py")
-    if not os.path.isfile(patch_mod):
-        pytest.skip("library/early_init_patch.py not present")
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("eip_for_emulator_it", patch_mod)
-    eip = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(eip)
+    from ansible.module_utils import early_init  # the real patch (conftest puts the project's module_utils there)
     root = tmp_path / "patched" / "sglang"
     (root / "srt" / "speculative").mkdir(parents=True)
     source = (sglang_root / "srt/speculative/eagle_worker_v2.py").read_bytes()
-    new = eip.EarlyInitPatcher("x.py", "EAGLEWorkerV2", "__init__", {"spec_disable_batch_threshold": "0"},
+    new = early_init.EarlyInitPatcher("x.py", "EAGLEWorkerV2", "__init__", {"spec_disable_batch_threshold": "0"},
                                "present").compute(source)["new"]
     (root / "srt" / "speculative" / "eagle_worker_v2.py").write_bytes(new)
     emu = start("--emulator-scenario", "eagle", "--speculative-algorithm", "EAGLE3",
