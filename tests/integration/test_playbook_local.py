@@ -420,7 +420,9 @@ def test_gpu_preflight_on_replayed_nvidia_smi(host, converged, tmp_path, tp, min
     assert expected in msg
     if foreign_limit == 1024:
         assert "PID 562" in msg and "20998 MiB" in msg and "limit 1024 MiB" in msg
-        assert run.failures()[0]["foreign_mib_by_gpu"] == {"0": 20998}
+        # The play's one look read them and only reported the refusal; the preflight refused on it.
+        assert run.result(LOOK)["gpus"]["foreign_mib_by_gpu"] == {"0": 20998}
+        assert run.result(LOOK)["gpus"]["foreign_refusal"] == msg
     elif tp == 2:
         assert "PID 562" in msg
         assert [r["item"]["index"] for r in run.failures()[0]["results"] if r.get("failed")] == [0]
