@@ -127,7 +127,8 @@ options:
         file's hash stays a no_log value). The look reports the verdict that module kept in its C(cache_dir) for these
         very inputs (C(cached) true in RV(args_check)), computed by the same code with the same key. It never checks fresh -
         with no verdict kept, C(cached) is false and the caller runs the module. An input that module
-        refuses on its face (a secret among the arguments, a malformed name) fails this call with its message.
+        refuses on its face (a secret among the arguments, a malformed name) does not fail the look - C(cached) is
+        false and C(error) holds that module's message, for the caller's own checks and that module to refuse.
     type: dict
   gpus:
     description:
@@ -341,9 +342,9 @@ from urllib.parse import unquote, urlsplit
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.early_init import PATCH_OPTIONS
-from ansible.module_utils.sglang_args import ARGUMENT_SPEC, SGLangArgsChecker
+from ansible.module_utils.sglang_args import ARGUMENT_SPEC
 from ansible.module_utils.sglang_gpus import LOOK_OPTIONS
-from ansible.module_utils.sglang_look import UNIT_OPTIONS, look_gpus, look_patch, look_unit
+from ansible.module_utils.sglang_look import UNIT_OPTIONS, look_args, look_gpus, look_patch, look_unit
 from ansible.module_utils.sglang_paths import (
     PACKAGE, SITE_DIRS_SCRIPT, canonical_name, find_distribution, locate, venv_of, venv_site_dirs,
 )
@@ -666,8 +667,7 @@ def main():
     if p["patch"] is not None:
         result["patch"] = look_patch(result, p["patch"])
     if p["args_check"] is not None:
-        result["args_check"] = SGLangArgsChecker(module, params=args_check_params(module, p["args_check"]),
-                                                 cache_only=True).run()
+        result["args_check"] = look_args(module, args_check_params(module, p["args_check"]))
     if p["gpus"] is not None:
         result["gpus"] = look_gpus(module, p["gpus"])
     if p["unit"] is not None:

@@ -17,7 +17,9 @@ import os
 import sys
 
 from ansible.module_utils.early_init import PatchError, plan
+from ansible.module_utils.sglang_args import SGLangArgsChecker
 from ansible.module_utils.sglang_gpus import GpuFacts
+from ansible.module_utils.sglang_proc import safe_name
 from ansible.module_utils.sglang_unit import (
     CHECK_PROPS, UNIT_DIRS, enable_problem, parse_show, read_regular, systemd_here, unit_facts, unit_files_on_disk,
     unit_loaded, unit_name, unit_refusal,
@@ -82,6 +84,23 @@ class _Refused(Exception):
         self.result = result
 
 
+def look_args(module, params):
+    """sglang_args_check's result for params (its options, checked and defaulted) from its kept verdict, never a fresh
+    check and never a failure: what that module refuses on the face of its inputs (a secret among the arguments, a name
+    that is no plain file name) is reported as ``error`` with ``cached: false``, for the role's own checks and its
+    sglang_args_check call to refuse with their own words."""
+    checker = SGLangArgsChecker(module, params=params, cache_only=True)
+
+    def refuse(msg, **extra):
+        raise _Refused(msg, dict(checker.result, **extra))
+
+    checker.fail = refuse
+    try:
+        return checker.run()
+    except _Refused as exc:
+        return dict(exc.result, cached=False, error=str(exc))
+
+
 def look_gpus(module, spec):
     """gpu_facts' result for spec (its look options), never a failure: the look is tagged always and runs before the
     install, so a GPU the query cannot read, or foreign memory over the limit, is reported (``error``;
@@ -120,6 +139,9 @@ def look_unit(spec, systemctl, booted=systemd_here, euid=os.geteuid, unit_dirs=N
         out["why"] = why_not or "not root"
         return out
     name, run_dir, unit_dir = spec["name"], spec["run_dir"], spec["unit_dir"]
+    if not safe_name(name):
+        out["why"] = "name %r is no plain file name" % name
+        return out
     unit = unit_name(name)
     path = os.path.join(unit_dir, unit)
     facts = unit_facts(name, run_dir, unit_dir, sys.executable)

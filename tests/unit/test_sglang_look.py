@@ -156,10 +156,24 @@ def test_the_look_checks_nothing_fresh_when_no_verdict_was_kept_for_these_inputs
     assert "not checked" in looked["msg"]
 
 
-def test_a_secret_in_the_arguments_fails_the_look_as_it_fails_the_check(argcheck):
+def test_a_secret_in_the_arguments_is_reported_for_the_check_to_refuse(argcheck):
+    check, info = argcheck
+    bad = dict(SERVER_ARGS, **{"hf-token": "x" * 20})
+    refused = check(args=bad)
+    assert refused["failed"] is True and "secret in server arguments" in refused["msg"]
+    result = info(args=bad)
+    assert not result.get("failed"), result
+    assert result["args_check"]["cached"] is False and result["args_check"]["error"] == refused["msg"]
+
+
+def test_a_name_that_is_no_plain_file_name_is_reported_not_followed(argcheck, tmp_path):
     _check, info = argcheck
-    result = info(args=dict(SERVER_ARGS, **{"hf-token": "x" * 20}))
-    assert result["failed"] is True and "secret in server arguments" in result["msg"]
+    looked = info(name="../x")["args_check"]
+    assert looked["cached"] is False and "may hold only letters" in looked["error"]
+    bad = sglang_look.look_unit({"name": "../x", "run_dir": str(tmp_path), "launcher": "systemd",
+                                 "unit_dir": str(tmp_path)}, FakeSystemctl(), booted=lambda: (True, None),
+                                euid=lambda: 0, unit_dirs=[str(tmp_path)])
+    assert bad["in_place"] is False and "no plain file name" in bad["why"]
 
 
 # --- unit ------------------------------------------------------------------------------------------------------------
