@@ -342,7 +342,7 @@ from urllib.parse import unquote, urlsplit
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.early_init import PATCH_OPTIONS
-from ansible.module_utils.sglang_args import ARGUMENT_SPEC
+from ansible.module_utils.sglang_args import ARGUMENT_SPEC, model_dir_state
 from ansible.module_utils.sglang_gpus import LOOK_OPTIONS
 from ansible.module_utils.sglang_look import UNIT_OPTIONS, look_args, look_gpus, look_patch, look_unit
 from ansible.module_utils.sglang_paths import (
@@ -357,21 +357,6 @@ _EQ_RE = re.compile(r"^\(?\s*(?P<op>===?)\s*(?P<version>[^\s,;()]+)\s*\)?$")
 # PEP 427: {distribution}-{version}(-{build tag})?-{python tag}-{abi tag}-{platform tag}.whl
 _WHEEL_PARTS = (5, 6)
 _VERSION_RE = re.compile(r"^v?(?:(?P<epoch>\d+)!)?(?P<release>\d+(?:\.\d+)*)(?P<rest>.*)$", re.I)
-
-
-def model_dir_state(path):
-    """What a model checkpoint directory looks like: ok, missing, not_a_directory or no_config_json."""
-    config_json = os.path.join(path, "config.json")
-    if not os.path.exists(path):
-        state = "missing"
-    elif not os.path.isdir(path):
-        state = "not_a_directory"
-    elif not os.path.isfile(config_json):
-        state = "no_config_json"
-    else:
-        state = "ok"
-    return {"path": path, "state": state, "config_json": config_json}
-
 
 # The file in a virtualenv's site-packages that lists the host directories it sees (sglang_install_site_dirs).
 SITE_DIRS_PTH = "eagle_deploy_site_dirs.pth"

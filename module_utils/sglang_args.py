@@ -398,8 +398,8 @@ def check_names(keys, options):
 
 
 def model_dir_state(path):
-    """What a model checkpoint directory looks like: ok, missing, not_a_directory or no_config_json (the states of
-    the sglang_info module's model_dirs)."""
+    """What a model checkpoint directory looks like: ok, missing, not_a_directory or no_config_json (sglang_info's
+    model_dirs too)."""
     config_json = os.path.join(path, "config.json")
     if not os.path.exists(path):
         state = "missing"
