@@ -10,8 +10,9 @@
 # Every run is `ansible-playbook playbooks/serve_eagle3.yml -i inventory/h200 -i tests/gpu/inventory-h200
 # --limit localhost -v`, from .sgl/project (`git archive` of the branch), with ansible-core from the carry:
 #   a: fresh  (bare host: service user, offline install from the wheelhouse, patch, CUDA graphs on, smoke)
-#      noop   (unchanged re-run: changed=0, same PID)
+#      noop, noop2 (unchanged re-runs: changed=0, same PID), noop_check (the same with --check --diff)
 #      arg    (one server argument changed: mem-fraction-static 0.2 -> 0.22: one restart, GPU memory back first)
+#      noop_arg (unchanged re-run after it: its argument check was paid by arg)
 #   b: the incident: tests/gpu/incident_variant.py turns the installed eagle_worker_v2.py into the incident's
 #      variant; incident_off (sglang_patch_enabled=false: the smoke's first decode dies), incident_on (patch on:
 #      one restart, serves), incident_noop; apikey (a key set, then grep the log dir for it); stop (stop.yml).
@@ -143,7 +144,10 @@ a)
         diagnose_imports; pack; kill "$STAMPER"; exit 1
     fi
     play noop playbooks/serve_eagle3.yml
+    play noop2 playbooks/serve_eagle3.yml
+    play noop_check playbooks/serve_eagle3.yml --check --diff
     [ "$(left)" -gt 150 ] && play arg playbooks/serve_eagle3.yml "${ARG[@]}"
+    [ "$(left)" -gt 60 ] && play noop_arg playbooks/serve_eagle3.yml "${ARG[@]}"
     ;;
 b)
     if [ ! -x /opt/sglang/venv/bin/python ]; then
