@@ -130,12 +130,9 @@ def nice_ticks(top, count=5):
     raw = top / count
     mag = 10 ** math.floor(math.log10(raw))
     step = next(m * mag for m in (1, 2, 2.5, 5, 10) if m * mag >= raw)
-    ticks, value = [], 0.0
-    while value < top + step * 0.5:
-        ticks.append(round(value, 10))
-        if value >= top:
-            break
-        value += step
+    ticks = [0.0]
+    while ticks[-1] < top - step * 1e-9:
+        ticks.append(round(len(ticks) * step, 10))
     return ticks
 
 
