@@ -210,7 +210,7 @@ def speedup_chart(rows, cross, label):
         parts.append('<circle class="%s" data-concurrency="%d" data-speedup="%.4f" cx="%.1f" cy="%.1f" r="5">'
                      '<title>concurrency %d: speed-up %.2f%s</title></circle>'
                      % (cls, r["concurrency"], r["speedup"], x, y, r["concurrency"], r["speedup"], escape(tag)))
-        parts.append('<text class="value" x="%.1f" y="%.1f" text-anchor="middle">%.2f</text>' % (x, y - 10, r["speedup"]))
+        parts.append('<text class="value" x="%.1f" y="%.1f" text-anchor="start">%.2f</text>' % (x + 8, y - 8, r["speedup"]))
     return plot.svg("speedup-chart", "Speed-up of speculative decoding per concurrency" + tag, parts)
 
 
