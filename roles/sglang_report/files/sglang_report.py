@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """The report of one run of playbooks/bench.yml or playbooks/report.yml: one self-contained HTML file.
 
     sglang_report.py DIR
@@ -89,7 +88,7 @@ def speedups(bench):
     """One row per concurrency of the sweep, ascending: both sides' output tokens/s and the speed-up
     (speculative / baseline; None where a side has no figure)."""
     by = runs_by_side(bench)
-    sweep = sorted({c for (_, c) in by} | {int(c) for c in (bench or {}).get("sweep") or [] if num(c) is not None})
+    sweep = sorted({c for (side, c) in by} | {int(c) for c in (bench or {}).get("sweep") or [] if num(c) is not None})
     rows = []
     for c in sweep:
         spec = num(((by.get(("speculative", c)) or {}).get("figures") or {}).get("output_throughput"))
@@ -204,7 +203,7 @@ def speedup_chart(rows, cross, label):
                      % (cross, x, x, plot.top, plot.top + plot.plot_h, x, plot.top - 10, cross))
     points = [(plot.x(i), plot.y(r["speedup"]), r) for i, r in enumerate(rows) if r["speedup"] is not None]
     if len(points) > 1:
-        parts.append('<polyline class="speedup-line" points="%s"/>' % " ".join("%.1f,%.1f" % (x, y) for x, y, _ in points))
+        parts.append('<polyline class="speedup-line" points="%s"/>' % " ".join("%.1f,%.1f" % (x, y) for x, y, row in points))
     for x, y, r in points:
         cls = "speedup-point loss" if r["speedup"] < 1.0 else "speedup-point gain"
         parts.append('<circle class="%s" data-concurrency="%d" data-speedup="%.4f" cx="%.1f" cy="%.1f" r="5">'
@@ -220,9 +219,9 @@ def throughput_chart(rows, label):
     values = [v for r in rows for v in (r["speculative_tok_s"], r["baseline_tok_s"]) if v is not None]
     plot = Plot([r["concurrency"] for r in rows], max(values + [1.0]) * 1.1)
     parts = plot.axes("concurrency (requests in flight)", "output tokens/s" + tag)
-    bar = min(36.0, plot.band() * 0.35)
+    width = min(36.0, plot.band() * 0.35)
     for i, r in enumerate(rows):
-        for offset, key, cls, side in ((-bar, "speculative_tok_s", "tps-spec", "speculative"),
+        for offset, key, cls, side in ((-width, "speculative_tok_s", "tps-spec", "speculative"),
                                        (0.0, "baseline_tok_s", "tps-baseline", "speculation off")):
             value = r[key]
             if value is None:
@@ -230,7 +229,7 @@ def throughput_chart(rows, label):
             x, y = plot.x(i) + offset, plot.y(value)
             parts.append('<rect class="%s" data-concurrency="%d" x="%.1f" y="%.1f" width="%.1f" height="%.1f">'
                          '<title>%s, concurrency %d: %s output tokens/s%s</title></rect>'
-                         % (cls, r["concurrency"], x, y, bar, plot.top + plot.plot_h - y, side, r["concurrency"],
+                         % (cls, r["concurrency"], x, y, width, plot.top + plot.plot_h - y, side, r["concurrency"],
                             fmt(value), escape(tag)))
     legend_y = plot.top - 14
     parts.append('<rect class="tps-spec" x="%.1f" y="%.1f" width="12" height="12"/><text class="legend" x="%.1f" y="%.1f">'
@@ -295,7 +294,10 @@ def timeline_chart(loads):
     width = 760
     plot_w = width - left - right
     height = pad + row_h * len(loads) + 56
-    xs = lambda s: left + plot_w * min(s, xmax) / xmax  # noqa: E731
+
+    def xs(seconds):
+        return left + plot_w * min(seconds, xmax) / xmax
+
     parts = []
     for t in ticks:
         parts.append('<line class="grid" x1="%.1f" x2="%.1f" y1="%d" y2="%d"/>' % (xs(t), xs(t), pad - 6, pad + row_h * len(loads)))
@@ -315,8 +317,9 @@ def timeline_chart(loads):
         for phase, start, stop in load["spans"]:
             w = max(xs(stop) - xs(start), 1.0)
             parts.append('<rect class="phase-seg phase-%s" x="%.1f" y="%d" width="%.1f" height="%d"><title>%s: %.1f s'
-                         '-%.1f s</title></rect>' % (css_class(phase), xs(start), y + 3, w, row_h - 8,
-                                                       escape(PHASE_WORDS.get(phase, phase)), start, stop))
+                         '-%.1f s</title></rect>'
+                         % (css_class(phase), xs(start), y + 3, w, row_h - 8, escape(PHASE_WORDS.get(phase, phase)),
+                            start, stop))
         end = '%s %s' % (fmt(load["total"]), "s")
         if load["failed"]:
             end += " - failed: %s" % escape(load["verdict"])
@@ -398,8 +401,8 @@ def failure_section(status):
     if isinstance(tail, str):
         tail = tail.splitlines()
     parts = ['<section class="failure"><h2>The last load failed</h2>',
-             '<p>crash class: <b class="crash-class">%s</b>%s</p>' % (escape(status.get("verdict")),
-                                                                       " (class uncertain)" if report.get("class_uncertain") else ""),
+             '<p>crash class: <b class="crash-class">%s</b>%s</p>'
+             % (escape(status.get("verdict")), " (class uncertain)" if report.get("class_uncertain") else ""),
              '<p>hint: <span class="hint">%s</span></p>' % escape(report.get("hint")),
              '<p>evidence: %s</p>' % escape(report.get("evidence")),
              '<p>deciding line %s:</p><pre class="deciding-line">%s</pre>' % (escape(report.get("deciding_lineno")),
@@ -420,8 +423,8 @@ def timeline_section(timeline, notes=None):
     notes = notes or {}
     status = (timeline or {}).get("status")
     current = this_load(status)
-    loads = ([current] if current else []) + list(reversed(earlier_loads((timeline or {}).get("loads"),
-                                                                        current["attempt"] if current else None)))
+    earlier = earlier_loads((timeline or {}).get("loads"), current["attempt"] if current else None)
+    loads = ([current] if current else []) + list(reversed(earlier))
     parts = ["<h2>Load timeline</h2>"]
     if not loads:
         parts.append('<p class="no-loads">No load recorded in the run dir yet (%s).</p>'
@@ -437,7 +440,7 @@ def timeline_section(timeline, notes=None):
     head = "".join("<th>%s</th>" % escape(PHASE_WORDS[p]) for p in PHASES)
     body = []
     for load in loads:
-        at = {phase: start for phase, start, _ in load["spans"]}
+        at = {phase: start for phase, start, stop in load["spans"]}
         body.append("<tr><td class=\"text\">%s%s%s</td>%s<td>%s</td></tr>"
                     % (escape(load["attempt"]), " (this load)" if load["current"] else "",
                        (" (%s)" % escape(load["note"])) if load.get("note") else "",
