@@ -264,6 +264,7 @@ class SchedulerEmu:
         """Receive requests and run the continuous batch (TP0; the other ranks only wait): a step ends at its
         time, its outputs go to the detokenizer in one message, and the next step starts with whoever waits."""
         step_end = None
+        last_end = None
         while True:
             now = time.monotonic()
             if self.die_at is not None and now >= self.die_at:
@@ -279,9 +280,9 @@ class SchedulerEmu:
                 self.handle(msg)
             if step_end is not None and time.monotonic() >= step_end:
                 self.end_step()
-                step_end = None
+                last_end, step_end = step_end, None
             if step_end is None and not self.batch.idle():
-                step_end = self.begin_step()
+                step_end = self.begin_step(last_end)
             if self.flush_waiting and self.batch.idle():
                 self.flush()
 
@@ -324,15 +325,20 @@ class SchedulerEmu:
                 self.crash_and_hang()
         self.batch.add(Request(req["rid"], ids, prompt_tokens, req.get("stream", False)))
 
-    def begin_step(self):
+    def begin_step(self, last_end=None):
+        """Start a step; returns when it ends. A step that follows the last one at once is timed from that one's
+        planned end, so the emulator's own work between steps (slow on a busy host) is not added to the model's
+        time, as a GPU's step time does not wait for the host; after a pause it starts now."""
         seconds, joined = self.batch.begin_step()
+        now = time.monotonic()
+        start = last_end if last_end is not None and 0.0 <= now - last_end < seconds else now
         if joined:
             new_tokens = sum(r.prompt_tokens for r in joined)
             self.log("Prefill batch. #new-seq: %d, #new-token: %d, #cached-token: 0, token usage: %.2f, "
                      "#running-req: %d, #queue-req: 0, "
                      % (len(joined), new_tokens, new_tokens / self.cfg["max_total_num_tokens"],
                         len(self.batch.running) - len(joined)))
-        return time.monotonic() + seconds
+        return start + seconds
 
     def end_step(self):
         outs, size = self.batch.end_step()
