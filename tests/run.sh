@@ -23,6 +23,8 @@ echo "== ansible-test sanity on the collection eagle.deploy (tests/sanity.sh)"
 bash tests/sanity.sh
 echo "== fetch the SGLang wheels the tests read (.cache/sglang-wheels; tests never download)"
 python tests/unit/sglang_src.py
+echo "== the benchmark's tests: chromium and the benchmark client's CPU wheelhouse (tests/setup_bench.sh)"
+bash tests/setup_bench.sh
 echo "== pytest (unit + integration)"
 python -m pytest -q tests
 echo "== pytest took $((SECONDS - t0)) s so far"

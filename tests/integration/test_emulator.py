@@ -234,8 +234,15 @@ def test_normal_startup_endpoints_children_and_sigterm(start):
         "http://127.0.0.1:%d/generate" % emu.port, headers={"Content-Type": "application/json"},
         data=json.dumps({"text": "Hello there", "stream": True, "sampling_params": {"max_new_tokens": 7}}).encode())
     with urllib.request.urlopen(stream_req, timeout=5) as resp:
+        assert resp.headers["Transfer-Encoding"] == "chunked"
         events = resp.read().decode().split("\n\n")
-    assert json.loads(events[0][len("data: "):])["text"] == out["text"] and events[-2] == "data: [DONE]"
+    assert events[-2:] == ["data: [DONE]", ""]
+    chunks = [json.loads(e[len("data: "):]) for e in events[:-2]]
+    # SGLang streams the text and ids so far, one event per decode step; finish_reason only in the last one.
+    assert len(chunks) > 1 and chunks[-1]["text"] == out["text"] and chunks[-1]["output_ids"] == out["output_ids"]
+    assert [c["meta_info"]["completion_tokens"] for c in chunks] == list(range(1, 8))
+    assert [c["meta_info"]["finish_reason"] for c in chunks[:-1]] == [None] * 6
+    assert chunks[-1]["meta_info"]["finish_reason"] == {"type": "length", "length": 7}
     emu.wait_for(" TP0] Decode batch. #running-req: 1, ")
     assert emu.request("/nope")[0] == 404
 
@@ -305,12 +312,12 @@ def test_eagle_unpatched_crashes_on_first_client_decode(start, sglang_root):
 
 
 def test_eagle_patched_decodes(start, sglang_root, tmp_path):
-    from ansible.module_utils import early_init  # the real patch (conftest puts the project's module_utils there)
+    from ansible.module_utils.early_init import EarlyInitPatcher  # the patch's own code (tests/conftest.py)
     root = tmp_path / "patched" / "sglang"
     (root / "srt" / "speculative").mkdir(parents=True)
     source = (sglang_root / "srt/speculative/eagle_worker_v2.py").read_bytes()
-    new = early_init.EarlyInitPatcher("x.py", "EAGLEWorkerV2", "__init__", {"spec_disable_batch_threshold": "0"},
-                               "present").compute(source)["new"]
+    new = EarlyInitPatcher("x.py", "EAGLEWorkerV2", "__init__", {"spec_disable_batch_threshold": "0"},
+                           "present").compute(source)["new"]
     (root / "srt" / "speculative" / "eagle_worker_v2.py").write_bytes(new)
     emu = start("--emulator-scenario", "eagle", "--speculative-algorithm", "EAGLE3",
                 "--emulator-sglang-root", str(root), *FAST)

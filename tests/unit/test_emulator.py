@@ -349,3 +349,99 @@ def test_every_release_unpatched_crashes_and_patched_decodes(version):
     after = scenarios.analyse_eagle_worker(patched(source).decode("utf-8"))
     assert before["raising_lineno"] is not None and before["assigned_before"] is False
     assert after["assigned_before"] is True
+
+
+# -- the decode model and the continuous batch (sglang_emulator.decode) -------------------------------------------
+from sglang_emulator import decode  # noqa: E402 - tests/emulator, once on sys.path
+
+
+def _run_batch(batch, steps=1000):
+    """Run the batch to its end: every output, and the batch size of every step."""
+    outs, sizes = [], []
+    while not batch.idle() and steps:
+        batch.begin_step()
+        got, size = batch.end_step()
+        outs.extend(got)
+        sizes.append(size)
+        steps -= 1
+    return outs, sizes
+
+
+def test_decode_step_time_grows_with_the_batch_and_costs_more_with_speculation():
+    base = decode.DecodeModel(step_ms=8, per_req_ms=2)
+    spec = decode.DecodeModel(step_ms=8, per_req_ms=2, speculative=True, accept_length=2.5, spec_overhead=0.3,
+                              verify_cost=4, max_accept=4)
+    assert base.step_seconds(1) == 0.010 and base.step_seconds(8) == 0.024
+    assert abs(spec.step_seconds(1) - 0.0184) < 1e-9 and abs(spec.step_seconds(8) - 0.0744) < 1e-9
+    # tokens/s per request: speculation wins alone and loses at 8 running requests (the crossover)
+    assert 2.5 / spec.step_seconds(1) > 1 / base.step_seconds(1)
+    assert 2.5 / spec.step_seconds(8) < 1 / base.step_seconds(8)
+
+
+def test_decode_tokens_per_verify_step_average_the_accept_length_within_the_draft():
+    spec = decode.DecodeModel(speculative=True, accept_length=2.5, max_accept=4)
+    assert [spec.tokens(i) for i in range(1, 7)] == [2, 3, 2, 3, 2, 3]
+    assert [decode.DecodeModel(speculative=True, accept_length=1.0).tokens(i) for i in (1, 2, 3)] == [1, 1, 1]
+    assert sum(decode.DecodeModel(speculative=True, accept_length=2.47).tokens(i) for i in range(1, 101)) == 247
+    assert decode.DecodeModel(step_ms=1).tokens(5) == 1  # no speculation: one token a step
+
+
+def test_decode_model_refuses_settings_that_cannot_be():
+    for kwargs in ({"step_ms": 0}, {"per_req_ms": -1}, {"speculative": True, "accept_length": 0.5},
+                   {"speculative": True, "accept_length": 5, "max_accept": 4}):
+        with pytest.raises(ValueError):
+            decode.DecodeModel(**kwargs)
+
+
+def test_batch_streams_every_step_and_answers_others_once_with_sglang_accept_figures():
+    batch = decode.DecodeBatch(decode.DecodeModel(speculative=True, accept_length=2.5, max_accept=4))
+    batch.add(decode.Request("s", list(range(10)), 3, stream=True))
+    batch.add(decode.Request("n", list(range(6)), 2, stream=False))
+    outs, sizes = _run_batch(batch)
+    streamed = [o for o in outs if o["rid"] == "s"]
+    # prefill gives 1 token, then 2, 3, 2, (2 of 3: the end)
+    assert [len(o["output_ids"]) for o in streamed] == [1, 2, 3, 2, 2]
+    assert sum((o["output_ids"] for o in streamed), []) == list(range(10))
+    assert [o["finished"] for o in streamed] == [False] * 4 + [True] and streamed[-1]["verify_ct"] == 4
+    other = [o for o in outs if o["rid"] == "n"]
+    assert len(other) == 1 and other[0]["output_ids"] == list(range(6)) and other[0]["completion_tokens"] == 6
+    assert sizes == [2, 2, 2, 1, 1]
+    # tokens of verify steps / requests in them: (2+3+2+2) + (2+3) over 4 + 2 request-steps
+    assert batch.avg_accept_length() == 14 / 6
+    batch.flush()
+    assert batch.avg_accept_length() is None
+
+
+def test_batch_without_speculation_gives_one_token_a_step_and_no_accept_length():
+    batch = decode.DecodeBatch(decode.DecodeModel())
+    batch.add(decode.Request("a", [1, 2, 3], 1, stream=True))
+    outs, sizes = _run_batch(batch)
+    assert [o["output_ids"] for o in outs] == [[1], [2], [3]] and sizes == [1, 1, 1]
+    assert batch.avg_accept_length() is None and outs[-1]["verify_ct"] == 0
+
+
+def test_batch_joins_at_the_next_step_and_drops_an_aborted_request():
+    batch = decode.DecodeBatch(decode.DecodeModel())
+    batch.add(decode.Request("a", [1, 2, 3], 1, stream=True))
+    seconds, joined = batch.begin_step()
+    batch.add(decode.Request("b", [4, 5], 1, stream=True))
+    assert [r.rid for r in joined] == ["a"] and [r.rid for r in batch.running] == ["a"]
+    batch.end_step()
+    _, joined = batch.begin_step()
+    assert [r.rid for r in joined] == ["b"] and len(batch.running) == 2
+    batch.abort("a")
+    outs, _ = batch.end_step()
+    assert [o["rid"] for o in outs] == ["b"]
+
+
+def test_decode_flags_reach_the_model_and_bad_ones_are_refused():
+    args, _, _ = cli.parse_args(["--speculative-algorithm", "eagle3", "--speculative-num-draft-tokens", "4",
+                                 "--emulator-step-ms", "8", "--emulator-step-ms-per-req", "2",
+                                 "--emulator-accept-length", "2.5", "--emulator-spec-overhead", "0.3",
+                                 "--emulator-spec-verify-cost", "4"])
+    from sglang_emulator.engine import decode_settings
+    assert decode_settings(args) == {"step_ms": 8.0, "per_req_ms": 2.0, "accept_length": 2.5, "spec_overhead": 0.3,
+                                     "verify_cost": 4.0, "max_accept": 4}
+    with pytest.raises(SystemExit):
+        cli.parse_args(["--speculative-algorithm", "EAGLE3", "--speculative-num-draft-tokens", "2",
+                        "--emulator-accept-length", "3"])

@@ -9,7 +9,8 @@ Scenarios (``--emulator-scenario``) reproduce the failure modes the deployment h
 
 Modules: ``cli`` (command line, ``--config`` file, ``main``), ``logs`` (SGLang-shaped log lines), ``scenarios``
 (the eagle scenario's reading of the installed SGLang), ``scheduler`` (the child processes and the fake model),
-``engine`` (the main process), ``server`` (HTTP), ``replay`` (real logs replayed). ``init_order`` and
+``decode`` (the continuous batch and its timing model: emulated tokens/s), ``engine`` (the main process),
+``server`` (HTTP), ``replay`` (real logs replayed). ``init_order`` and
 ``sglang_paths`` are the deployment's own ``module_utils`` files (links in the source tree, copies in the wheel).
 """
 
@@ -17,7 +18,7 @@ from __future__ import annotations
 
 import os
 
-VERSION = "1.2"
+VERSION = "1.3.22"
 BANNER = (
     "[EMULATOR] sglang-emulator %s: this is NOT SGLang; it emulates SGLang's HTTP API and log lines "
     "for rehearsals and tests" % VERSION

@@ -11,7 +11,8 @@ import sys
 import time
 
 from sglang_emulator import BANNER, SCENARIOS
-from sglang_emulator.engine import Engine, install_parent_signals
+from sglang_emulator.decode import DecodeModel
+from sglang_emulator.engine import Engine, decode_settings, install_parent_signals
 from sglang_emulator.logs import emit_raw, emu, log, set_log_level
 from sglang_emulator.replay import run_replay
 from sglang_emulator.scenarios import ScenarioError, prepare_eagle
@@ -109,6 +110,13 @@ def build_parser():
     add("--emulator-replay", dest="emulator_replay", default=None)
     add("--emulator-replay-speed", dest="emulator_replay_speed", type=float, default=100.0)
     add("--emulator-sglang-root", dest="emulator_sglang_root", default=None)
+    # The decode model (sglang_emulator.decode.DecodeModel): what a step of n running requests costs, and what
+    # speculative decoding gives and costs. Its tokens/s are emulated figures, for a benchmark's shape only.
+    add("--emulator-step-ms", dest="emulator_step_ms", type=float, default=1.0)
+    add("--emulator-step-ms-per-req", dest="emulator_step_ms_per_req", type=float, default=0.0)
+    add("--emulator-accept-length", dest="emulator_accept_length", type=float, default=2.47)
+    add("--emulator-spec-overhead", dest="emulator_spec_overhead", type=float, default=0.0)
+    add("--emulator-spec-verify-cost", dest="emulator_spec_verify_cost", type=float, default=None)
     return parser
 
 
@@ -162,6 +170,10 @@ def parse_args(argv):
         parser.error("--emulator-scenario replay needs --emulator-replay FILE")
     if args.speculative_algorithm:
         args.speculative_algorithm = args.speculative_algorithm.upper()
+    try:
+        DecodeModel(speculative=bool(args.speculative_algorithm), **decode_settings(args))
+    except ValueError as exc:
+        parser.error("the decode model: %s" % exc)
     return args, unknown, ignored
 
 
@@ -201,6 +213,9 @@ def main(argv=None):
             emu("ERROR: %s" % exc)
             return 2
     engine = Engine(args, eagle)
+    if args.emulator_scenario != "replay":
+        emu("decode model (emulated tokens/s): %s"
+            % DecodeModel(speculative=bool(args.speculative_algorithm), **decode_settings(args)).describe())
     install_parent_signals(engine)
     if args.emulator_scenario != "replay":  # a replayed log brings its own startup lines
         if args.speculative_algorithm:

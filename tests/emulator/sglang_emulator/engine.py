@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import multiprocessing
 import os
+import queue
 import signal
 import socket
 import threading
@@ -17,6 +18,7 @@ import uuid
 
 from sglang_emulator import READY_LINE, SIGQUIT_LINE
 from sglang_emulator.logs import emu, log, log_block
+from sglang_emulator.scenarios import installed_sglang_version
 from sglang_emulator.scheduler import detokenizer_main, scheduler_main
 from sglang_emulator.server import EmulatorHTTPServer, make_handler, url_host
 
@@ -42,6 +44,15 @@ def direct_children(pid):
     return found
 
 
+def decode_settings(args):
+    """The decode model's settings (sglang_emulator.decode.DecodeModel's keyword arguments) from the command line."""
+    verify_cost = args.emulator_spec_verify_cost
+    return {"step_ms": args.emulator_step_ms, "per_req_ms": args.emulator_step_ms_per_req,
+            "accept_length": args.emulator_accept_length, "spec_overhead": args.emulator_spec_overhead,
+            "verify_cost": 1.0 if verify_cost is None else verify_cost,
+            "max_accept": args.speculative_num_draft_tokens}
+
+
 class Engine:
     """The main process: owns the children, forwards requests, collects outputs."""
 
@@ -60,6 +71,7 @@ class Engine:
         self.last_receive = time.time()
         self.eagle = eagle
         self.health_delay = [0.0, 0]  # [seconds, how many health requests still wait that long]
+        self.sglang_version = installed_sglang_version()
         self.cfg = {
             "scenario": self.scenario,
             "log_level": args.log_level,
@@ -71,6 +83,7 @@ class Engine:
             "capture_seconds": max(0.0, args.emulator_capture_seconds),
             "child_die_after": max(0.0, args.emulator_child_die_after),
             "speculative": bool(args.speculative_algorithm),
+            "decode": decode_settings(args),
             "eagle": eagle,
             "arch": "LlamaForCausalLM",
             "max_total_num_tokens": 20480,
@@ -142,36 +155,81 @@ class Engine:
     def _collect_outputs(self):
         while True:
             try:
-                out = self.detok_out.recv()
+                msg = self.detok_out.recv()
             except (EOFError, OSError):
                 return
-            with self.pending_lock:
-                waiter = self.pending.pop(out["rid"], None)
             self.last_receive = time.time()
-            if waiter is not None:
-                waiter["result"] = out
-                waiter["event"].set()
+            for out in (msg["outs"] if msg.get("type") == "batch" else [msg]):
+                with self.pending_lock:
+                    waiter = self.pending.get(out["rid"])
+                    if waiter is not None and (out.get("finished", True) or "queue" not in waiter):
+                        del self.pending[out["rid"]]
+                if waiter is None:
+                    continue
+                if "queue" in waiter:
+                    waiter["queue"].put(out)
+                else:
+                    waiter["result"] = out
+                    waiter["event"].set()
 
-    def submit(self, prompt, max_new_tokens, timeout, warmup=False, health=False):
-        """Send one request to the TP0 scheduler and wait for the detokenized output. None on timeout."""
-        rid = uuid.uuid4().hex
-        waiter = {"event": threading.Event(), "result": None}
+    def _send(self, msg, waiter):
+        """Register the waiter of msg["rid"] and send msg to the TP0 scheduler; False when the pipe is gone."""
         with self.pending_lock:
-            self.pending[rid] = waiter
-        msg = {"type": "generate", "rid": rid, "prompt": prompt, "max_new_tokens": max_new_tokens,
-               "warmup": warmup, "health": health}
+            self.pending[msg["rid"]] = waiter
         try:
             with self.send_lock:
                 self.sched_conns[0].send(msg)
         except OSError:
             with self.pending_lock:
+                self.pending.pop(msg["rid"], None)
+            return False
+        return True
+
+    def ask(self, kind, timeout):
+        """One control request to the TP0 scheduler (``get_internal_state``, ``flush_cache``): its reply, or None on
+        timeout."""
+        rid = uuid.uuid4().hex
+        waiter = {"event": threading.Event(), "result": None}
+        if not self._send({"type": kind, "rid": rid}, waiter) or not waiter["event"].wait(timeout):
+            with self.pending_lock:
                 self.pending.pop(rid, None)
+            return None
+        return waiter["result"]
+
+    def submit(self, prompt, max_new_tokens, timeout, warmup=False, health=False):
+        """Send one request to the TP0 scheduler and wait for the detokenized output. None on timeout."""
+        rid = uuid.uuid4().hex
+        waiter = {"event": threading.Event(), "result": None}
+        msg = {"type": "generate", "rid": rid, "prompt": prompt, "max_new_tokens": max_new_tokens,
+               "warmup": warmup, "health": health, "stream": False}
+        if not self._send(msg, waiter):
             return None
         if not waiter["event"].wait(timeout):
             with self.pending_lock:
                 self.pending.pop(rid, None)
             return None
         return waiter["result"]
+
+    def submit_stream(self, prompt, max_new_tokens):
+        """Send one streamed request: returns (rid, a queue of its outputs: each step's new tokens), or None when the
+        scheduler's pipe is gone."""
+        rid = uuid.uuid4().hex
+        waiter = {"queue": queue.Queue()}
+        msg = {"type": "generate", "rid": rid, "prompt": prompt, "max_new_tokens": max_new_tokens,
+               "warmup": False, "health": False, "stream": True}
+        if not self._send(msg, waiter):
+            return None
+        return rid, waiter["queue"]
+
+    def abort(self, rid):
+        """The client of a streamed request went away: drop it from the batch."""
+        with self.pending_lock:
+            self.pending.pop(rid, None)
+        try:
+            with self.send_lock:
+                self.sched_conns[0].send({"type": "abort", "rid": rid})
+        except OSError:
+            pass
 
     def broadcast(self, msg):
         for conn in self.sched_conns:

@@ -39,6 +39,13 @@ def find_sglang_root(explicit=None):
     return locate(list(dict.fromkeys(dirs)))["package_dir"]
 
 
+def installed_sglang_version():
+    """The version of the SGLang installed next to the emulator (its dist-info), None when there is none."""
+    paths = sysconfig.get_paths()
+    dirs = [paths["purelib"], paths["platlib"]] + list(getattr(site, "getsitepackages", lambda: [])())
+    return locate(list(dict.fromkeys(dirs)))["version"]
+
+
 def analyse_eagle_worker(source, filename="eagle_worker_v2.py", class_name=EAGLE_CLASS, attr=EAGLE_ATTRIBUTE):
     """Whether ``self.<attr>`` is assigned in ``<class>.__init__`` before its first statement that can raise.
 

@@ -13,9 +13,16 @@ import threading
 import time
 
 from sglang_emulator import EAGLE_ATTRIBUTE, EAGLE_CLASS, FAKE_GPU_MEM, FAKE_VOCAB
+from sglang_emulator.decode import DecodeBatch, DecodeModel, Request
 from sglang_emulator.logs import emit_raw, log, log_block, set_log_level, tqdm_line
 
 _TOKEN_RE = re.compile(r"\w+|[^\w\s]")
+DECODE_LOG_INTERVAL = 40
+
+
+def decode_model(cfg):
+    """The decode model of the scheduler's config (cfg["decode"]: DecodeModel's keyword arguments)."""
+    return DecodeModel(speculative=cfg["speculative"], **cfg.get("decode", {}))
 
 
 def count_prompt_tokens(prompt):
@@ -68,6 +75,9 @@ class SchedulerEmu:
         self.detok_conn = detok_conn
         self.first_client_request = True
         self.die_at = None
+        self.batch = DecodeBatch(decode_model(cfg))
+        self.flush_waiting = []
+        self.last_throughput = 0.0
 
     def log(self, msg, level="info"):
         log(msg, rank=self.rank, level=level)
@@ -251,52 +261,108 @@ class SchedulerEmu:
 
     # -- serving ------------------------------------------------------------------------------------------------
     def serve(self):
+        """Receive requests and run the continuous batch (TP0; the other ranks only wait): a step ends at its
+        time, its outputs go to the detokenizer in one message, and the next step starts with whoever waits."""
+        step_end = None
+        last_end = None
         while True:
-            timeout = 0.2
+            now = time.monotonic()
+            if self.die_at is not None and now >= self.die_at:
+                os.kill(os.getpid(), signal.SIGKILL)
+            timeout = 0.2 if step_end is None else max(0.0, step_end - now)
             if self.die_at is not None:
-                left = self.die_at - time.monotonic()
-                if left <= 0:
-                    os.kill(os.getpid(), signal.SIGKILL)
-                timeout = min(timeout, max(left, 0.01))
-            if not self.conn.poll(timeout):
-                continue
-            try:
-                msg = self.conn.recv()
-            except (EOFError, OSError):
-                os._exit(0)
-            kind = msg.get("type")
-            if kind == "server_ready":
-                if self.cfg["scenario"] == "child_dies" and self.rank == 0:
-                    self.die_at = time.monotonic() + self.cfg["child_die_after"]
-            elif kind == "generate" and self.rank == 0:
-                self.generate(msg)
+                timeout = min(timeout, max(self.die_at - now, 0.01))
+            if self.conn.poll(timeout):
+                try:
+                    msg = self.conn.recv()
+                except (EOFError, OSError):
+                    os._exit(0)
+                self.handle(msg)
+            if step_end is not None and time.monotonic() >= step_end:
+                self.end_step()
+                last_end, step_end = step_end, None
+            if step_end is None and not self.batch.idle():
+                step_end = self.begin_step(last_end)
+            if self.flush_waiting and self.batch.idle():
+                self.flush()
 
-    def generate(self, req):
-        cfg = self.cfg
+    def handle(self, msg):
+        kind = msg.get("type")
+        if kind == "server_ready":
+            if self.cfg["scenario"] == "child_dies" and self.rank == 0:
+                self.die_at = time.monotonic() + self.cfg["child_die_after"]
+        elif self.rank != 0:
+            return
+        elif kind == "generate":
+            self.admit(msg)
+        elif kind == "abort":
+            self.batch.abort(msg["rid"])
+        elif kind == "flush_cache":
+            self.flush_waiting.append(msg["rid"])
+        elif kind == "get_internal_state":
+            state = {"last_gen_throughput": round(self.last_throughput, 2)}
+            accept = self.batch.avg_accept_length()
+            if accept is not None:
+                state["avg_spec_accept_length"] = accept
+            self.detok_conn.send({"type": "reply", "rid": msg["rid"], "state": state})
+
+    def admit(self, req):
+        """A generate request: a health check answers at once (it does not wait for the batch, so a long step never
+        fails it); the first client request runs the scenario's crash; every other request waits for the next step."""
         prompt_tokens = count_prompt_tokens(req["prompt"])
-        max_new = req["max_new_tokens"]
-        is_health = req.get("health", False)
-        if not is_health:
-            self.log("Prefill batch. #new-seq: 1, #new-token: %d, #cached-token: 0, token usage: %.2f, "
-                     "#running-req: 0, #queue-req: 0, " % (prompt_tokens, prompt_tokens / cfg["max_total_num_tokens"]))
-        client = not is_health and not req.get("warmup", False)
-        if client and self.first_client_request:
+        ids = fake_output_ids(req["prompt"], req["max_new_tokens"])
+        if req.get("health", False):
+            self.detok_conn.send({"type": "batch", "outs": [{
+                "rid": req["rid"], "output_ids": ids, "completion_tokens": len(ids), "prompt_tokens": prompt_tokens,
+                "verify_ct": 0, "finished": True}]})
+            return
+        if not req.get("warmup", False) and self.first_client_request:
             self.first_client_request = False
-            plan = cfg.get("eagle")
+            plan = self.cfg.get("eagle")
             if plan is not None and plan["will_crash"]:
                 self.crash(self.eagle_traceback(), during_init=False)
-            if cfg["scenario"] == "crash_hang":
+            if self.cfg["scenario"] == "crash_hang":
                 self.crash_and_hang()
-        ids = fake_output_ids(req["prompt"], max_new)
-        if max_new > 1 and not is_health:
-            time.sleep(min(0.001 * max_new, 0.2))
-            spec = ", accept len: 2.47" if cfg["speculative"] else ""
-            self.log("Decode batch. #running-req: 1, #token: %d, token usage: %.2f%s, cuda graph: True, "
-                     "gen throughput (token/s): %.2f, #queue-req: 0, "
-                     % (prompt_tokens + max_new, (prompt_tokens + max_new) / cfg["max_total_num_tokens"], spec,
-                        163.41 if cfg["speculative"] else 71.88))
-        self.detok_conn.send({"rid": req["rid"], "output_ids": ids, "prompt_tokens": prompt_tokens,
-                              "max_new_tokens": max_new})
+        self.batch.add(Request(req["rid"], ids, prompt_tokens, req.get("stream", False)))
+
+    def begin_step(self, last_end=None):
+        """Start a step; returns when it ends. A step that follows the last one at once is timed from that one's
+        planned end, so the emulator's own work between steps (slow on a busy host) is not added to the model's
+        time, as a GPU's step time does not wait for the host; after a pause it starts now."""
+        seconds, joined = self.batch.begin_step()
+        now = time.monotonic()
+        start = last_end if last_end is not None and 0.0 <= now - last_end < seconds else now
+        if joined:
+            new_tokens = sum(r.prompt_tokens for r in joined)
+            self.log("Prefill batch. #new-seq: %d, #new-token: %d, #cached-token: 0, token usage: %.2f, "
+                     "#running-req: %d, #queue-req: 0, "
+                     % (len(joined), new_tokens, new_tokens / self.cfg["max_total_num_tokens"],
+                        len(self.batch.running) - len(joined)))
+        return start + seconds
+
+    def end_step(self):
+        outs, size = self.batch.end_step()
+        if outs:
+            self.detok_conn.send({"type": "batch", "outs": outs})
+        seconds = self.batch.last_step_seconds
+        self.last_throughput = self.batch.last_step_tokens / seconds if seconds > 0 else 0.0
+        # SGLang logs a decode line every decode_log_interval (40) steps; the emulator also when the batch drains.
+        if self.batch.steps % DECODE_LOG_INTERVAL == 0 or not self.batch.running:
+            tokens = sum(r.prompt_tokens + r.emitted for r in self.batch.running) or size
+            accept = self.batch.avg_accept_length()
+            spec = ", accept len: %.2f" % accept if accept is not None else ""
+            self.log("Decode batch. #running-req: %d, #token: %d, token usage: %.2f%s, cuda graph: True, "
+                     "gen throughput (token/s): %.2f, #queue-req: %d, "
+                     % (size, tokens, tokens / self.cfg["max_total_num_tokens"], spec, self.last_throughput,
+                        len(self.batch.waiting)))
+
+    def flush(self):
+        """SGLang's flush_cache: only when nothing runs; resets the acceptance figures."""
+        self.batch.flush()
+        self.log("Cache is flushed successfully!")
+        for rid in self.flush_waiting:
+            self.detok_conn.send({"type": "reply", "rid": rid, "flushed": True})
+        self.flush_waiting = []
 
 
 def scheduler_main(rank, cfg, conn, detok_conn):
@@ -312,7 +378,7 @@ def scheduler_main(rank, cfg, conn, detok_conn):
 
 
 def detokenizer_main(cfg, in_conn, out_conn):
-    """Entry of the detokenizer child process: token ids in, text out."""
+    """Entry of the detokenizer child process: token ids in, text out (a step's outputs in one message)."""
     _set_title("sglang::detokenizer")
     set_log_level(cfg["log_level"])
     signal.signal(signal.SIGINT, signal.SIG_IGN)
@@ -322,7 +388,6 @@ def detokenizer_main(cfg, in_conn, out_conn):
             msg = in_conn.recv()
         except (EOFError, OSError):
             os._exit(0)
-        ids = msg["output_ids"]
-        out_conn.send({"rid": msg["rid"], "text": detokenize(ids), "output_ids": ids,
-                       "prompt_tokens": msg["prompt_tokens"], "completion_tokens": len(ids)})
-
+        if msg.get("type") == "batch":
+            msg = {"type": "batch", "outs": [dict(out, text=detokenize(out["output_ids"])) for out in msg["outs"]]}
+        out_conn.send(msg)

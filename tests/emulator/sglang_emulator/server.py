@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import http.server
 import json
+import queue
 import time
 import urllib.parse
 import uuid
@@ -39,6 +40,33 @@ def log_request(kind, body, raw, out=None):
     if out is not None:
         line += ", out=%r" % (out,)
     log_block(line)  # Python's logging: the prefix on the first physical line only
+
+
+# What /server_info reports of the server's arguments (SGLang returns every one of them).
+SERVER_INFO_ARGS = ("model_path", "tokenizer_path", "served_model_name", "host", "port", "tp_size", "dp_size",
+                    "mem_fraction_static", "context_length", "api_key", "speculative_algorithm",
+                    "speculative_draft_model_path", "speculative_num_steps", "speculative_eagle_topk",
+                    "speculative_num_draft_tokens", "log_level")
+
+
+def meta_info(engine, rid, out, max_new, start, finished=True):
+    """A generation's ``meta_info`` as SGLang 0.5.23's tokenizer manager builds it; the speculative figures
+    (``spec_accept_length`` = completion tokens / verify steps, ...) once it has finished."""
+    meta = {"id": rid, "finish_reason": {"type": "length", "length": max_new} if finished else None,
+            "prompt_tokens": out["prompt_tokens"], "weight_version": "default", "num_retractions": 0,
+            "reasoning_tokens": 0, "completion_tokens": out["completion_tokens"], "cached_tokens": 0}
+    if not finished:
+        return meta
+    meta["e2e_latency"] = round(time.time() - start, 6)
+    verify_ct = out.get("verify_ct") or 0
+    draft_tokens = engine.args.speculative_num_draft_tokens or 4
+    if engine.cfg["speculative"] and verify_ct > 0:
+        proposed = verify_ct * (draft_tokens - 1)
+        correct = max(0, out["completion_tokens"] - 1 - verify_ct)
+        meta.update({"spec_accept_rate": correct / proposed, "spec_accept_length": out["completion_tokens"] / verify_ct,
+                     "spec_num_correct_drafts": correct, "spec_num_proposed_drafts": proposed,
+                     "spec_verify_ct": verify_ct})
+    return meta
 
 
 def make_handler(engine):
@@ -111,6 +139,10 @@ def make_handler(engine):
                     "has_image_understanding": False, "has_audio_understanding": False,
                     "model_type": "llama", "architectures": ["LlamaForCausalLM"], "emulator": True,
                     "emulator_version": VERSION, "emulator_scenario": engine.scenario})
+            if path in ("/server_info", "/get_server_info"):
+                return self._server_info()
+            if path == "/flush_cache":
+                return self._flush_cache()
             if path == "/v1/models":
                 return self._send(200, {"object": "list", "data": [{
                     "id": args.served_model_name, "object": "model", "created": int(time.time()),
@@ -132,6 +164,8 @@ def make_handler(engine):
                 except (ValueError, TypeError, UnicodeDecodeError) as exc:
                     return self._send(400, {"error": {"message": str(exc)}})
                 return self._send(200, {"health_delay": engine.health_delay})
+            if path == "/flush_cache":
+                return self._flush_cache()
             if path not in ("/generate", "/v1/completions"):
                 return self._send(404, {"detail": "Not Found"})
             try:
@@ -179,6 +213,8 @@ def make_handler(engine):
             if max_new < 0:
                 return self._send(400, {"error": {"message": "max_new_tokens must be at least 0"}})
             batch = isinstance(text, list) or (isinstance(prompt, list) and prompt and isinstance(prompt[0], list))
+            if body.get("stream") and not batch and not self._is_warmup():
+                return self._stream_generate(body, prompt, max_new)
             if engine.args.log_requests and not self._is_warmup():
                 log_request("Receive", body, engine.args.emulator_raw_request_log)
             results = []
@@ -187,16 +223,79 @@ def make_handler(engine):
                 out = engine.submit(one, max_new, REQUEST_TIMEOUT, warmup=self._is_warmup())
                 if out is None:
                     return self._send(500, {"error": {"message": "the scheduler did not answer"}})
-                results.append({"text": out["text"], "output_ids": out["output_ids"], "meta_info": {
-                    "id": uuid.uuid4().hex, "finish_reason": {"type": "length", "length": max_new},
-                    "prompt_tokens": out["prompt_tokens"], "completion_tokens": out["completion_tokens"],
-                    "cached_tokens": 0, "e2e_latency": round(time.time() - start, 6)}})
+                meta = meta_info(engine, uuid.uuid4().hex, out, max_new, start)
+                results.append({"text": out["text"], "output_ids": out["output_ids"], "meta_info": meta})
             if engine.args.log_requests and not self._is_warmup():
                 log_request("Finish", body, engine.args.emulator_raw_request_log,
                             out={"text": results[0]["text"], "meta_info": results[0]["meta_info"]})
             if body.get("stream"):
                 return self._send_stream(results)
             return self._send(200, results if batch else results[0])
+
+        def _stream_generate(self, body, prompt, max_new):
+            """A streamed /generate as SGLang sends it: one ``data: {json}`` event per decode step with the text,
+            output ids and completion tokens so far, ``finish_reason`` and the speculative figures in the last one,
+            then ``data: [DONE]`` (chunked transfer encoding, as uvicorn's StreamingResponse)."""
+            if engine.args.log_requests:
+                log_request("Receive", body, engine.args.emulator_raw_request_log)
+            start = time.time()
+            sent = engine.submit_stream(prompt, max_new)
+            if sent is None:
+                return self._send(500, {"error": {"message": "the scheduler did not answer"}})
+            rid, outputs = sent
+            self.send_response_only(200, HTTP_REASONS[200])
+            self.send_header("date", self.date_time_string())
+            self.send_header("server", "uvicorn")
+            self.send_header("content-type", "text/event-stream; charset=utf-8")
+            self.send_header("transfer-encoding", "chunked")
+            self.end_headers()
+            text, ids, out = "", [], {}
+            try:
+                while not out.get("finished"):
+                    try:
+                        out = outputs.get(timeout=REQUEST_TIMEOUT)
+                    except queue.Empty:
+                        engine.abort(rid)
+                        self._chunk(b"data: " + json.dumps({"error": {
+                            "message": "the scheduler did not answer", "type": "internal_error", "code": 500,
+                            "retryable": False}}).encode("utf-8") + b"\n\n")
+                        break
+                    text += out["text"]
+                    ids += out["output_ids"]
+                    event = {"text": text, "output_ids": list(ids),
+                             "meta_info": meta_info(engine, rid, dict(out, output_ids=ids), max_new, start,
+                                                    finished=out["finished"])}
+                    self._chunk(b"data: " + json.dumps(event).encode("utf-8") + b"\n\n")
+                self._chunk(b"data: [DONE]\n\n")
+                self._chunk(b"")
+            except OSError:  # the client went away: SGLang aborts the request
+                engine.abort(rid)
+                self.close_connection = True
+            self._access(200)
+            if engine.args.log_requests:
+                log_request("Finish", body, engine.args.emulator_raw_request_log, out={"text": text})
+
+        def _chunk(self, data):
+            self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
+
+        def _server_info(self):
+            """SGLang's /server_info: the server's arguments (the API key too, as SGLang 0.5.23 returns it),
+            ``internal_states`` per DP rank with ``avg_spec_accept_length`` under speculative decoding, the version."""
+            state = engine.ask("get_internal_state", REQUEST_TIMEOUT)
+            if state is None:
+                return self._send(500, {"error": {"message": "the scheduler did not answer"}})
+            info = {key: getattr(args, key) for key in SERVER_INFO_ARGS}
+            info.update({"internal_states": [state["state"]], "version": engine.sglang_version,
+                         "emulator": True, "emulator_version": VERSION})
+            return self._send(200, info)
+
+        def _flush_cache(self):
+            """SGLang's /flush_cache: done once no request runs (the acceptance figures start again)."""
+            if engine.ask("flush_cache", REQUEST_TIMEOUT) is None:
+                return self._send(400, b"Flush cache failed.\n", ctype="text/plain; charset=utf-8")
+            return self._send(200, b"Cache flushed.\nPlease check backend logs for more details. (When there are "
+                                   b"running or waiting requests, the operation will not be performed.)\n",
+                              ctype="text/plain; charset=utf-8")
 
         def _send_stream(self, chunks):
             """Server-sent events as SGLang streams them: ``data: {json}`` lines, then ``data: [DONE]``."""

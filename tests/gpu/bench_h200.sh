@@ -1,0 +1,99 @@
+#!/usr/bin/env bash
+# playbooks/bench.yml on the lent H200 against real SGLang 0.5.17 (TEST-ONLY; runs on the device as root). Not run yet.
+#
+# Here first:  bash tests/gpu/build_playbook_carry.sh CHECKOUT     (the server's carry, .sgl)
+#              bash tests/gpu/build_bench_carry.sh CHECKOUT        (the benchmark's carry, .sglb)
+# Then:        run(command="bash .sgl/project/tests/gpu/playbook_h200.sh a", carry=[".sgl"], timeout_s=600)
+#              run(command="bash .sglb/project/tests/gpu/bench_h200.sh", carry=[".sglb"], timeout_s=600)
+# (the second right after the first, while the machine is still warm: part a leaves SGLang installed and serving the
+# random test models, the controller's ansible-core in /opt/eagle-ctl; the two carries do not fit one call's 64 MiB.)
+#
+# Every run is `ansible-playbook ... -i inventory/h200 -i tests/gpu/inventory-h200 --limit localhost -v`, from
+# .sglb/project, like tests/gpu/playbook_h200.sh's:
+#   bench_check  playbooks/bench.yml --check (says what it would do: no client, no restart)
+#   bench        playbooks/bench.yml -e @tests/gpu/bench-h200.yml: the client's missing packages from the bench
+#                wheelhouse, then SGLang's own client (sglang.benchmark.serving) at concurrency 1, 4, 16, 64 on both
+#                sides (the baseline on a server the role restarts with speculation off, then back: same fingerprint)
+#   report       playbooks/report.yml (the timeline alone)
+# Random weights: the draft guesses nothing, the accept length is near 1 and speculation can only cost; the report
+# says so on every figure (sglang_bench_label "random weights", sglang_bench_note).
+#
+# What comes back ($OUT/h200-bench/, also packed into $OUT/evidence_bench.tar.gz after every run, so a timeout still
+# returns it), to be copied to tests/data/h200-bench/ with a README of what it shows:
+#   reports/localhost/<time>/{bench.json,summary.json,timeline.json,report.html}   the raw figures and the report
+#   console/<run>.console.txt   each run's console, stamped per line;   runs.jsonl   rc, seconds, PIDs, GPU MiB
+#   nvidia-smi and ps after each run; the API key grep (the runs set one: it must be in no file that came back).
+set -uo pipefail
+T0=$(date +%s.%N)
+budget=${BENCH_H200_BUDGET_S:-575}
+P=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)   # .sglb/project
+C=$(dirname "$P")                                      # .sglb
+OUT=${OUT:-/tmp/out}
+EV="$OUT/h200-bench"
+RUNDIR=/var/lib/eagle-deploy/run
+KEY=sk-h200-bench-5c0e9a17d3b2
+mkdir -p "$EV/console" "$EV/results"
+left() { python3 -c "import time; print(int($budget - (time.time() - $T0)))"; }
+log() { echo "[$(date -u +%H:%M:%S.%N | cut -c1-12) left $(left) s] $*" | tee -a "$EV/driver.log"; }
+pack() { tar -czf "$OUT/evidence_bench.tar.gz" -C "$OUT" h200-bench 2>/dev/null; }
+gpu_mib() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1 | tr -d ' '; }
+server_pid() { cat "$RUNDIR/sglang.pid" 2>/dev/null | tr -d ' \n' || true; }
+
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+export PYTHONUNBUFFERED=1 LC_ALL=C.UTF-8 LANG=C.UTF-8 ANSIBLE_FORCE_COLOR=0 ANSIBLE_NOCOLOR=1
+export ANSIBLE_CONFIG="$P/ansible.cfg"
+
+if [ ! -x /opt/sglang/venv/bin/python ] || [ ! -d /opt/eagle-ctl ] || [ -z "$(server_pid)" ]; then
+    log "this machine has no serving SGLang of part a (fresh machine?): run playbook_h200.sh a first, then this at once"
+    pack; exit 1
+fi
+log "project commit $(cat "$P/COMMIT"), server pid $(server_pid), GPU $(gpu_mib) MiB"
+# The key reaches ansible-playbook in a 0600 file, never on its command line.
+( umask 077; printf 'sglang_server_api_key: %s\n' "$KEY" > /root/bench-key.yml )
+rm -rf /srv/bench-wheels && tar -xf "$C/bench-wheels.tar" -C /srv || { log "UNPACK FAILED"; pack; exit 1; }
+log "bench wheelhouse: $(ls /srv/bench-wheels | tr '\n' ' ')"
+
+# play NAME PLAYBOOK [ansible-playbook args...]: one run, its console stamped per line (as playbook_h200.sh's play).
+play() {
+    local name=$1 book=$2; shift 2
+    local pid0 mib0 t0 t1 rc recap limit
+    limit=$(( $(left) - 15 ))
+    if (( limit < 30 )); then log "run $name: not started, ${limit} s left"; return 124; fi
+    pid0=$(server_pid); mib0=$(gpu_mib)
+    log "run $name: $book $* (server pid ${pid0:-none}, GPU ${mib0} MiB)"
+    t0=$(date +%s.%N)
+    (cd "$P" && timeout --signal=TERM "$limit" python3 -c \
+        'import sys; sys.path.insert(0, "/opt/eagle-ctl"); sys.argv[0] = "ansible-playbook"; from ansible.cli.playbook import main; main()' \
+        "$book" -i inventory/h200 -i tests/gpu/inventory-h200 --limit localhost -v \
+        -e sglang_report_dir="$EV/reports" -e @/root/bench-key.yml "$@" 2>&1) \
+        | python3 -u -c 'import sys, time
+for line in sys.stdin:
+    sys.stdout.write("%.3f %s" % (time.time(), line)); sys.stdout.flush()' > "$EV/console/$name.console.txt"
+    rc=${PIPESTATUS[0]}
+    t1=$(date +%s.%N)
+    recap=$(grep -E "localhost +: ok=" "$EV/console/$name.console.txt" | tail -1 | sed 's/^[0-9.]* //')
+    log "run $name: rc=$rc in $(python3 -c "print(round($t1 - $t0, 1))") s; $recap; server pid $(server_pid); GPU $(gpu_mib) MiB"
+    grep -E "^[0-9.]+ (fatal|failed):|c=[0-9]+:|report:|deployment is as it was|would run" "$EV/console/$name.console.txt" \
+        | cut -c1-300 | head -20
+    python3 - "$name" "$rc" "$t0" "$t1" "$pid0" "$(server_pid)" "$mib0" "$(gpu_mib)" "$recap" >> "$EV/runs.jsonl" <<'PY'
+import json, sys
+n, rc, t0, t1, p0, p1, m0, m1, recap = sys.argv[1:]
+print(json.dumps({"run": n, "rc": int(rc), "start": float(t0), "end": float(t1), "seconds": round(float(t1) - float(t0), 2),
+                  "pid_before": p0 or None, "pid_after": p1 or None, "gpu_mib_before": m0, "gpu_mib_after": m1, "recap": recap}))
+PY
+    nvidia-smi > "$EV/results/$name.nvidia-smi.txt" 2>&1
+    ps -eo user,pid,ppid,sid,etimes,rss,args --sort=pid | grep -E "sglang|benchmark" | grep -v grep > "$EV/results/$name.ps.txt"
+    pack
+    return "$rc"
+}
+
+# The key: the server gets one (a restart once, by fingerprint), so that the run proves it reaches no file.
+play keyed playbooks/serve_eagle3.yml || { pack; exit 1; }
+play bench_check playbooks/bench.yml --check -e @tests/gpu/bench-h200.yml
+play bench playbooks/bench.yml -e @tests/gpu/bench-h200.yml
+log "bench ended rc=$?"
+[ "$(left)" -gt 60 ] && play report playbooks/report.yml
+{ echo "grep -rl for the key under $EV (console, reports, results):"; grep -rl -- "$KEY" "$EV" || echo "(no file)"; } \
+    | tee "$EV/results/apikey_grep.txt"
+log "end"
+pack

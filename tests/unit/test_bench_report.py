@@ -1,0 +1,229 @@
+"""The report generator (roles/sglang_report/files/sglang_report.py): speed-up and crossover, the page's marks, and
+every text a client, a server or its log can influence shown as data (escaped, control characters as \\xNN)."""
+
+from __future__ import annotations
+
+import html.parser
+import importlib.util
+import json
+import os
+
+import pytest
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+_spec = importlib.util.spec_from_file_location("sglang_report", os.path.join(REPO, "roles", "sglang_report", "files",
+                                                                             "sglang_report.py"))
+report = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(report)
+
+HOSTILE = '<script>alert(1)</script><img src=x onerror=alert(2)>"\'&\x1b[2J\x07\x9b</pre>'
+
+
+def run(side, concurrency, tok_s, ok=True, **figures):
+    figs = {"output_throughput": tok_s, "request_throughput": 1.0, "median_ttft_ms": 10.0, "p99_ttft_ms": 20.0,
+            "median_itl_ms": 5.0, "p99_itl_ms": 9.0, "accept_length": 2.5 if side == "speculative" else None,
+            "completed": 8}
+    figs.update(figures)
+    return {"side": side, "concurrency": concurrency, "ok": ok, "figures": figs if tok_s is not None else None,
+            "error": None if ok else "the client exited with status 1 (see its console)", "label": "emulated"}
+
+
+def bench(*pairs, **over):
+    runs = []
+    for c, spec, base in pairs:
+        runs += [run("speculative", c, spec), run("baseline", c, base)]
+    data = {"host": "gpu-01", "time": "20261205T020000Z", "label": "emulated", "note": "not a real GPU",
+            "sweep": [c for c, _, _ in pairs], "runs": runs,
+            "client": {"module": "sglang.benchmark.serving", "dataset": "random-ids", "input_len": 64,
+                       "output_len": 64, "seed": 1},
+            "deployment": {"speculative": {"algorithm": "EAGLE3"}, "fingerprint_before": "a" * 64,
+                           "fingerprint_after": "a" * 64, "baseline_attempt": 2}}
+    data.update(over)
+    return data
+
+
+STATUS_READY = {"attempt": 3, "verdict": "ready", "phase": "ready", "ready_after": 120.5,
+                "phases": [{"phase": "launching", "at": 0.0}, {"phase": "loading_weights", "at": 10.0},
+                           {"phase": "cuda_graph", "at": 80.0}, {"phase": "warmup", "at": 118.0},
+                           {"phase": "ready", "at": 120.5}]}
+LOADS = [{"attempt": a, "total": t, "phases": [{"phase": "launching", "at": 0.0}, {"phase": "loading_weights", "at": 9.0},
+                                               {"phase": "ready", "at": t}]} for a, t in ((1, 190.0), (2, 52.0), (3, 120.5))]
+
+
+class Marks(html.parser.HTMLParser):
+    """The page's elements by tag, with their attributes, and its text; the parser the browser would use."""
+
+    def __init__(self, page):
+        super().__init__(convert_charrefs=True)
+        self.tags, self.text = [], []
+        self.feed(page)
+
+    def handle_starttag(self, tag, attrs):
+        self.tags.append((tag, dict(attrs)))
+
+    def handle_data(self, data):
+        self.text.append(data)
+
+    def having(self, tag, cls):
+        return [a for t, a in self.tags if t == tag and cls in (a.get("class") or "").split()]
+
+
+# -- speed-up and crossover ---------------------------------------------------------------------------------------
+def test_speedup_is_speculative_over_baseline_output_tokens_per_second():
+    rows = report.speedups(bench((1, 150.0, 100.0), (8, 300.0, 400.0)))
+    assert [(r["concurrency"], r["speedup"]) for r in rows] == [(1, 1.5), (8, 0.75)]
+
+
+def test_crossover_is_the_first_concurrency_below_one_in_ascending_order():
+    data = bench((64, 100.0, 400.0), (1, 150.0, 100.0), (16, 280.0, 300.0), (4, 220.0, 200.0))
+    rows = report.speedups(data)
+    assert [r["concurrency"] for r in rows] == [1, 4, 16, 64]
+    assert report.crossover(rows) == 16
+    assert "faster up to concurrency 4 and slower from concurrency 16 on" in report.verdict_words(rows, 16)
+
+
+def test_no_crossover_when_speculation_wins_everywhere_and_one_at_the_lowest_when_it_never_does():
+    wins = report.speedups(bench((1, 150.0, 100.0), (8, 410.0, 400.0)))
+    assert report.crossover(wins) is None
+    assert "faster at every concurrency measured (up to 8): no crossover" in report.verdict_words(wins, None)
+    loses = report.speedups(bench((1, 90.0, 100.0), (8, 300.0, 400.0)))
+    assert report.crossover(loses) == 1 and "slower already at concurrency 1" in report.verdict_words(loses, 1)
+
+
+def test_exactly_one_is_no_crossover_and_a_side_without_figures_gives_no_speedup():
+    rows = report.speedups(bench((1, 100.0, 100.0)))
+    assert rows[0]["speedup"] == 1.0 and report.crossover(rows) is None
+    data = bench((1, 150.0, 100.0))
+    data["runs"].append(run("speculative", 8, 300.0))
+    data["runs"].append(run("baseline", 8, None, ok=False))
+    data["sweep"] = [1, 8]
+    rows = report.speedups(data)
+    assert rows[1] == {"concurrency": 8, "speculative_tok_s": 300.0, "baseline_tok_s": None, "speedup": None}
+    assert report.crossover(rows) is None
+
+
+def test_figures_that_are_not_numbers_are_no_figures():
+    data = bench((1, 150.0, 100.0))
+    data["runs"][1]["figures"]["output_throughput"] = "inf"
+    assert report.speedups(data)[0]["speedup"] is None
+    data["runs"][1]["figures"]["output_throughput"] = True
+    assert report.speedups(data)[0]["speedup"] is None
+    assert report.num(float("nan")) is None and report.num(3) == 3.0
+
+
+# -- escaping -----------------------------------------------------------------------------------------------------
+def test_escape_shows_control_characters_and_escapes_markup_and_quotes():
+    assert report.escape(HOSTILE) == (
+        "&lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=alert(2)&gt;&quot;&#x27;&amp;\\x1b[2J\\x07\\x9b"
+        "&lt;/pre&gt;")
+    assert report.escape("a\nb\tc") == "a\\x0ab\\x09c"
+    assert report.escape("a\nb\tc", keep_newlines=True) == "a\nb\tc"
+    assert report.escape(None) == "" and report.escape(3) == "3"
+
+
+def test_phase_names_become_classes_only_when_known():
+    assert report.css_class("cuda_graph") == "cuda_graph"
+    assert report.css_class('x" onload="alert(1)') == "other"
+
+
+def test_hostile_text_everywhere_stays_data_in_the_page():
+    data = bench((1, 150.0, 100.0), host=HOSTILE, label=HOSTILE, note=HOSTILE)
+    data["runs"][0]["side"] = HOSTILE
+    data["runs"][1]["error"] = HOSTILE
+    data["client"]["module"] = HOSTILE
+    status = {"attempt": HOSTILE, "verdict": HOSTILE, "phase": HOSTILE,
+              "phases": [{"phase": HOSTILE, "at": 0.0}, {"phase": "loading_weights", "at": 2.0}],
+              "report": {"hint": HOSTILE, "deciding_line": HOSTILE, "deciding_lineno": HOSTILE, "evidence": HOSTILE,
+                         "traceback": [HOSTILE], "log_tail": [HOSTILE, "line two"], "log_path": HOSTILE,
+                         "elapsed": 3.0}}
+    page, _ = report.render(data, {"host": HOSTILE, "name": HOSTILE, "status": status, "loads": [
+        {"attempt": HOSTILE, "total": 5.0, "phases": [{"phase": HOSTILE, "at": 0.0}]}]})
+    marks = Marks(page)
+    assert [t for t, _ in marks.tags if t in ("script", "img", "iframe", "object", "embed")] == []
+    assert not [a for _, a in marks.tags if any(k.startswith("on") for k in a)]
+    assert "\x1b" not in page and "\x07" not in page and "\x9b" not in page
+    assert "<script>alert" not in page
+    # shown as text, in full
+    text = "".join(marks.text)
+    assert '<script>alert(1)</script><img src=x onerror=alert(2)>"\'&\\x1b[2J\\x07\\x9b</pre>' in text
+    # a phase name from the file never becomes a class of its own
+    assert all(a["class"].split()[-1].startswith("phase-") and a["class"].split()[-1][6:] in report.PHASE_COLORS
+               for a in marks.having("rect", "phase-seg"))
+
+
+# -- the page -----------------------------------------------------------------------------------------------------
+def test_page_has_the_speedup_points_the_crossover_and_both_sides_bars_with_the_label():
+    page, summary = report.render(bench((1, 150.0, 100.0), (8, 300.0, 400.0)),
+                                  {"host": "gpu-01", "name": "sglang", "status": STATUS_READY, "loads": LOADS})
+    marks = Marks(page)
+    points = marks.having("circle", "speedup-point")
+    assert [(p["data-concurrency"], p["class"]) for p in points] == [("1", "speedup-point gain"), ("8", "speedup-point loss")]
+    assert [g["data-concurrency"] for g in marks.having("g", "crossover")] == ["8"]
+    assert len(marks.having("line", "parity")) == 1
+    assert [r["data-concurrency"] for r in marks.having("rect", "tps-spec") if "data-concurrency" in r] == ["1", "8"]
+    assert [r["data-concurrency"] for r in marks.having("rect", "tps-baseline") if "data-concurrency" in r] == ["1", "8"]
+    assert summary["crossover"] == 8 and summary["label"] == "emulated"
+    assert [r["speedup"] for r in summary["rows"]] == [1.5, 0.75]
+    # every figure carries the label: chart axes and the tables' headers
+    assert page.count("(emulated)") >= 2 + 3 + 7
+    assert "Every figure on this page is labelled" in page and "not a real GPU" in page
+    # self-contained: nothing to load, nothing to run
+    assert "http://" not in page.replace('xmlns="http://www.w3.org/2000/svg"', "") and "https://" not in page
+    assert "default-src 'none'" in page
+
+
+def test_page_timeline_shows_this_load_next_to_the_earlier_ones():
+    page, summary = report.render(None, {"host": "gpu-01", "name": "sglang", "status": STATUS_READY, "loads": LOADS})
+    marks = Marks(page)
+    bars = marks.having("g", "load-bar")
+    # this load (attempt 3) first and once, then the earlier loads newest first
+    assert [(b["data-attempt"], "current" in b["class"]) for b in bars] == [("3", True), ("2", False), ("1", False)]
+    assert float(bars[0]["data-total"]) == 120.5
+    assert len(marks.having("rect", "phase-loading_weights")) == 3 + 1  # a segment per load, and the legend
+    assert summary["crossover"] is None and summary["verdict"] is None and summary["load"] == {"attempt": 3, "verdict": "ready"}
+    assert not marks.having("section", "failure") and "Does EAGLE-3 pay here?" not in page
+
+
+def test_a_failed_load_shows_its_class_hint_and_log_excerpt():
+    status = {"attempt": 4, "verdict": "cuda_oom", "phase": "loading_weights",
+              "phases": [{"phase": "launching", "at": 0.0}, {"phase": "loading_weights", "at": 12.0}],
+              "report": {"hint": "lower --mem-fraction-static", "deciding_line": "torch.OutOfMemoryError: CUDA out of memory",
+                         "deciding_lineno": 88, "evidence": "the leader exited", "elapsed": 40.2,
+                         "traceback": ["Traceback (most recent call last):", "torch.OutOfMemoryError: CUDA out of memory"],
+                         "log_tail": ["[TP0] Load weight begin", "\x1b[31mred\x1b[0m <b>bold</b>"]}}
+    page, summary = report.render(None, {"host": "gpu-01", "name": "sglang", "status": status, "loads": LOADS[:2]})
+    marks = Marks(page)
+    assert len(marks.having("section", "failure")) == 1
+    assert [b["data-attempt"] for b in marks.having("g", "failed")] == ["4"]
+    text = "".join(marks.text)
+    assert "crash class: cuda_oom" in text and "hint: lower --mem-fraction-static" in text
+    assert "\\x1b[31mred\\x1b[0m <b>bold</b>" in text and "<b>bold</b>" not in page
+    assert summary["load"] == {"attempt": 4, "verdict": "cuda_oom"}
+
+
+def test_the_baseline_load_is_named_in_the_timeline():
+    page, _ = report.render(bench((1, 150.0, 100.0)), {"host": "h", "name": "sglang", "status": STATUS_READY,
+                                                      "loads": LOADS})
+    assert "attempt 2 (baseline)" in page
+
+
+def test_no_status_file_says_so():
+    page, summary = report.render(None, {"host": "h", "name": "sglang", "status": None, "loads": [],
+                                         "status_error": "file not found"})
+    assert "No load recorded in the run dir yet (file not found)" in page and summary["load"] is None
+
+
+def test_main_writes_the_page_and_the_summary(tmp_path, capsys):
+    (tmp_path / "bench.json").write_text(json.dumps(bench((1, 150.0, 100.0), (8, 300.0, 400.0))))
+    (tmp_path / "timeline.json").write_text(json.dumps({"host": "gpu-01", "status": STATUS_READY, "loads": LOADS}))
+    assert report.main([str(tmp_path)]) == 0
+    assert (tmp_path / "report.html").read_text().startswith("<!DOCTYPE html>")
+    assert json.loads((tmp_path / "summary.json").read_text())["crossover"] == 8
+    assert json.loads(capsys.readouterr().out)["crossover"] == 8
+    assert report.main([]) == 2
+
+
+@pytest.mark.parametrize("top,ticks", [(1.0, [0.0, 0.2, 0.4, 0.6, 0.8, 1.0]), (437.0, [0.0, 100.0, 200.0, 300.0, 400.0, 500.0]),
+                                      (0, [0.0, 1.0])])
+def test_axis_ticks_are_round_and_cover_the_top(top, ticks):
+    assert report.nice_ticks(top) == ticks
