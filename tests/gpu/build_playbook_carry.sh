@@ -100,8 +100,9 @@ rm -rf "${carry}/project"
 mkdir -p "${carry}/project"
 git -C "${repo}" archive HEAD | tar -x -C "${carry}/project"
 git -C "${repo}" rev-parse HEAD > "${carry}/project/COMMIT"
-# The tree of the project's own test data is not needed there.
-rm -rf "${carry}/project/tests/data"
+# What the device's runs never read (the project's own test data and tests, the docs, molecule) stays here.
+rm -rf "${carry}/project/tests/data" "${carry}/project/tests/unit" "${carry}/project/tests/integration" \
+    "${carry}/project/docs" "${carry}/project/molecule"
 
 tree_b=$(git -C "${dest}" ls-files -z --cached --others --exclude-standard | (cd "${dest}" && xargs -0 stat -c %s 2>/dev/null) | awk '{s+=$1} END {print s+0}')
 carry_b=$(du -sb "${carry}" | cut -f1)
