@@ -16,7 +16,10 @@ import urllib.request
 import uuid
 
 from sglang_emulator import READY_LINE, SIGQUIT_LINE
+from sglang_emulator import drain as drain_mod
+from sglang_emulator import loads as loads_mod
 from sglang_emulator.logs import emu, log, log_block
+from sglang_emulator.scenarios import installed_sglang_version
 from sglang_emulator.scheduler import detokenizer_main, scheduler_main
 from sglang_emulator.server import EmulatorHTTPServer, make_handler, url_host
 
@@ -60,6 +63,9 @@ class Engine:
         self.last_receive = time.time()
         self.eagle = eagle
         self.health_delay = [0.0, 0]  # [seconds, how many health requests still wait that long]
+        self.client_rids = set()    # client requests accepted and not answered yet (/v1/loads, the drain)
+        self.draining = False       # SIGTERM received: health answers 503 while the requests held finish
+        self.sglang_version = None  # of the SGLang installed next to the emulator, read at the first /v1/loads
         self.cfg = {
             "scenario": self.scenario,
             "log_level": args.log_level,
@@ -75,6 +81,7 @@ class Engine:
             "arch": "LlamaForCausalLM",
             "max_total_num_tokens": 20480,
             "context_len": args.context_length or 131072,
+            "request_seconds": max(0.0, args.emulator_request_seconds),
             "site_root": (eagle or {}).get("root") or "/usr/local/lib/python3.12/dist-packages/sglang",
         }
 
@@ -156,22 +163,70 @@ class Engine:
         """Send one request to the TP0 scheduler and wait for the detokenized output. None on timeout."""
         rid = uuid.uuid4().hex
         waiter = {"event": threading.Event(), "result": None}
+        client = not warmup and not health
         with self.pending_lock:
             self.pending[rid] = waiter
+            if client:
+                self.client_rids.add(rid)
         msg = {"type": "generate", "rid": rid, "prompt": prompt, "max_new_tokens": max_new_tokens,
                "warmup": warmup, "health": health}
         try:
-            with self.send_lock:
-                self.sched_conns[0].send(msg)
-        except OSError:
+            try:
+                with self.send_lock:
+                    self.sched_conns[0].send(msg)
+            except OSError:
+                return None
+            if not waiter["event"].wait(timeout):
+                return None
+            return waiter["result"]
+        finally:
             with self.pending_lock:
                 self.pending.pop(rid, None)
-            return None
-        if not waiter["event"].wait(timeout):
-            with self.pending_lock:
-                self.pending.pop(rid, None)
-            return None
-        return waiter["result"]
+                self.client_rids.discard(rid)
+
+    # -- load and drain -----------------------------------------------------------------------------------------
+    def in_flight(self):
+        """The client requests accepted and not answered yet."""
+        with self.pending_lock:
+            return set(self.client_rids)
+
+    def serving(self):
+        """Whether /health answers 200: up, and no SIGTERM received."""
+        return self.up and not self.draining
+
+    def loads(self, query):
+        """The body of GET /v1/loads (raises loads.LoadsError for what SGLang refuses)."""
+        load = loads_mod.snapshot(len(self.in_flight()), self.cfg)
+        if self.sglang_version is None:
+            self.sglang_version = installed_sglang_version()
+        return loads_mod.answer(load, query, self.sglang_version, self.args.tp_size)
+
+    def children_alive(self):
+        return all(proc.is_alive() for proc in self.children)
+
+    def begin_drain(self):
+        """SIGTERM: answer health with 503 from now on and end once no client request is held (a thread)."""
+        if self.draining:
+            return
+        self.draining = True
+        threading.Thread(target=self._drain_then_exit, daemon=True).start()
+
+    def _drain_then_exit(self):
+        outcome = drain_mod.drain(self.in_flight, self.children_alive, lambda msg, level: log(msg, level=level),
+                                  time.sleep, max(0.01, self.args.emulator_drain_interval))
+        if outcome == "children_gone":
+            emu("drain: the child processes are gone (a SIGTERM to the whole process group kills them, as it kills "
+                "SGLang's): %d requests will not finish" % len(self.in_flight()))
+        self.shutdown()
+
+    def shutdown(self, code=0):
+        """Stop the children (SIGTERM, then SIGKILL after 1 s) and exit."""
+        self.kill_children(signal.SIGTERM)
+        deadline = time.monotonic() + 1.0
+        for proc in self.children:
+            proc.join(max(0.0, deadline - time.monotonic()))
+        self.kill_children(signal.SIGKILL)
+        os._exit(code)
 
     def broadcast(self, msg):
         for conn in self.sched_conns:
@@ -280,12 +335,14 @@ def occupy_port(host, port):
 
 def install_parent_signals(engine):
     def on_term(signum, frame):
-        engine.kill_children(signal.SIGTERM)
-        deadline = time.monotonic() + 1.0
-        for proc in engine.children:
-            proc.join(max(0.0, deadline - time.monotonic()))
-        engine.kill_children(signal.SIGKILL)
-        os._exit(0)
+        # SGLang's SignalHandler.sigterm_handler: drain, then exit (before it serves there is nothing to drain).
+        if engine.ready:
+            engine.begin_drain()
+        else:
+            engine.shutdown()
+
+    def on_int(signum, frame):
+        engine.shutdown()
 
     def on_quit(signum, frame):
         # SGLang's launch_phase_sigquit_handler: log, then kill_process_tree(os.getpid()) (itself included).
@@ -294,7 +351,7 @@ def install_parent_signals(engine):
         os.kill(os.getpid(), signal.SIGKILL)
 
     signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, on_term)
+    signal.signal(signal.SIGINT, on_int)
     signal.signal(signal.SIGQUIT, on_quit)
 
 

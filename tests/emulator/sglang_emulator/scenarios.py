@@ -39,6 +39,14 @@ def find_sglang_root(explicit=None):
     return locate(list(dict.fromkeys(dirs)))["package_dir"]
 
 
+def installed_sglang_version():
+    """The version of the SGLang installed next to the emulator (its dist-info), or SGLang's own fallback
+    ``0.0.0.dev0`` when there is none: what its ``/v1/loads`` reports as ``version``."""
+    paths = sysconfig.get_paths()
+    dirs = [paths["purelib"], paths["platlib"]] + list(getattr(site, "getsitepackages", lambda: [])())
+    return locate(list(dict.fromkeys(dirs)))["version"] or "0.0.0.dev0"
+
+
 def analyse_eagle_worker(source, filename="eagle_worker_v2.py", class_name=EAGLE_CLASS, attr=EAGLE_ATTRIBUTE):
     """Whether ``self.<attr>`` is assigned in ``<class>.__init__`` before its first statement that can raise.
 

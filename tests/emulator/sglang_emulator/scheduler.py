@@ -68,6 +68,7 @@ class SchedulerEmu:
         self.detok_conn = detok_conn
         self.first_client_request = True
         self.die_at = None
+        self.send_lock = threading.Lock()  # outputs sent by the serve loop and by requests that end later
 
     def log(self, msg, level="info"):
         log(msg, rank=self.rank, level=level)
@@ -288,15 +289,37 @@ class SchedulerEmu:
             if cfg["scenario"] == "crash_hang":
                 self.crash_and_hang()
         ids = fake_output_ids(req["prompt"], max_new)
+        out = {"rid": req["rid"], "output_ids": ids, "prompt_tokens": prompt_tokens, "max_new_tokens": max_new}
+        if client and cfg.get("request_seconds", 0) > 0:
+            # A long decode: it ends later, beside the next requests (health checks are not held behind it).
+            self.decode_line(prompt_tokens, max_new)
+            timer = threading.Timer(cfg["request_seconds"], self.send_later, args=(out,))
+            timer.daemon = True
+            timer.start()
+            return
         if max_new > 1 and not is_health:
             time.sleep(min(0.001 * max_new, 0.2))
-            spec = ", accept len: 2.47" if cfg["speculative"] else ""
-            self.log("Decode batch. #running-req: 1, #token: %d, token usage: %.2f%s, cuda graph: True, "
-                     "gen throughput (token/s): %.2f, #queue-req: 0, "
-                     % (prompt_tokens + max_new, (prompt_tokens + max_new) / cfg["max_total_num_tokens"], spec,
-                        163.41 if cfg["speculative"] else 71.88))
-        self.detok_conn.send({"rid": req["rid"], "output_ids": ids, "prompt_tokens": prompt_tokens,
-                              "max_new_tokens": max_new})
+            self.decode_line(prompt_tokens, max_new)
+        self.send_output(out)
+
+    def decode_line(self, prompt_tokens, max_new):
+        cfg = self.cfg
+        spec = ", accept len: 2.47" if cfg["speculative"] else ""
+        self.log("Decode batch. #running-req: 1, #token: %d, token usage: %.2f%s, cuda graph: True, "
+                 "gen throughput (token/s): %.2f, #queue-req: 0, "
+                 % (prompt_tokens + max_new, (prompt_tokens + max_new) / cfg["max_total_num_tokens"], spec,
+                    163.41 if cfg["speculative"] else 71.88))
+
+    def send_output(self, out):
+        with self.send_lock:
+            self.detok_conn.send(out)
+
+    def send_later(self, out):
+        """A long decode's output, from its timer thread (a detokenizer gone meanwhile ends nothing here)."""
+        try:
+            self.send_output(out)
+        except OSError:
+            pass
 
 
 def scheduler_main(rank, cfg, conn, detok_conn):
