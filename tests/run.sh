@@ -23,6 +23,8 @@ echo "== ansible-test sanity on the collection eagle.deploy (tests/sanity.sh)"
 bash tests/sanity.sh
 echo "== fetch the SGLang wheels the tests read (.cache/sglang-wheels; tests never download)"
 python tests/unit/sglang_src.py
+echo "== set up the real sglang-router the rolling-restart test runs (.cache/sglang-router; tests never download)"
+python tests/integration/sglang_router_src.py
 echo "== pytest (unit + integration)"
 python -m pytest -q tests
 echo "== pytest took $((SECONDS - t0)) s so far"

@@ -15,7 +15,7 @@ from test_emulator import FAST, READY, Emulator, session_left
 
 KEY = "drain-test-key-0123456789"
 AUTH = {"Authorization": "Bearer " + KEY}
-SLOW = ["--api-key", KEY, "--emulator-request-seconds", "2", "--emulator-drain-interval", "0.2"]
+SLOW = ["--api-key", KEY, "--emulator-token-seconds", "0.5", "--emulator-drain-interval", "0.2"]
 
 
 @pytest.fixture

@@ -142,7 +142,7 @@ class FakeScheduler:
 
 
 def new_engine():
-    args, _, _ = cli.parse_args(["--emulator-request-seconds", "2", "--emulator-drain-interval", "5"])
+    args, _, _ = cli.parse_args(["--emulator-token-seconds", "0.5", "--emulator-drain-interval", "5"])
     eng = engine.Engine(args, None)
     eng.sched_conns = [FakeScheduler(eng)]
     return eng
@@ -150,7 +150,7 @@ def new_engine():
 
 def test_a_client_request_is_held_while_it_runs_and_health_and_warmup_are_not():
     eng = new_engine()
-    assert eng.cfg["request_seconds"] == 2.0 and eng.args.emulator_drain_interval == 5.0
+    assert eng.cfg["token_seconds"] == 0.5 and eng.args.emulator_drain_interval == 5.0
     assert eng.submit("hi", 4, 1.0)["text"] == " x"
     eng.submit([0], 1, 1.0, health=True)
     eng.submit("warm", 4, 1.0, warmup=True)

@@ -106,9 +106,9 @@ def build_parser():
     add("--emulator-capture-seconds", dest="emulator_capture_seconds", type=float, default=1.0)
     add("--emulator-child-die-after", dest="emulator_child_die_after", type=float, default=2.0)
     add("--emulator-warmup-seconds", dest="emulator_warmup_seconds", type=float, default=0.0)
-    # Every client request takes at least this long (its decode runs beside the others: /v1/loads counts it as
-    # running meanwhile, health checks are not held behind it).
-    add("--emulator-request-seconds", dest="emulator_request_seconds", type=float, default=0.0)
+    # A client request's decode takes max_new_tokens times this long, beside the others (/v1/loads counts it as
+    # running meanwhile; health checks are not held behind it). 0: the quick fake decode.
+    add("--emulator-token-seconds", dest="emulator_token_seconds", type=float, default=0.0)
     # After SIGTERM: seconds between two looks at the requests still held (SGLang 0.5.23 looks every 5 s).
     add("--emulator-drain-interval", dest="emulator_drain_interval", type=float, default=0.5)
     add("--emulator-replay", dest="emulator_replay", default=None)

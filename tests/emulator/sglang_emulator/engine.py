@@ -81,7 +81,7 @@ class Engine:
             "arch": "LlamaForCausalLM",
             "max_total_num_tokens": 20480,
             "context_len": args.context_length or 131072,
-            "request_seconds": max(0.0, args.emulator_request_seconds),
+            "token_seconds": max(0.0, args.emulator_token_seconds),
             "site_root": (eagle or {}).get("root") or "/usr/local/lib/python3.12/dist-packages/sglang",
         }
 

@@ -290,10 +290,10 @@ class SchedulerEmu:
                 self.crash_and_hang()
         ids = fake_output_ids(req["prompt"], max_new)
         out = {"rid": req["rid"], "output_ids": ids, "prompt_tokens": prompt_tokens, "max_new_tokens": max_new}
-        if client and cfg.get("request_seconds", 0) > 0:
+        if client and cfg.get("token_seconds", 0) > 0:
             # A long decode: it ends later, beside the next requests (health checks are not held behind it).
             self.decode_line(prompt_tokens, max_new)
-            timer = threading.Timer(cfg["request_seconds"], self.send_later, args=(out,))
+            timer = threading.Timer(max_new * cfg["token_seconds"], self.send_later, args=(out,))
             timer.daemon = True
             timer.start()
             return
