@@ -12,9 +12,11 @@ What it measures: the wall time of converging N hosts from one controller. Here 
 so their own work (pip unpacking and compiling SGLang's 2,000 files, the modules, the servers) shares its cores;
 on a fleet each host brings its own. For each run it prints the CPU seconds of the playbook's process tree (the
 controller, its forks and every module and command they ran; the detached servers are not in it), the floor that CPU
-alone puts under the wall time on this machine (cpu_s / cores), and how busy the whole machine was (from /proc/stat,
-other work on it included). A wall time near its floor means the hosts ran in parallel and the machine's cores were
-the limit; a wall time far above it, with the machine idle, would mean serial work.
+alone puts under the wall time on this machine (cpu_s / cores), the CPU of the controller's main process alone (the
+strategy, the results, one fork per task and host: what stays serial whatever `forks` is; read from /proc every 0.1 s),
+and how busy the whole machine was (from /proc/stat, other work on it included). A wall time near its floor means the
+hosts ran in parallel and the machine's cores were the limit; a wall time far above it, with the machine idle, would
+mean serial work.
 
 Prints figures; asserts nothing. Last line exactly: scale_16_over_1=<f> (converge from bare, N=16 over N=1, measured in
 the same run).
@@ -63,6 +65,44 @@ def children_cpu():
     return usage.ru_utime + usage.ru_stime
 
 
+def own_cpu(pid):
+    """utime + stime of the process itself (its children not counted), from /proc/<pid>/stat; None once gone."""
+    try:
+        with open("/proc/%d/stat" % pid) as handle:
+            fields = handle.read().rsplit(")", 1)[1].split()
+    except OSError:
+        return None
+    return (int(fields[11]) + int(fields[12])) / float(os.sysconf("SC_CLK_TCK"))
+
+
+def own_cpu_until_exit(proc, every=0.1):
+    """The CPU the process used itself, read every ``every`` seconds until it exits (the last look's figure: at most
+    ``every`` seconds of its CPU are missed)."""
+    last = 0.0
+    while proc.poll() is None:
+        seen = own_cpu(proc.pid)
+        if seen is not None:
+            last = seen
+        time.sleep(every)
+    return last
+
+
+class Run(object):
+    """One ansible-playbook run: wall s; CPU s of its whole process tree (controller, forks, every module and command
+    they ran; detached servers not counted); CPU s of the controller's main process alone (the strategy, the results,
+    a fork per task and host: the part that is serial whatever forks is); busy fraction of the machine; its output."""
+
+    def __init__(self, wall, cpu, main_cpu, busy, out):
+        self.wall, self.cpu, self.main_cpu, self.busy, self.out = wall, cpu, main_cpu, busy, out
+
+    def changed(self):
+        return sum(s["changed"] for s in self.out["stats"].values())
+
+    def line(self, n, kind, cores):
+        return ("n=%d %s_s=%.1f cpu_s=%.1f cpu_floor_s=%.1f controller_main_cpu_s=%.1f machine_busy=%.2f changed=%d"
+                % (n, kind, self.wall, self.cpu, self.cpu / cores, self.main_cpu, self.busy, self.changed()))
+
+
 class Fleet:
     """N local hosts, each with its prefix and port, in an inventory that takes inventory/local's group vars."""
 
@@ -90,16 +130,21 @@ class Fleet:
                         PATH=BIN + os.pathsep + os.environ.get("PATH", ""))
 
     def play(self, playbook, *extra):
-        """(wall s, CPU s of the run's process tree, busy fraction of the machine, parsed output)."""
+        """A Run of ansible-playbook on the fleet (raises RuntimeError when it fails)."""
         cmd = [os.path.join(BIN, "ansible-playbook"), os.path.join("playbooks", playbook), "-i", self.inventory,
                "-e", "sglang_server_tp_size=1"] + (["--forks", str(self.forks)] if self.forks else []) + list(extra)
         cpu0, (busy0, total0), t0 = children_cpu(), machine_busy(), time.monotonic()
-        proc = subprocess.run(cmd, cwd=REPO, env=self.env, capture_output=True, text=True, check=False)
-        wall, cpu, (busy1, total1) = time.monotonic() - t0, children_cpu() - cpu0, machine_busy()
+        with tempfile.TemporaryFile() as out, tempfile.TemporaryFile() as err:
+            proc = subprocess.Popen(cmd, cwd=REPO, env=self.env, stdout=out, stderr=err)
+            main_cpu = own_cpu_until_exit(proc)
+            wall, cpu, (busy1, total1) = time.monotonic() - t0, children_cpu() - cpu0, machine_busy()
+            out.seek(0)
+            err.seek(0)
+            stdout, stderr = out.read().decode(errors="replace"), err.read().decode(errors="replace")
         if proc.returncode != 0:
             raise RuntimeError("%s on %d hosts failed (rc=%d):\n%s\n%s" % (
-                playbook, self.n, proc.returncode, proc.stdout[-3000:], proc.stderr[-3000:]))
-        return wall, cpu, (busy1 - busy0) / float(max(1, total1 - total0)), json.loads(proc.stdout)
+                playbook, self.n, proc.returncode, stdout[-3000:], stderr[-3000:]))
+        return Run(wall, cpu, main_cpu, (busy1 - busy0) / float(max(1, total1 - total0)), json.loads(stdout))
 
     def stop(self):
         try:
@@ -125,16 +170,12 @@ def main():
     for n in sizes:
         fleet = Fleet(n, args.forks)
         try:
-            wall, cpu, busy, out = fleet.play("serve_eagle3.yml")
-            changed = sum(s["changed"] for s in out["stats"].values())
-            converge[n] = wall
-            print("n=%d converge_s=%.1f cpu_s=%.1f cpu_floor_s=%.1f machine_busy=%.2f changed=%d"
-                  % (n, wall, cpu, cpu / cores, busy, changed))
-            wall, cpu, busy, out = fleet.play("serve_eagle3.yml")
-            changed = sum(s["changed"] for s in out["stats"].values())
-            noop[n] = wall
-            print("n=%d noop_s=%.1f cpu_s=%.1f cpu_floor_s=%.1f machine_busy=%.2f changed=%d"
-                  % (n, wall, cpu, cpu / cores, busy, changed))
+            run = fleet.play("serve_eagle3.yml")
+            converge[n] = run.wall
+            print(run.line(n, "converge", cores), flush=True)
+            run = fleet.play("serve_eagle3.yml")
+            noop[n] = run.wall
+            print(run.line(n, "noop", cores), flush=True)
         finally:
             fleet.stop()
     first, last = sizes[0], sizes[-1]

@@ -339,6 +339,7 @@ def test_a_crashing_new_version_stops_the_rollout_with_no_client_error(fleet):
     failures = run.failures()
     assert set(failures) == {"replica2"}, failures
     msg = failures["replica2"]
+    print("the run's failure:\n" + "\n".join(msg.splitlines()[:8]))
     assert msg.startswith("replica replica2 (%s) did not come back; it is out of the router" % replicas["replica2"]["url"])
     assert "crash class: " in msg and "spec_disable_batch_threshold" in msg and "early-init patch" in msg, msg
 
