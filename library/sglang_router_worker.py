@@ -21,8 +21,8 @@ description:
   - B(present) - C(POST /workers) with O(url), O(api_key) and O(worker_config), then C(GET /workers/<id>) until the
     router's background job has added it and the router finds it healthy. A job that fails, or O(timeout), fails
     the task with the router's words.
-  - A worker already as asked is left alone (RV(changed=false)); a worker already listed under O(state=present)
-    is waited on until healthy, never posted again.
+  - A worker already as asked is left alone (no change); a worker already listed under O(state=present) is waited
+    on until healthy, never posted again.
 version_added: "0.1.0"
 options:
   router_url:

@@ -105,8 +105,8 @@ class RouterWorkers(object):
             raise RouterError("the router refused %s %s with %d: give it an admin key of its --control-plane-api-keys "
                               "(router_api_key)" % (method, path, answer.status), http_status=answer.status)
         if ok and answer.status not in ok:
-            raise RouterError("the router answered %s %s with %d: %s" % (method, path, answer.status,
-                                                                          str(answer.body)[:300]),
+            body = str(answer.body)[:300]
+            raise RouterError("the router answered %s %s with %d: %s" % (method, path, answer.status, body),
                               http_status=answer.status)
         return answer
 
@@ -150,7 +150,7 @@ class RouterWorkers(object):
             result["msg"] = "would remove worker %s (%s) from the router" % (url, worker_id)
             return result
         answer = self._call("DELETE", "/workers/%s" % quote(worker_id, safe=""), ok=(200, 202, 204, 404))
-        _, _, elapsed = self._wait(worker_id, "gone", timeout, poll_interval)
+        elapsed = self._wait(worker_id, "gone", timeout, poll_interval)[2]
         result.update(elapsed=round(elapsed, 3), polls=self.polls,
                       msg="removed worker %s (%s) from the router%s" % (
                           url, worker_id, " (it was already going)" if answer.status == 404 else ""))
@@ -175,10 +175,10 @@ class RouterWorkers(object):
         else:
             worker_id = record.get("id")
             if check_mode:
-                state, words = progress(200, record)
+                words = progress(200, record)[1]
                 return dict(changed=False, worker_id=worker_id, worker=shown(record),
                             msg="worker %s is in the router (%s)" % (url, words))
         words, body, elapsed = self._wait(worker_id, "ready", timeout, poll_interval)
+        msg = "%s worker %s (%s): %s" % ("added" if changed else "kept", url, worker_id, words)
         return dict(changed=changed, worker_id=worker_id, worker=shown(body), elapsed=round(elapsed, 3),
-                    polls=self.polls, msg="%s worker %s (%s): %s" % ("added" if changed else "kept", url, worker_id,
-                                                                      words))
+                    polls=self.polls, msg=msg)
