@@ -25,6 +25,8 @@ echo "== fetch the SGLang wheels the tests read (.cache/sglang-wheels; tests nev
 python tests/unit/sglang_src.py
 echo "== the benchmark's tests: chromium and the benchmark client's CPU wheelhouse (tests/setup_bench.sh)"
 bash tests/setup_bench.sh
+echo "== set up the real sglang-router the rolling-restart test runs (.cache/sglang-router; tests never download)"
+python tests/integration/sglang_router_src.py
 echo "== pytest (unit + integration)"
 python -m pytest -q tests
 echo "== pytest took $((SECONDS - t0)) s so far"

@@ -10,15 +10,16 @@ Scenarios (``--emulator-scenario``) reproduce the failure modes the deployment h
 Modules: ``cli`` (command line, ``--config`` file, ``main``), ``logs`` (SGLang-shaped log lines), ``scenarios``
 (the eagle scenario's reading of the installed SGLang), ``scheduler`` (the child processes and the fake model),
 ``decode`` (the continuous batch and its timing model: emulated tokens/s), ``engine`` (the main process),
-``server`` (HTTP), ``replay`` (real logs replayed). ``init_order`` and
-``sglang_paths`` are the deployment's own ``module_utils`` files (links in the source tree, copies in the wheel).
+``server`` (HTTP), ``loads`` (``/v1/loads``), ``drain`` (SIGTERM: drain, then exit), ``replay`` (real logs
+replayed). ``init_order`` and ``sglang_paths`` are the deployment's own ``module_utils`` files (links in the source
+tree, copies in the wheel).
 """
 
 from __future__ import annotations
 
 import os
 
-VERSION = "1.3.22"
+VERSION = "1.4"
 BANNER = (
     "[EMULATOR] sglang-emulator %s: this is NOT SGLang; it emulates SGLang's HTTP API and log lines "
     "for rehearsals and tests" % VERSION
@@ -40,6 +41,6 @@ FAKE_VOCAB = (
     "forward", "pass", "so", "latency", "drops", "when", "acceptance", "is", "high", "emulated",
 )
 HTTP_REASONS = {200: "OK", 400: "Bad Request", 401: "Unauthorized", 404: "Not Found",
-                405: "Method Not Allowed", 500: "Internal Server Error", 503: "Service Unavailable"}
+                405: "Method Not Allowed", 422: "Unprocessable Entity", 500: "Internal Server Error", 503: "Service Unavailable"}
 
 

@@ -107,6 +107,8 @@ def build_parser():
     add("--emulator-capture-seconds", dest="emulator_capture_seconds", type=float, default=1.0)
     add("--emulator-child-die-after", dest="emulator_child_die_after", type=float, default=2.0)
     add("--emulator-warmup-seconds", dest="emulator_warmup_seconds", type=float, default=0.0)
+    # After SIGTERM: seconds between two looks at the requests still held (SGLang 0.5.23 looks every 5 s).
+    add("--emulator-drain-interval", dest="emulator_drain_interval", type=float, default=0.5)
     add("--emulator-replay", dest="emulator_replay", default=None)
     add("--emulator-replay-speed", dest="emulator_replay_speed", type=float, default=100.0)
     add("--emulator-sglang-root", dest="emulator_sglang_root", default=None)

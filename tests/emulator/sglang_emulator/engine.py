@@ -17,6 +17,8 @@ import urllib.request
 import uuid
 
 from sglang_emulator import READY_LINE, SIGQUIT_LINE
+from sglang_emulator import drain as drain_mod
+from sglang_emulator import loads as loads_mod
 from sglang_emulator.logs import emu, log, log_block
 from sglang_emulator.scenarios import installed_sglang_version
 from sglang_emulator.scheduler import detokenizer_main, scheduler_main
@@ -72,6 +74,8 @@ class Engine:
         self.eagle = eagle
         self.health_delay = [0.0, 0]  # [seconds, how many health requests still wait that long]
         self.sglang_version = installed_sglang_version()
+        self.client_rids = set()    # client requests accepted and not answered yet (/v1/loads, the drain)
+        self.draining = False       # SIGTERM received: health answers 503 while the requests held finish
         self.cfg = {
             "scenario": self.scenario,
             "log_level": args.log_level,
@@ -173,17 +177,26 @@ class Engine:
                     waiter["event"].set()
 
     def _send(self, msg, waiter):
-        """Register the waiter of msg["rid"] and send msg to the TP0 scheduler; False when the pipe is gone."""
+        """Register the waiter of msg["rid"] and send msg to the TP0 scheduler; False when the pipe is gone. A
+        client's generate (not a warm-up, not a health check) is held in ``client_rids`` until ``done(rid)``."""
+        client = msg.get("type") == "generate" and not msg.get("warmup") and not msg.get("health")
         with self.pending_lock:
             self.pending[msg["rid"]] = waiter
+            if client:
+                self.client_rids.add(msg["rid"])
         try:
             with self.send_lock:
                 self.sched_conns[0].send(msg)
         except OSError:
-            with self.pending_lock:
-                self.pending.pop(msg["rid"], None)
+            self.done(msg["rid"])
             return False
         return True
+
+    def done(self, rid):
+        """The request is answered (or given up): no waiter, no longer held."""
+        with self.pending_lock:
+            self.pending.pop(rid, None)
+            self.client_rids.discard(rid)
 
     def ask(self, kind, timeout):
         """One control request to the TP0 scheduler (``get_internal_state``, ``flush_cache``): its reply, or None on
@@ -191,8 +204,7 @@ class Engine:
         rid = uuid.uuid4().hex
         waiter = {"event": threading.Event(), "result": None}
         if not self._send({"type": kind, "rid": rid}, waiter) or not waiter["event"].wait(timeout):
-            with self.pending_lock:
-                self.pending.pop(rid, None)
+            self.done(rid)
             return None
         return waiter["result"]
 
@@ -202,13 +214,56 @@ class Engine:
         waiter = {"event": threading.Event(), "result": None}
         msg = {"type": "generate", "rid": rid, "prompt": prompt, "max_new_tokens": max_new_tokens,
                "warmup": warmup, "health": health, "stream": False}
-        if not self._send(msg, waiter):
-            return None
-        if not waiter["event"].wait(timeout):
-            with self.pending_lock:
-                self.pending.pop(rid, None)
-            return None
-        return waiter["result"]
+        try:
+            if not self._send(msg, waiter) or not waiter["event"].wait(timeout):
+                return None
+            return waiter["result"]
+        finally:
+            self.done(rid)
+
+    # -- load and drain -----------------------------------------------------------------------------------------
+    def in_flight(self):
+        """The client requests accepted and not answered yet."""
+        with self.pending_lock:
+            return set(self.client_rids)
+
+    def serving(self):
+        """Whether /health answers 200: up, and no SIGTERM received."""
+        return self.up and not self.draining
+
+    def loads(self, query):
+        """The body of GET /v1/loads (raises loads.LoadsError for what SGLang refuses)."""
+        load = loads_mod.snapshot(len(self.in_flight()), self.cfg)
+        if self.sglang_version is None:
+            self.sglang_version = installed_sglang_version()
+        return loads_mod.answer(load, query, self.sglang_version, self.args.tp_size)
+
+    def children_alive(self):
+        return all(proc.is_alive() for proc in self.children)
+
+    def begin_drain(self):
+        """SIGTERM: answer health with 503 from now on and end once no client request is held (a thread)."""
+        if self.draining:
+            return
+        self.draining = True
+        threading.Thread(target=self._drain_then_exit, daemon=True).start()
+
+    def _drain_then_exit(self):
+        outcome = drain_mod.drain(self.in_flight, self.children_alive, lambda msg, level: log(msg, level=level),
+                                  time.sleep, max(0.01, self.args.emulator_drain_interval))
+        if outcome == "children_gone":
+            emu("drain: the child processes are gone (a SIGTERM to the whole process group kills them, as it kills "
+                "SGLang's): %d requests will not finish" % len(self.in_flight()))
+        self.shutdown()
+
+    def shutdown(self, code=0):
+        """Stop the children (SIGTERM, then SIGKILL after 1 s) and exit."""
+        self.kill_children(signal.SIGTERM)
+        deadline = time.monotonic() + 1.0
+        for proc in self.children:
+            proc.join(max(0.0, deadline - time.monotonic()))
+        self.kill_children(signal.SIGKILL)
+        os._exit(code)
 
     def submit_stream(self, prompt, max_new_tokens):
         """Send one streamed request: returns (rid, a queue of its outputs: each step's new tokens), or None when the
@@ -223,8 +278,7 @@ class Engine:
 
     def abort(self, rid):
         """The client of a streamed request went away: drop it from the batch."""
-        with self.pending_lock:
-            self.pending.pop(rid, None)
+        self.done(rid)
         try:
             with self.send_lock:
                 self.sched_conns[0].send({"type": "abort", "rid": rid})
@@ -338,12 +392,14 @@ def occupy_port(host, port):
 
 def install_parent_signals(engine):
     def on_term(signum, frame):
-        engine.kill_children(signal.SIGTERM)
-        deadline = time.monotonic() + 1.0
-        for proc in engine.children:
-            proc.join(max(0.0, deadline - time.monotonic()))
-        engine.kill_children(signal.SIGKILL)
-        os._exit(0)
+        # SGLang's SignalHandler.sigterm_handler: drain, then exit (before it serves there is nothing to drain).
+        if engine.ready:
+            engine.begin_drain()
+        else:
+            engine.shutdown()
+
+    def on_int(signum, frame):
+        engine.shutdown()
 
     def on_quit(signum, frame):
         # SGLang's launch_phase_sigquit_handler: log, then kill_process_tree(os.getpid()) (itself included).
@@ -352,7 +408,7 @@ def install_parent_signals(engine):
         os.kill(os.getpid(), signal.SIGKILL)
 
     signal.signal(signal.SIGTERM, on_term)
-    signal.signal(signal.SIGINT, on_term)
+    signal.signal(signal.SIGINT, on_int)
     signal.signal(signal.SIGQUIT, on_quit)
 
 

@@ -40,10 +40,11 @@ def find_sglang_root(explicit=None):
 
 
 def installed_sglang_version():
-    """The version of the SGLang installed next to the emulator (its dist-info), None when there is none."""
+    """The version of the SGLang installed next to the emulator (its dist-info), or SGLang's own fallback
+    ``0.0.0.dev0`` when there is none: what its ``/v1/loads`` reports as ``version``."""
     paths = sysconfig.get_paths()
     dirs = [paths["purelib"], paths["platlib"]] + list(getattr(site, "getsitepackages", lambda: [])())
-    return locate(list(dict.fromkeys(dirs)))["version"]
+    return locate(list(dict.fromkeys(dirs)))["version"] or "0.0.0.dev0"
 
 
 def analyse_eagle_worker(source, filename="eagle_worker_v2.py", class_name=EAGLE_CLASS, attr=EAGLE_ATTRIBUTE):

@@ -12,6 +12,8 @@ import urllib.parse
 import uuid
 
 from sglang_emulator import HEALTH_GENERATE_TIMEOUT, HTTP_REASONS, REQUEST_TIMEOUT, VERSION
+from sglang_emulator.drain import HEALTH_DURING_SHUTDOWN
+from sglang_emulator.loads import LoadsError
 from sglang_emulator.logs import log, log_block
 
 def url_host(host):
@@ -100,9 +102,11 @@ def make_handler(engine):
             if body:
                 self.send_header("content-type", ctype)
             self.end_headers()
+            # uvicorn logs the access line when the response starts, before its body goes out: a client that
+            # reads the answer and logs next (the warm-up, then the ready line) always logs after it.
+            self._access(code)
             if body and self.command != "HEAD":
                 self.wfile.write(body)
-            self._access(code)
 
         def _authorized(self, path):
             if not args.api_key or path.startswith(("/health", "/ready", "/metrics")):
@@ -125,13 +129,21 @@ def make_handler(engine):
             return self.headers.get("X-Emulator-Warmup") == engine.warmup_token
 
         def do_GET(self):  # noqa: N802
-            path = self.path.split("?")[0]
+            path, _, query = self.path.partition("?")
             if not self._authorized(path):
                 return self._send(401, {"error": "Unauthorized"})
+            if path in ("/health", "/health_generate") and engine.draining:
+                log(HEALTH_DURING_SHUTDOWN)
+                return self._send(503)
             if path == "/health":
-                return self._send(200 if engine.up and engine.scenario != "health_503" else 503)
+                return self._send(200 if engine.serving() and engine.scenario != "health_503" else 503)
             if path == "/health_generate":
                 return self._health_generate()
+            if path == "/v1/loads":
+                try:
+                    return self._send(200, engine.loads(urllib.parse.parse_qs(query)))
+                except LoadsError as exc:
+                    return self._send(exc.status, {"detail": str(exc)})
             if path == "/get_model_info":
                 return self._send(200, {
                     "model_path": args.model_path, "tokenizer_path": args.tokenizer_path, "is_generation": True,
@@ -271,6 +283,8 @@ def make_handler(engine):
             except OSError:  # the client went away: SGLang aborts the request
                 engine.abort(rid)
                 self.close_connection = True
+            finally:
+                engine.done(rid)
             self._access(200)
             if engine.args.log_requests:
                 log_request("Finish", body, engine.args.emulator_raw_request_log, out={"text": text})

@@ -1,0 +1,208 @@
+#!/usr/bin/python
+# -*- coding: utf-8 -*-
+
+# Copyright: (c) 2026, eagle-deploy contributors
+# GNU General Public License v3.0+ (see COPYING or https://www.gnu.org/licenses/gpl-3.0.txt)
+
+from __future__ import annotations
+
+
+DOCUMENTATION = r"""
+---
+module: sglang_router_worker
+short_description: Put an SGLang server into sglang-router's worker registry, or take it out, and wait until done
+description:
+  - Talks to the worker API of an sglang-router (C(sglang_router), checked against 0.3.2) at O(router_url). Finds the
+    worker by its URL in C(GET /workers); the router's own id for it is a UUID, which C(DELETE) and C(GET) of one
+    worker take (a URL is refused there).
+  - B(absent) - C(DELETE /workers/<id>), then C(GET /workers/<id>) every O(poll_interval) seconds until the router
+    answers 404; from then on it sends the server no new request. The router does not drain; what the server
+    already holds finishes there (M(ansible.legacy.wait_for_drain) watches it).
+  - B(present) - C(POST /workers) with O(url), O(api_key) and O(worker_config), then C(GET /workers/<id>) until the
+    router's background job has added it and the router finds it healthy. A job that fails, or O(timeout), fails
+    the task with the router's words.
+  - A worker already as asked is left alone (no change); a worker already listed under O(state=present) is waited
+    on until healthy, never posted again.
+version_added: "0.1.0"
+options:
+  router_url:
+    description:
+      - Base URL of the router, such as C(http://router.example.internal:30000).
+    type: str
+    required: true
+  router_api_key:
+    description:
+      - An admin key of the router's C(--control-plane-api-keys), sent as C(Authorization Bearer). Empty when the
+        router has no control-plane keys.
+      - Never in Ansible's output or in an argument vector.
+    type: str
+  url:
+    description:
+      - The worker's URL as the router reaches it (C(http://gpu-node-01.example.internal:30000)). Compared with the
+        router's list with the scheme and host lowercased and without a trailing slash.
+    type: str
+    required: true
+  api_key:
+    description:
+      - The server's API key, handed to the router with O(state=present) so that it can reach the worker
+        (C(api_key) of C(POST /workers)). Not sent with O(state=absent).
+      - Never in Ansible's output.
+    type: str
+  worker_config:
+    description:
+      - More fields of the C(POST /workers) body (C(model_id), C(priority), C(labels), ...), as the router takes them.
+    type: dict
+    default: {}
+  state:
+    description:
+      - Whether the worker is in the router's registry.
+    type: str
+    choices: [present, absent]
+    default: present
+  timeout:
+    description:
+      - Seconds to wait for the router's background job (the add and the first health answer, or the removal).
+    type: float
+    default: 120
+  poll_interval:
+    description:
+      - Seconds between two C(GET /workers/<id>) while waiting.
+    type: float
+    default: 1.0
+  request_timeout:
+    description:
+      - Seconds one request to the router may take.
+    type: float
+    default: 10
+  validate_certs:
+    description:
+      - Verify the router's TLS certificate (an C(https) O(router_url)).
+    type: bool
+    default: true
+extends_documentation_fragment: action_common_attributes
+attributes:
+  check_mode:
+    support: full
+    details: Reads C(GET /workers) only and reports what it would add or remove; it posts and deletes nothing.
+  diff_mode:
+    support: none
+  platform:
+    platforms: posix
+notes:
+  - Where the module runs (the controller, say, with C(delegate_to)) must reach O(router_url).
+  - sglang-router health-checks its workers every C(--health-check-interval-secs) (60 by default); a worker that
+    dies while it is listed gets requests until the router notices. Take a worker out before its server stops.
+seealso:
+  - module: ansible.legacy.wait_for_drain
+  - module: ansible.legacy.wait_for_model
+author:
+  - eagle-deploy contributors (!UNKNOWN)
+"""
+
+EXAMPLES = r"""
+- name: Take this replica out of the router before its server restarts
+  ansible.legacy.sglang_router_worker:
+    router_url: http://router.example.internal:30000
+    router_api_key: "{{ vault_router_admin_key }}"
+    url: http://gpu-node-01.example.internal:30000
+    state: absent
+  delegate_to: localhost
+
+- name: Put it back once it serves again
+  ansible.legacy.sglang_router_worker:
+    router_url: http://router.example.internal:30000
+    router_api_key: "{{ vault_router_admin_key }}"
+    url: http://gpu-node-01.example.internal:30000
+    api_key: "{{ vault_sglang_api_key }}"
+    state: present
+  delegate_to: localhost
+"""
+
+RETURN = r"""
+worker_id:
+  description: The router's id (a UUID) of the worker; null when it is not in the router and was not added.
+  returned: always
+  type: str
+  sample: 686c3591-8445-4fca-a983-6c8a391cc881
+worker:
+  description: The router's record of the worker (secret fields masked).
+  returned: when the router listed the worker
+  type: dict
+  sample: {"id": "686c3591-8445-4fca-a983-6c8a391cc881", "url": "http://127.0.0.1:30180", "is_healthy": true,
+           "worker_type": "regular", "connection_mode": "HTTP"}
+job_status:
+  description: The router's background job on the worker, when that job failed.
+  returned: on a failed job
+  type: dict
+  sample: {"job_type": "AddWorker", "status": "failed", "message": "health check failed"}
+http_status:
+  description: The router's HTTP status when it refused a request (401, 400, ...).
+  returned: when the router refused a request
+  type: int
+  sample: 401
+elapsed:
+  description: Seconds spent waiting for the router's job, on success and on failure.
+  returned: when the router was asked to change something, and on a timeout
+  type: float
+  sample: 0.31
+polls:
+  description: Number of C(GET /workers/<id>) made while waiting.
+  returned: when the router was asked to change something
+  type: int
+  sample: 2
+msg:
+  description: What was done, or what would be done in check mode.
+  returned: always
+  type: str
+  sample: removed worker http://127.0.0.1:30180 (686c3591-8445-4fca-a983-6c8a391cc881) from the router
+"""
+
+import time
+
+from ansible.module_utils.basic import AnsibleModule
+
+from ansible.module_utils.sglang_json_http import JsonHttp, Unreachable
+from ansible.module_utils.sglang_router_workers import RouterError, RouterWorkers
+
+
+def main(clock=time.monotonic, sleep=time.sleep, opener=None):
+    module = AnsibleModule(
+        argument_spec=dict(
+            router_url=dict(type="str", required=True),
+            router_api_key=dict(type="str", no_log=True),
+            url=dict(type="str", required=True),
+            api_key=dict(type="str", no_log=True),
+            worker_config=dict(type="dict", default={}),
+            state=dict(type="str", choices=["present", "absent"], default="present"),
+            timeout=dict(type="float", default=120),
+            poll_interval=dict(type="float", default=1.0),
+            request_timeout=dict(type="float", default=10),
+            validate_certs=dict(type="bool", default=True),
+        ),
+        supports_check_mode=True,
+    )
+    p = module.params
+    for name in ("router_url", "url"):
+        if not p[name].startswith(("http://", "https://")):
+            module.fail_json(msg="%s must be an http:// or https:// URL, got %r" % (name, p[name]))
+    for name in ("timeout", "poll_interval", "request_timeout"):
+        if p[name] <= 0:
+            module.fail_json(msg="%s must be above 0, got %s" % (name, p[name]))
+    http = JsonHttp(p["router_url"], token=p["router_api_key"], timeout=p["request_timeout"],
+                    validate_certs=p["validate_certs"], opener=opener)
+    workers = RouterWorkers(http, clock=clock, sleep=sleep)
+    try:
+        if p["state"] == "absent":
+            result = workers.absent(p["url"], p["timeout"], p["poll_interval"], check_mode=module.check_mode)
+        else:
+            result = workers.present(p["url"], api_key=p["api_key"], config=p["worker_config"], timeout=p["timeout"],
+                                     poll_interval=p["poll_interval"], check_mode=module.check_mode)
+    except RouterError as exc:
+        module.fail_json(msg=str(exc), **exc.fields)
+    except Unreachable as exc:
+        module.fail_json(msg="the router does not answer: %s" % exc)
+    module.exit_json(**result)
+
+
+if __name__ == "__main__":
+    main()

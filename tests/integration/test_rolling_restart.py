@@ -1,0 +1,409 @@
+"""playbooks/rolling_restart.yml against three replicas behind a real sglang-router 0.3.2, with client traffic through
+the router the whole time.
+
+The replicas are three inventory hosts on this machine (local connection, a prefix and a port each, the group vars of
+inventory/local: real SGLang 0.5.23 files, the SGLang EMULATOR as the server, its requests made to take 0.5 s so that
+a replica taken out of the router still holds some). The router is the real one (tests/integration/sglang_router_src.py
+sets it up in .cache), with control-plane keys and a 1 s health-check interval. The fleet is converged with
+serve_eagle3.yml and registered with the router; then a client sends /generate through the router from four threads
+while rolling_restart.yml rolls out a "new version" (a changed --context-length) whose replica2 crashes on its first
+request (its SGLang left unpatched, the emulator's eagle scenario).
+
+What must hold: the run fails naming replica2 and its crash; replica1 was restarted with the new version and is back
+in the router; replica2 is out of the router; replica3 was never touched (same process, same config file, same router
+id); the client saw no error; and the router never sent a request to a replica that was down (its metrics count no
+failed request to any worker and no retry).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import re
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+import sglang_router_src
+from ansible_run import free_port
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.path.dirname(sys.executable)
+API_KEY = "local-rehearsal-key"  # inventory/local's sglang_server_api_key
+ADMIN_KEY = "router-admin-key-0123456789abcdef"
+REPLICAS = ("replica1", "replica2", "replica3")
+CLIENTS = 4
+
+pytestmark = pytest.mark.slow
+
+
+def http(url, body=None, key=None, method=None, timeout=30):
+    """(status, parsed body) of one request; an HTTP error status is an answer too."""
+    data = json.dumps(body).encode() if body is not None else None
+    req = urllib.request.Request(url, data=data, method=method)
+    if data is not None:
+        req.add_header("Content-Type", "application/json")
+    if key:
+        req.add_header("Authorization", "Bearer " + key)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            raw = resp.read()
+            status = resp.status
+    except urllib.error.HTTPError as exc:
+        raw, status = exc.read(), exc.code
+    try:
+        return status, json.loads(raw.decode() or "null")
+    except ValueError:
+        return status, raw.decode(errors="replace")
+
+
+def until(what, predicate, timeout=60.0):
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = predicate()
+        if found:
+            return found
+        time.sleep(0.2)
+    raise AssertionError("%s: not within %s s" % (what, timeout))
+
+
+class Router:
+    """The real sglang-router, started from its venv in a session of its own, stopped by its process group."""
+
+    def __init__(self, workdir):
+        self.port, self.metrics_port = free_port(), free_port()
+        self.url = "http://127.0.0.1:%d" % self.port
+        self.log_path = os.path.join(workdir, "router.log")
+        argv = [sglang_router_src.python(), "-m", "sglang_router.launch_router", "--host", "127.0.0.1",
+                "--port", str(self.port), "--policy", "round_robin", "--health-check-interval-secs", "1",
+                "--prometheus-host", "127.0.0.1", "--prometheus-port", str(self.metrics_port),
+                "--control-plane-api-keys", "fleet-test:fleet test:admin:" + ADMIN_KEY]
+        with open(self.log_path, "wb") as log:
+            self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
+                                         start_new_session=True, close_fds=True)
+        until("the router answers", lambda: self._answers(), timeout=60)
+
+    def _answers(self):
+        assert self.proc.poll() is None, "the router exited rc=%s:\n%s" % (self.proc.returncode, self.log())
+        try:
+            return http(self.url + "/workers", key=ADMIN_KEY, timeout=2)[0] == 200
+        except OSError:
+            return False
+
+    def log(self):
+        with open(self.log_path, errors="replace") as handle:
+            return handle.read()[-4000:]
+
+    def workers(self):
+        status, body = http(self.url + "/workers", key=ADMIN_KEY)
+        assert status == 200, body
+        return {w["url"]: w for w in body["workers"]}
+
+    def add(self, url):
+        status, body = http(self.url + "/workers", {"url": url, "api_key": API_KEY}, key=ADMIN_KEY)
+        assert status == 202, body
+        return body["worker_id"]
+
+    def metrics(self):
+        with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.metrics_port, timeout=10) as resp:
+            return resp.read().decode()
+
+    def stop(self):
+        if self.proc.poll() is None:
+            os.killpg(self.proc.pid, signal.SIGTERM)
+            try:
+                self.proc.wait(15)
+            except subprocess.TimeoutExpired:
+                os.killpg(self.proc.pid, signal.SIGKILL)
+                self.proc.wait(5)
+
+
+class Clients:
+    """CLIENTS threads sending short /generate requests through the router until stopped, and long requests
+    (``held``) already on a replica; every answer and error is kept."""
+
+    def __init__(self, router_url):
+        self.url = router_url + "/generate"
+        self.stop_event = threading.Event()
+        self.lock = threading.Lock()
+        self.ok = 0
+        self.routed_ok = 0  # answered through the router
+        self.held_ok = 0  # long requests answered
+        self.errors = []
+        self.threads = [threading.Thread(target=self._loop, args=(n,), daemon=True) for n in range(CLIENTS)]
+        for thread in self.threads:
+            thread.start()
+
+    def _one(self, url, text, tokens, key=None):
+        try:
+            status, body = http(url, {"text": text, "sampling_params": {"max_new_tokens": tokens}}, key=key,
+                                timeout=120)
+            good = status == 200 and isinstance(body, dict) and body.get("meta_info", {}).get("completion_tokens")
+            failure = None if good else "%s %s" % (status, str(body)[:200])
+        except (OSError, ValueError) as exc:
+            failure = "no answer: %s" % exc
+        with self.lock:
+            if failure is None:
+                self.ok += 1
+                self.routed_ok += url == self.url
+                self.held_ok += url != self.url
+            else:
+                self.errors.append((time.strftime("%H:%M:%S"), text, failure))
+
+    def _loop(self, n):
+        i = 0
+        while not self.stop_event.wait(0.1):  # about 20 requests a second from all threads
+            i += 1
+            self._one(self.url, "client %d request %d" % (n, i), 8)
+
+    def held(self, server_url, seconds):
+        """A long request the router has already handed to that server (sent to it directly): it runs ``seconds``."""
+        thread = threading.Thread(target=self._one, daemon=True, args=(
+            server_url + "/generate", "long request on %s" % server_url, int(seconds * 100), API_KEY))
+        thread.start()
+        self.threads.append(thread)
+
+    def stop(self):
+        self.stop_event.set()
+        for thread in self.threads:
+            thread.join(120)
+
+
+def write_inventory(path, hosts):
+    """An inventory of the replicas, with inventory/local's group vars (the rehearsal settings)."""
+    os.makedirs(path, exist_ok=True)
+    link = os.path.join(path, "group_vars")
+    if not os.path.islink(link):
+        os.symlink(os.path.join(REPO, "inventory", "local", "group_vars"), link)
+    with open(os.path.join(path, "hosts.yml"), "w") as handle:
+        json.dump({"all": {"children": {"sglang_servers": {"hosts": hosts}}}}, handle, indent=1)
+
+
+def replica_vars(prefix, port, **extra):
+    command = ["{{ sglang_install_venv }}/bin/sglang-emulator", "--emulator-scenario", "{{ sglang_emulator_scenario }}",
+               "--emulator-load-seconds", "1", "--emulator-capture-seconds", "0.2",
+               # a decode step takes 10 ms: a long request holds the server while the rollout begins
+               "--emulator-step-ms", "10"]
+    return dict({"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+                 "eagle_deploy_prefix": prefix, "sglang_server_port": port, "sglang_fleet_worker_host": "127.0.0.1",
+                 "sglang_server_command": command,
+                 # the install is not what this test is about: no bytecode compiled for SGLang's 2,000 files
+                 "sglang_install_pip_extra_args": "--no-compile"}, **extra)
+
+
+class Play:
+    def __init__(self, proc, elapsed):
+        self.rc = proc.returncode
+        self.elapsed = elapsed
+        try:
+            self.out = json.loads(proc.stdout)
+        except ValueError:
+            raise AssertionError("no JSON from ansible-playbook (rc=%s):\n%s\n%s"
+                                 % (proc.returncode, proc.stdout[-4000:], proc.stderr[-4000:]))
+
+    def results(self, host):
+        """(task name without the role prefix, result) of every task that ran on ``host``, in order."""
+        return [(t["task"]["name"].split(" : ", 1)[-1], t["hosts"][host])
+                for play in self.out["plays"] for t in play["tasks"] if host in t["hosts"]]
+
+    def result(self, host, name):
+        found = [r for n, r in self.results(host) if n == name]
+        assert found, "%s: task %r did not run: %s" % (host, name, [n for n, _ in self.results(host)])
+        return found[-1]
+
+    def failures(self):
+        return {host: r.get("msg", "") for play in self.out["plays"] for t in play["tasks"]
+                for host, r in t["hosts"].items() if r.get("failed") and not r.get("ignore_errors")}
+
+    def __repr__(self):
+        return "rc=%s failures=%s stats=%s" % (self.rc, self.failures(), self.out.get("stats"))
+
+
+@pytest.fixture(scope="module")
+def fleet():
+    workdir = tempfile.mkdtemp(prefix="eagle-deploy-fleet-")
+    os.chmod(workdir, 0o755)  # the service user walks into the prefixes below it
+    replicas = {}
+    for name in REPLICAS:
+        prefix = os.path.join(workdir, name)
+        os.mkdir(prefix)
+        os.chmod(prefix, 0o755)
+        replicas[name] = {"prefix": prefix, "port": free_port()}
+    for r in replicas.values():
+        r["url"] = "http://127.0.0.1:%d" % r["port"]
+    env = dict(os.environ, PATH=BIN + os.pathsep + os.environ.get("PATH", ""),
+               ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
+               ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_NOCOLOR="1")
+
+    def play(playbook, inventory, *extra, timeout=600):
+        cmd = [os.path.join(BIN, "ansible-playbook"), os.path.join("playbooks", playbook), "-i", inventory] + list(extra)
+        start = time.monotonic()
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+        done = Play(proc, time.monotonic() - start)
+        print("%s %s: %.1f s, rc=%s" % (playbook, " ".join(extra[:1]), done.elapsed, done.rc))
+        return done
+
+    base = os.path.join(workdir, "inventory-now")
+    write_inventory(base, {n: replica_vars(r["prefix"], r["port"]) for n, r in replicas.items()})
+    router = None
+    state = {"workdir": workdir, "replicas": replicas, "play": play, "inventory": base}
+    try:
+        router = Router(workdir)
+        state["router"] = router
+        converged = play("serve_eagle3.yml", base)
+        assert converged.rc == 0, converged
+        for r in replicas.values():
+            router.add(r["url"])
+        until("three healthy workers", lambda: len([w for w in router.workers().values() if w["is_healthy"]]) == 3)
+        yield state
+    finally:
+        stopped = play("stop.yml", base)
+        if router is not None:
+            router.stop()
+        if stopped.rc == 0:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:  # the run state in the prefixes is what finds the servers: keep it
+            print("stop.yml failed, %s left in place: %r" % (workdir, stopped), file=sys.stderr)
+
+
+def loads(replica):
+    """(running, waiting) of a replica's server, from its /v1/loads."""
+    status, body = http(replica["url"] + "/v1/loads?include=core", key=API_KEY)
+    assert status == 200, body
+    return (sum(load["num_running_reqs"] for load in body["loads"]),
+            sum(load["num_waiting_reqs"] for load in body["loads"]))
+
+
+def run_state(replica):
+    with open(os.path.join(replica["prefix"], "var/lib/eagle-deploy/run/sglang.json")) as handle:
+        return json.load(handle)
+
+
+def config_digest(replica):
+    with open(os.path.join(replica["prefix"], "etc/sglang/sglang.yaml"), "rb") as handle:
+        return hashlib.sha256(handle.read()).hexdigest()
+
+
+def metric(text, name, **labels):
+    """Sum of the samples of metric ``name`` whose labels include ``labels``."""
+    total = 0.0
+    for line in text.splitlines():
+        match = re.match(r"^%s\{([^}]*)\} (\S+)$" % re.escape(name), line)
+        if not match:
+            continue
+        found = dict(re.findall(r'(\w+)="([^"]*)"', match.group(1)))
+        if all(found.get(k) == v for k, v in labels.items()):
+            total += float(match.group(2))
+    return total
+
+
+def test_a_crashing_new_version_stops_the_rollout_with_no_client_error(fleet):
+    replicas, router = fleet["replicas"], fleet["router"]
+    before = {name: {"pid": run_state(r)["pid"], "config": config_digest(r), "worker": router.workers()[r["url"]]["id"]}
+              for name, r in replicas.items()}
+    # The new version: one more server argument everywhere; on replica2 its SGLang is also left unpatched, and the
+    # server (the emulator's eagle scenario) then dies on its first real request, after health answered.
+    new = os.path.join(fleet["workdir"], "inventory-new")
+    hosts = {n: replica_vars(r["prefix"], r["port"], sglang_server_context_length=65536) for n, r in replicas.items()}
+    hosts["replica2"].update(sglang_patch_enabled=False, sglang_emulator_scenario="eagle")
+    write_inventory(new, hosts)
+
+    clients = Clients(router.url)
+    try:
+        until("client traffic through the router", lambda: clients.ok >= 10)
+        # A long request already on replica1 when the rollout begins: it must finish before the server stops (the
+        # drain), or the stop cuts it and the client sees an error.
+        clients.held(replicas["replica1"]["url"], 25)
+        until("the long request running", lambda: loads(replicas["replica1"])[0] >= 1)
+        run = fleet["play"]("rolling_restart.yml", new, "-e", "sglang_fleet_router_url=" + router.url,
+                            "-e", "sglang_fleet_router_api_key=" + ADMIN_KEY, "-e", "sglang_fleet_poll_interval=0.25",
+                            "-e", "sglang_fleet_drain_timeout=60")
+        served_during = clients.ok
+        time.sleep(2)  # traffic goes on a moment after the run, on the two replicas left in the router
+    finally:
+        clients.stop()
+    print("rolling restart: %.1f s, %d client requests answered, %d errors"
+          % (run.elapsed, clients.ok, len(clients.errors)))
+
+    # The run fails at replica2, naming it and its crash.
+    assert run.rc != 0, run
+    failures = run.failures()
+    assert set(failures) == {"replica2"}, failures
+    msg = failures["replica2"]
+    print("the run's failure:\n" + "\n".join(msg.splitlines()[:8]))
+    assert msg.startswith("replica replica2 (%s) did not come back; it is out of the router" % replicas["replica2"]["url"])
+    assert "crash class: " in msg and "spec_disable_batch_threshold" in msg and "early-init patch" in msg, msg
+
+    # replica1: restarted with the new version, drained and back in the router.
+    r1 = replicas["replica1"]
+    assert run_state(r1)["pid"] != before["replica1"]["pid"]
+    with open(os.path.join(r1["prefix"], "etc/sglang/sglang.yaml")) as handle:
+        assert "context-length: 65536" in handle.read()
+    drain = run.result("replica1", "Let the server finish the requests it holds")
+    assert drain["drained"] is True, drain
+    assert run.result("replica1", "Put this replica back into the router")["changed"] is True
+    workers = router.workers()
+    assert workers[r1["url"]]["is_healthy"] is True and workers[r1["url"]]["id"] != before["replica1"]["worker"]
+
+    # replica2: out of the router, its crashed server gone.
+    assert replicas["replica2"]["url"] not in workers
+    assert run.result("replica2", "Take this replica out of the router")["changed"] is True
+
+    # replica3: never touched. Same process, same config, the same router id all along.
+    r3 = replicas["replica3"]
+    assert run_state(r3)["pid"] == before["replica3"]["pid"]
+    assert config_digest(r3) == before["replica3"]["config"]
+    assert workers[r3["url"]]["id"] == before["replica3"]["worker"] and workers[r3["url"]]["is_healthy"] is True
+    touched = [n for n, _ in run.results("replica3")]
+    assert "Take this replica out of the router" not in touched and "Launch SGLang and wait for health" not in touched
+    assert "Say which replicas are left untouched and why" not in touched  # a whole batch failed: the run ended there
+
+    # No client saw an error (the long request on replica1 too: the drain let it finish before the stop), and the
+    # router sent no request to a replica that was down: no worker had a failed request and nothing was retried.
+    assert clients.errors == [], clients.errors
+    assert clients.held_ok == 1
+    assert served_during > 50
+    text = router.metrics()
+    assert metric(text, "smg_worker_cb_outcomes_total", outcome="failure") == 0, text
+    assert metric(text, "smg_worker_retries_total") == 0, text
+    assert metric(text, "smg_worker_cb_outcomes_total", outcome="success") >= clients.routed_ok
+    assert metric(text, "smg_router_upstream_responses_total", status_code="200") >= clients.routed_ok
+    assert API_KEY not in json.dumps(run.out) and ADMIN_KEY not in json.dumps(run.out)
+
+
+def test_check_mode_changes_nothing_and_says_what_it_would_do(fleet):
+    replicas, router = fleet["replicas"], fleet["router"]
+    before = {name: run_state(r)["pid"] for name, r in replicas.items() if os.path.exists(
+        os.path.join(r["prefix"], "var/lib/eagle-deploy/run/sglang.json"))}
+    workers = router.workers()
+    run = fleet["play"]("rolling_restart.yml", fleet["inventory"], "--check", "-e", "sglang_fleet_router_url=" + router.url,
+                        "-e", "sglang_fleet_router_api_key=" + ADMIN_KEY, "-e", "sglang_fleet_poll_interval=0.25",
+                        "-e", "sglang_fleet_serial=100%")  # one batch
+    assert run.rc == 0, run
+    assert {name: run_state(r)["pid"] for name, r in replicas.items() if name in before} == before
+    assert router.workers() == workers
+    left = run.result("replica1", "Take this replica out of the router")
+    assert left["changed"] and left["msg"].startswith("would remove worker %s" % replicas["replica1"]["url"])
+    assert run.result("replica1", "Launch SGLang and wait for health")["changed"] is True  # would restart
+
+
+def test_bad_input_fails_before_anything_is_touched(fleet):
+    replicas, router = fleet["replicas"], fleet["router"]
+    pids = {name: run_state(r)["pid"] for name, r in replicas.items() if os.path.exists(
+        os.path.join(r["prefix"], "var/lib/eagle-deploy/run/sglang.json"))}
+    workers = router.workers()
+    run = fleet["play"]("rolling_restart.yml", fleet["inventory"], "-e", "sglang_fleet_router_url=" + router.url,
+                        "-e", "sglang_fleet_router_api_key=wrong-admin-key-0123456789")
+    assert run.rc != 0
+    assert all("401" in msg and "router_api_key" in msg for msg in run.failures().values()), run
+    assert {name: run_state(r)["pid"] for name, r in replicas.items() if name in pids} == pids
+    assert router.workers() == workers

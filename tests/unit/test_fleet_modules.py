@@ -1,0 +1,233 @@
+"""Unit tests for library/sglang_router_worker.py and library/wait_for_drain.py: a fake router and a fake server
+answer in-process (tests/unit/fleet_harness.py), the clock is fake. The real sglang-router and the emulator's
+/v1/loads are met in tests/integration/test_rolling_restart.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ansible.module_utils.common.warnings import get_warning_messages
+from ansible.module_utils.sglang_router_workers import normal_url, progress
+from fleet_harness import FakeClock, FakeRouter, FakeServer, load_module, run
+from module_harness import module_exits  # noqa: F401 - fixture
+
+pytestmark = pytest.mark.usefixtures("module_exits")
+
+router_worker = load_module("sglang_router_worker")
+wait_for_drain = load_module("wait_for_drain")
+
+ROUTER = "http://router.test:30000"
+URL = "http://127.0.0.1:30180"
+KEY = "worker-key-0123456789abcdef"
+ADMIN = "admin-key-0123456789abcdef"
+
+
+@pytest.fixture
+def clock():
+    return FakeClock()
+
+
+def worker(router, clock, check=False, **args):
+    args = dict({"router_url": ROUTER, "url": URL, "poll_interval": 0.25, "timeout": 10}, **args)
+    return run(router_worker, args, router, clock, check=check)
+
+
+def methods(router):
+    return [(method, path) for method, path, _, _ in router.calls]
+
+
+# --- sglang_router_worker: absent ---------------------------------------------------------------------------------
+
+def test_absent_deletes_by_the_routers_uuid_and_waits_until_it_is_gone(clock):
+    router = FakeRouter(clock, remove_seconds=0.6)
+    worker_id = router.listed(URL)
+    outcome, result = worker(router, clock, state="absent")
+    assert outcome == "exit" and result["changed"] and result["worker_id"] == worker_id
+    assert ("DELETE", "/workers/" + worker_id) in methods(router)
+    assert not any(method == "DELETE" and "127.0.0.1" in path for method, path in methods(router))
+    assert worker_id not in router.workers
+    assert result["polls"] == 4 and clock.sleeps == [0.25, 0.25, 0.25]  # 404 at the first look after 0.6 s
+    assert "removed worker %s (%s)" % (URL, worker_id) in result["msg"]
+
+
+def test_absent_when_not_listed_changes_nothing(clock):
+    router = FakeRouter(clock)
+    router.listed("http://127.0.0.1:30181")
+    outcome, result = worker(router, clock, state="absent")
+    assert outcome == "exit" and not result["changed"] and result["worker_id"] is None
+    assert methods(router) == [("GET", "/workers")]
+
+
+def test_absent_in_check_mode_only_reads(clock):
+    router = FakeRouter(clock)
+    worker_id = router.listed(URL)
+    outcome, result = worker(router, clock, check=True, state="absent")
+    assert outcome == "exit" and result["changed"] and "would remove" in result["msg"]
+    assert methods(router) == [("GET", "/workers")] and worker_id in router.workers
+
+
+def test_the_url_matches_with_case_and_trailing_slash_aside(clock):
+    router = FakeRouter(clock)
+    worker_id = router.listed("HTTP://LocalHost:30180/")
+    outcome, result = worker(router, clock, state="absent", url="http://localhost:30180")
+    assert outcome == "exit" and result["worker_id"] == worker_id
+    assert normal_url("http://H:1/") == normal_url("http://h:1")
+
+
+def test_absent_that_never_ends_fails_with_the_timeout(clock):
+    router = FakeRouter(clock, remove_seconds=1e9)
+    worker_id = router.listed(URL)
+    outcome, result = worker(router, clock, state="absent", timeout=2)
+    assert outcome == "fail" and "worker %s not removed after 2 s" % worker_id in result["msg"]
+    assert result["elapsed"] >= 2
+
+
+# --- sglang_router_worker: present --------------------------------------------------------------------------------
+
+def test_present_posts_url_and_key_then_waits_until_healthy(clock):
+    router = FakeRouter(clock, add_seconds=1.1)
+    outcome, result = worker(router, clock, api_key=KEY, worker_config={"priority": 60})
+    assert outcome == "exit" and result["changed"]
+    post = [body for method, path, body, _ in router.calls if method == "POST"]
+    assert post == [{"url": URL, "api_key": KEY, "priority": 60}]
+    assert result["worker"]["is_healthy"] is True and result["worker_id"] in router.workers
+    assert result["polls"] == 6  # 0, 0.25, ..., 1.25 s
+    assert KEY not in json.dumps(result)
+
+
+def test_present_when_listed_and_healthy_posts_nothing(clock):
+    router = FakeRouter(clock)
+    worker_id = router.listed(URL)
+    outcome, result = worker(router, clock, api_key=KEY)
+    assert outcome == "exit" and not result["changed"] and result["worker_id"] == worker_id
+    assert "POST" not in [method for method, _ in methods(router)]
+
+
+def test_present_in_check_mode_posts_nothing(clock):
+    router = FakeRouter(clock)
+    outcome, result = worker(router, clock, check=True, api_key=KEY)
+    assert outcome == "exit" and result["changed"] and "would add" in result["msg"]
+    assert methods(router) == [("GET", "/workers")]
+
+
+def test_a_failed_add_job_fails_with_the_routers_words(clock):
+    router = FakeRouter(clock, add_seconds=0.5, add_fails="health check failed: connection refused")
+    outcome, result = worker(router, clock, api_key=KEY)
+    assert outcome == "fail"
+    assert "job on worker" in result["msg"] and "AddWorker failed: health check failed" in result["msg"]
+    assert result["job_status"]["status"] == "failed"
+
+
+def test_an_add_that_never_ends_fails_with_the_timeout(clock):
+    router = FakeRouter(clock, add_seconds=1e9)
+    outcome, result = worker(router, clock, api_key=KEY, timeout=3)
+    assert outcome == "fail" and "not added and healthy after 3 s (AddWorker processing)" in result["msg"]
+
+
+def test_a_router_with_control_plane_keys_needs_the_admin_key(clock):
+    router = FakeRouter(clock, admin_key=ADMIN)
+    outcome, result = worker(router, clock, api_key=KEY)
+    assert outcome == "fail" and "401" in result["msg"] and "router_api_key" in result["msg"]
+    outcome, result = worker(router, clock, api_key=KEY, router_api_key=ADMIN)
+    assert outcome == "exit" and result["changed"]
+    assert all(headers["Authorization"] == "Bearer " + ADMIN for _, _, _, headers in router.calls[1:])
+    assert ADMIN not in json.dumps(result)
+
+
+def test_a_router_that_does_not_answer_fails_naming_it(clock):
+    router = FakeRouter(clock)
+    router.down = True
+    outcome, result = worker(router, clock)
+    assert outcome == "fail" and "the router does not answer: GET %s/workers" % ROUTER in result["msg"]
+
+
+@pytest.mark.parametrize("args, needle", [
+    ({"url": "127.0.0.1:30180"}, "url must be an http:// or https:// URL"),
+    ({"router_url": "router:30000"}, "router_url must be an http:// or https:// URL"),
+    ({"timeout": 0}, "timeout must be above 0"),
+])
+def test_bad_input_fails_before_any_request(clock, args, needle):
+    router = FakeRouter(clock)
+    outcome, result = worker(router, clock, **args)
+    assert outcome == "fail" and needle in result["msg"] and router.calls == []
+
+
+@pytest.mark.parametrize("status, body, state", [
+    (404, {"code": "WORKER_NOT_FOUND"}, "gone"),
+    (200, {"is_healthy": True}, "ready"),
+    (200, {"is_healthy": False}, "pending"),
+    (200, {"is_healthy": False, "job_status": {"job_type": "AddWorker", "status": "processing"}}, "pending"),
+    (200, {"is_healthy": True, "job_status": {"job_type": "RemoveWorker", "status": "processing"}}, "pending"),
+    (200, {"job_status": {"job_type": "AddWorker", "status": "failed", "message": "x"}}, "failed"),
+    (500, "oops", "pending"),
+])
+def test_progress_reads_a_worker_record(status, body, state):
+    assert progress(status, body)[0] == state
+
+
+# --- wait_for_drain -----------------------------------------------------------------------------------------------
+
+def drain(server, clock, check=False, **args):
+    args = dict({"url": "http://127.0.0.1:30180", "api_key": KEY, "poll_interval": 0.5, "timeout": 30}, **args)
+    return run(wait_for_drain, args, server, clock, check=check)
+
+
+def test_drain_waits_until_two_looks_in_a_row_find_nothing(clock):
+    server = FakeServer([(2, 1), (1, 0), (0, 0), (1, 0), (0, 0), (0, 0)], api_key=KEY)
+    outcome, result = drain(server, clock)
+    assert outcome == "exit" and result["drained"] and not result["changed"]
+    assert result["samples"] == 6 and clock.sleeps == [0.5] * 5
+    assert (result["running"], result["waiting"]) == (0, 0)
+    assert all(h["Authorization"] == "Bearer " + KEY for h in server.headers)
+    assert KEY not in json.dumps(result)
+
+
+def test_drain_adds_up_every_data_parallel_rank(clock):
+    server = FakeServer([[(1, 0), (0, 2)], [(0, 0), (0, 0)]])
+    outcome, result = drain(server, clock, quiet_samples=1)
+    assert outcome == "exit" and result["drained"] and result["samples"] == 2
+
+
+def test_drain_timeout_returns_the_last_figures_with_a_warning(clock):
+    server = FakeServer([(3, 2)])
+    outcome, result = drain(server, clock, timeout=2)
+    assert outcome == "exit" and not result["drained"] and (result["running"], result["waiting"]) == (3, 2)
+    assert "not drained after 2 s: 3 running, 2 waiting" in result["msg"]
+    assert any("stopping the server now cuts them" in w for w in get_warning_messages())
+
+
+def test_drain_timeout_fails_when_asked(clock):
+    outcome, result = drain(FakeServer([(1, 0)]), clock, timeout=1, fail_on_timeout=True)
+    assert outcome == "fail" and not result["drained"] and "not drained after 1 s" in result["msg"]
+
+
+def test_a_server_that_does_not_answer_runs_nothing(clock):
+    outcome, result = drain(FakeServer(["down"]), clock)
+    assert outcome == "exit" and result["drained"] and "does not answer" in result["msg"]
+
+
+@pytest.mark.parametrize("figure, needle", [(404, "has no load endpoint"), (401, "give the server's API key")])
+def test_a_server_without_loads_or_refusing_fails_with_what_to_do(clock, figure, needle):
+    outcome, result = drain(FakeServer([figure]), clock)
+    assert outcome == "fail" and needle in result["msg"]
+
+
+def test_a_503_look_counts_as_not_quiet(clock):
+    outcome, result = drain(FakeServer([(0, 0), 503, (0, 0), (0, 0)]), clock)
+    assert outcome == "exit" and result["drained"] and result["samples"] == 4
+
+
+def test_drain_in_check_mode_looks_once(clock):
+    server = FakeServer([(1, 0), (0, 0)])
+    outcome, result = drain(server, clock, check=True)
+    assert outcome == "exit" and not result["drained"] and result["running"] == 1 and server.looks == 1
+    assert clock.sleeps == []
+
+
+def test_drain_timeout_0_looks_once_and_never_warns(clock):
+    before = len(get_warning_messages())
+    outcome, result = drain(FakeServer([(1, 0)]), clock, timeout=0)
+    assert outcome == "exit" and result["samples"] == 1 and clock.sleeps == []
+    assert len(get_warning_messages()) == before
