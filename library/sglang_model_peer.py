@@ -119,6 +119,13 @@ host_keys:
   type: list
   elements: str
   sample: ["ssh-ed25519 AAAAC3NzaC1lZDI1NTE5AAAAIB..."]
+manifest:
+  description: O(side=seeder) - what this host verified of the model (its manifest) - C(files) (each C(path), C(size),
+    C(sha256), C(git_sha1)) and C(source) (repo, revision, commit) - the puller checks its copy against it.
+  returned: side=seeder, state=present
+  type: dict
+  sample: {"files": [{"path": "config.json", "size": 1790, "sha256": "4f17", "git_sha1": "7188"}],
+           "source": {"kind": "hub", "repo": "moonshotai/Kimi-K2.5", "revision": "main", "commit": "0123"}}
 removed:
   description: O(side=seeder) - how many lines of this module were removed (this one, and expired ones).
   returned: side=seeder
@@ -138,7 +145,7 @@ import socket
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils import sglang_proc
+from ansible.module_utils import sglang_model, sglang_proc
 
 MARK = "eagle-deploy-fanout:"
 RRSYNC_PATHS = ("/usr/bin/rrsync", "/usr/local/bin/rrsync")
@@ -266,6 +273,10 @@ class Peer(object):
                 raise PeerError("%s is not a directory on the seeder" % p["path"])
             expires = datetime.datetime.fromtimestamp(self.clock() + p["ttl"]).strftime("%Y%m%d%H%M")
             want = access_line(p["name"], p["public_key"], p["from_address"], p["path"], self.rrsync(), expires)
+            manifest, why = sglang_model.read_manifest(p["state_dir"], p["name"])
+            if manifest is None or os.path.normpath(manifest.get("path") or "") != os.path.normpath(p["path"]):
+                raise PeerError("this host has no verified copy of %s in %s to give (%s): it fetches the model first"
+                                % (p["name"], p["path"], why or "its manifest is for %s" % manifest.get("path")))
         lock_path = os.path.join(p["state_dir"], "fanout.lock") if os.path.isdir(p["state_dir"]) else None
         lock_fd = None
         if lock_path and not self.module.check_mode:
@@ -297,6 +308,7 @@ class Peer(object):
             out = {"changed": changed, "removed": removed}
             if want is not None:
                 out["host_keys"] = self.host_keys()
+                out["manifest"] = {"files": sglang_model.listing_of_manifest(manifest), "source": manifest["source"]}
             if changed and not self.module.check_mode:
                 self.write(ssh_dir, auth, keep, account)
             return out
