@@ -246,8 +246,10 @@ jobs:
 import json
 import os
 import secrets
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -292,9 +294,19 @@ class Host(object):
     def __init__(self, module):
         self.module = module
 
-    def list_repo(self, python, program, request, env):
-        rc, out, err = self.module.run_command([python, "-I", "-B", program, "list"], data=json.dumps(request),
-                                               environ_update=env, binary_data=True)
+    def list_repo(self, python, request, env):
+        """The lister's answer: the fetch program run from a private temporary directory (0700, removed after), its
+        huggingface_hub home there too, so that listing leaves nothing on the host."""
+        tmp = tempfile.mkdtemp(prefix="eagle-deploy-model-list-")
+        try:
+            for fname, data in program_files().items():
+                with open(os.path.join(tmp, fname), "wb") as fh:
+                    fh.write(data)
+            env = dict(env, HF_HOME=os.path.join(tmp, "hf-home"))
+            rc, out, err = self.module.run_command([python, "-I", "-B", os.path.join(tmp, sglang_model.PROGRAM), "list"],
+                                                   data=json.dumps(request), environ_update=env, binary_data=True)
+        finally:
+            shutil.rmtree(tmp, ignore_errors=True)
         if rc != 0:
             return {"error": "lister_failed", "msg": "the file lister ended with %d: %s" % (
                 rc, (err or out or "").strip()[-600:])}
@@ -339,8 +351,9 @@ class Host(object):
 class ModelFetch(object):
     """One call: the look, the plan and its checks, the fetch programs started or attached to, and the wait."""
 
-    def __init__(self, module, host=None, clock=time.monotonic, sleep=time.sleep):
+    def __init__(self, module, host=None, clock=time.monotonic, sleep=time.sleep, wall=time.time):
         self.module = module
+        self.wall = wall
         self.p = module.params
         self.host = host or Host(module)
         self.clock = clock
@@ -367,27 +380,34 @@ class ModelFetch(object):
                     raise ModelError("model %s: the peer %s holds another source (%s): fan-out copies only the model "
                                      "asked for" % (m["name"], peer["address"], why))
                 sglang_model.check_listing(m["name"], peer["files"])
-        return sglang_model.ownership_of(p)
+        try:
+            return sglang_model.ownership_of(p)
+        except ModelError as e:
+            if not self.check:
+                raise
+            self.warnings.append("%s (check mode: the play may create it before the fetch)" % e.msg)
+            return None
 
-    def trusted_state_dir(self):
-        """The state dir, created root's 0755 when missing (never in check mode); UntrustedState when anyone else
-        could write it."""
-        path = self.state_dir
-        if not os.path.isdir(path):
-            if self.check:
-                return False
-            missing = []
-            cur = path
-            while not os.path.exists(cur):
-                missing.append(cur)
-                cur = os.path.dirname(cur)
-            sglang_proc.open_run_dir(cur)  # the existing part of the path must already be trusted
-            for d in reversed(missing):
-                os.mkdir(d, 0o755)
-                os.chmod(d, 0o755)
-        fd = sglang_proc.open_run_dir(path)
-        os.close(fd)
+    def state_dir_ready(self):
+        """Whether the state dir exists (and is trusted: UntrustedState when anyone else could write it). Nothing is
+        created before a fetch has passed its checks."""
+        if not os.path.lexists(self.state_dir):
+            return False
+        os.close(sglang_proc.open_run_dir(self.state_dir))
         return True
+
+    def make_state_dir(self):
+        """The state dir, created root's 0755 where missing, below a part of its path that is already trusted."""
+        missing = []
+        cur = self.state_dir
+        while not os.path.lexists(cur):
+            missing.append(cur)
+            cur = os.path.dirname(cur)
+        os.close(sglang_proc.open_run_dir(cur))
+        for d in reversed(missing):
+            os.mkdir(d, 0o755)
+            os.chmod(d, 0o755)
+        os.close(sglang_proc.open_run_dir(self.state_dir))
 
     # ---------------------------------------------------------------- sources
     def hub_request(self, model):
@@ -406,10 +426,9 @@ class ModelFetch(object):
                              "(the install role makes it)" % (model["name"], python))
         return python
 
-    def list_hub(self, model, program):
-        home = os.path.join(self.state_dir, "hf-home")
-        env = sglang_model_fetch.hub_env(self.p["endpoint"], home)
-        answer = self.host.list_repo(self.python_for(model), program, self.hub_request(model), env)
+    def list_hub(self, model):
+        env = sglang_model_fetch.hub_env(self.p["endpoint"], "")
+        answer = self.host.list_repo(self.python_for(model), self.hub_request(model), env)
         err = answer.get("error")
         if err:
             raise ModelError(self.hub_words(model, err, answer.get("msg", "")), hub_error=err)
@@ -462,7 +481,7 @@ class ModelFetch(object):
                                          model.get("ignore_patterns")))
         return [f for f in files if f["path"] in keep]
 
-    def listing(self, model, program):
+    def listing(self, model):
         """(record_source, job source, listing) of a model not in place."""
         src = sglang_model.wanted_source(model)
         peer = model.get("peer")
@@ -473,7 +492,7 @@ class ModelFetch(object):
                       "git_sha1": f.get("git_sha1")} for f in peer["files"]]
             return rec, {"kind": "peer"}, sglang_model.check_listing(model["name"], files)
         if model.get("repo"):
-            commit, files = self.list_hub(model, program)
+            commit, files = self.list_hub(model)
             src["commit"] = commit
             if model.get("seed"):
                 have = dict((f["path"], f) for f in self.list_seed(model))
@@ -493,7 +512,7 @@ class ModelFetch(object):
         directory = os.path.join(self.state_dir, sglang_model.PROGRAM_DIR)
         if not os.path.isdir(directory):
             os.mkdir(directory, 0o755)
-        sglang_proc.open_run_dir(directory)
+        os.close(sglang_proc.open_run_dir(directory))
         for fname, data in sorted(program_files().items()):
             target = os.path.join(directory, fname)
             try:
@@ -517,6 +536,14 @@ class ModelFetch(object):
         except (OSError, sglang_proc.UntrustedState):
             return None
 
+    def starting_or_running(self, name, job, status):
+        """Whether the fetch program of ``job`` holds its lock, or was started so lately that it may not have taken it
+        yet (and has written no verdict)."""
+        if self.host.running(self.state_dir, name):
+            return True
+        ours = status if status and status.get("job_id") == job.get("job_id") else None
+        return bool(job.get("job_id")) and ours is None and 0 <= self.wall() - float(job.get("spawned_at") or 0) < START_GRACE
+
     def read_job(self, name):
         try:
             return sglang_proc.read_json(self.state_dir, state_files(name)["job"])
@@ -526,9 +553,12 @@ class ModelFetch(object):
     # ---------------------------------------------------------------- the call
     def run(self):
         ownership = self.validate()
-        uid, gid, fmode, dmode = ownership
         p = self.p
-        state_dir_ok = self.trusted_state_dir()
+        if ownership is None:  # check mode on a host without the owner or group yet
+            results = [{"name": m["name"], "path": m["path"], "in_place": False, "action": "would_fetch",
+                        "why": "owner or group not on the host yet"} for m in p["models"]]
+            return self.finish(results, [], changed=True)
+        state_dir_ok = self.state_dir_ready()
         jobs_seen = p.get("_jobs") or {}
         results, to_start, attached = [], [], []
         for model in p["models"]:
@@ -537,13 +567,18 @@ class ModelFetch(object):
             entry = dict(look)
             results.append(entry)
             status = self.read_status(model["name"]) if state_dir_ok else None
+            job = (self.read_job(model["name"]) or {}) if state_dir_ok else {}
+            if job.get("job_id") and job.get("job_id") == jobs_seen.get(model["name"]):
+                # This task's own fetch of the model (an earlier step started it): wait on it, never a second one
+                # within one task (even with verify=full).
+                entry["action"] = "attached"
+                attached.append((model, job["job_id"]))
+                continue
             if look["in_place"]:
                 entry["action"] = "kept"
-                if status and status.get("job_id") in jobs_seen.values() and status.get("verdict") == "done":
-                    entry.update(action=action_of(status.get("summary")), summary=status.get("summary"))  # finished between two steps
                 continue
-            if state_dir_ok and self.host.running(self.state_dir, model["name"]):
-                job = self.read_job(model["name"]) or {}
+            if state_dir_ok and self.starting_or_running(model["name"], job, status):
+                # A fetch an earlier run started (its connection was lost): attach to it.
                 ok, why = sglang_model.source_matches(job.get("record_source"), model)
                 if not ok or os.path.normpath(job.get("path") or "") != os.path.normpath(model["path"]):
                     raise ModelError("model %s: a fetch of another source or path runs (PID %s; %s): let it end, or "
@@ -559,10 +594,9 @@ class ModelFetch(object):
             to_start.append((model, entry))
         if self.check:
             return self.finish(results, [], changed=any(r["action"] == "would_fetch" for r in results))
-        program = self.install_program() if to_start else None
         plans = []
         for model, entry in to_start:
-            record_source, source, listing = self.listing(model, program)
+            record_source, source, listing = self.listing(model)
             manifest = sglang_model.read_manifest(self.state_dir, model["name"])[0]
             if manifest and os.path.normpath(manifest.get("path") or "") != os.path.normpath(model["path"]):
                 manifest = None
@@ -571,6 +605,11 @@ class ModelFetch(object):
             tasks, need = sglang_model.plan(model, listing, manifest, p["verify"])
             if source["kind"] == "seed" and sglang_model.seed_in_place(model):
                 need = 0
+                cannot = sglang_model.unreadable(model["path"], [t["path"] for t in tasks], ownership[1])
+                if cannot:
+                    raise ModelError("model %s: the service group (%s) cannot read %s in the seed read in place: make "
+                                     "it readable for that group or for others (it is never changed here)" % (
+                                         model["name"], p["group"], cannot))
                 for t in tasks:
                     if t["action"] == "fetch":
                         raise ModelError("model %s: %s in the seed read in place is %s: it is never written here; "
@@ -582,12 +621,32 @@ class ModelFetch(object):
         if shortfall:
             raise ModelError(shortfall, models=[e for _, e, _, _, _, _ in plans])
         jobs = {}
-        for model, entry, record_source, source, tasks, need in plans:
-            job_id = self.start(program, model, entry, record_source, source, tasks, ownership)
-            jobs[model["name"]] = job_id
+        if plans:
+            self.make_state_dir()
+            lock_fd = self.planning_lock()
+            try:
+                program = self.install_program()
+                for model, entry, record_source, source, tasks, need in plans:
+                    job = self.read_job(model["name"]) or {}
+                    if self.starting_or_running(model["name"], job, self.read_status(model["name"])):
+                        # another run started it while this one listed the source
+                        entry["action"] = "attached"
+                        attached.append((model, job.get("job_id")))
+                        continue
+                    jobs[model["name"]] = self.start(program, model, entry, record_source, source, tasks, ownership)
+            finally:
+                os.close(lock_fd)
         for model, job_id in attached:
             jobs[model["name"]] = job_id
         return self.wait(results, jobs)
+
+    def planning_lock(self):
+        """The state dir's lock for starting fetches: two runs at once never start two fetches of one model."""
+        import fcntl
+        fd = os.open(os.path.join(self.state_dir, "models.lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return fd
 
     def start(self, program, model, entry, record_source, source, tasks, ownership):
         uid, gid, fmode, dmode = ownership
@@ -612,6 +671,7 @@ class ModelFetch(object):
             job["peer"] = {"address": peer["address"], "port": peer["port"], "user": peer["user"],
                            "path": peer["path"], "key": peer["key"], "known_hosts": known, "rsync": rsync}
         files = state_files(name)
+        job["spawned_at"] = self.wall()
         sglang_proc.write_files(self.state_dir, [(files["job"], json.dumps(job))], mode=0o600)
         python = self.python_for(model) if source["kind"] == "hub" else (self.p["python"] or sys.executable)
         env = {"PATH": os.environ.get("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
@@ -631,7 +691,6 @@ class ModelFetch(object):
         if step is not None:
             limit = step if limit is None else min(limit, step)
         started = self.clock()
-        first_seen = {}
         while True:
             statuses = {}
             for name, job_id in jobs.items():
@@ -645,9 +704,9 @@ class ModelFetch(object):
                     continue
                 if not self.host.running(self.state_dir, name):
                     # The lock is free and no verdict: the program ended, or has not taken its lock yet (it writes
-                    # its first status right after taking it).
-                    first_seen.setdefault(name, self.clock())
-                    if st is not None or self.clock() - first_seen[name] > START_GRACE:
+                    # its first status right after taking it, and was spawned at the job's spawned_at).
+                    job = self.read_job(name) or {}
+                    if st is not None or self.wall() - float(job.get("spawned_at") or 0) > START_GRACE:
                         st = self.read_status(name) or {}
                         if not (st.get("job_id") == jobs[name] and st.get("verdict")):
                             self.fail_dead(name, st, results, statuses)
@@ -657,7 +716,12 @@ class ModelFetch(object):
             if not pending:
                 return self.done(results, jobs, statuses)
             if limit is not None and self.clock() - started >= limit:
-                out = self.finish(results, jobs, changed=True, statuses=statuses)
+                # In steps (the action plugin), the step that sees the verdicts says whether anything changed (a full
+                # verification that finds everything right changes nothing); a call on its own that leaves a fetch
+                # running has changed the host.
+                stepped = self.p.get("_step_time") is not None
+                out = self.finish(results, jobs, changed=not stepped and any(
+                    r.get("action") in ("fetched", "copied") for r in results), statuses=statuses)
                 out["pending"] = True
                 return out
             self.sleep(POLL)
@@ -686,9 +750,7 @@ class ModelFetch(object):
             raise ModelError("fetch failed: %s. Files already complete stay in place; the next run fetches only what "
                              "is missing" % "; ".join(errs[:10]), models=results,
                              progress=progress_of(results, statuses), errors=errs)
-        changed = any((s or {}).get("summary", {}).get("changed", True) for s in statuses.values())
-        changed = changed or any(r.get("action") == "fetched" and (r.get("summary") or {}).get("changed", True)
-                                 for r in results if r["name"] not in statuses)
+        changed = any(((s or {}).get("summary") or {}).get("changed", False) for s in statuses.values())
         return self.finish(results, jobs, changed=changed, statuses=statuses)
 
     def finish(self, results, jobs, changed, statuses=None):

@@ -373,6 +373,25 @@ def look(params):
     return {"in_place": all(m["in_place"] for m in models), "models": models}
 
 
+def unreadable(path, rels, gid):
+    """The first file or directory of a seed read in place that a member of group ``gid`` (the service user) cannot
+    read, with why, or None: each directory from the model dir down needs x (and r) for others or for that group, each
+    file r."""
+    def can(st, bit_other, bit_group):
+        return bool(st.st_mode & bit_other) or (st.st_gid == gid and bool(st.st_mode & bit_group))
+
+    for rel in model_dirs(rels):
+        d = os.path.join(path, rel) if rel else path
+        st = os.stat(d)
+        if not (can(st, stat.S_IXOTH, stat.S_IXGRP) and can(st, stat.S_IROTH, stat.S_IRGRP)):
+            return "%s (mode %04o, group %d)" % (d, stat.S_IMODE(st.st_mode), st.st_gid)
+    for rel in rels:
+        st = os.stat(os.path.join(path, rel))
+        if not can(st, stat.S_IROTH, stat.S_IRGRP):
+            return "%s (mode %04o, group %d)" % (os.path.join(path, rel), stat.S_IMODE(st.st_mode), st.st_gid)
+    return None
+
+
 # ------------------------------------------------------------------ hashing and disk
 def hash_file(path, on_bytes=None, block=8 << 20):
     """(size, sha256, git blob sha1) of the file at ``path`` in one read; ``on_bytes(n)`` after each block."""
