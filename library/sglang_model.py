@@ -396,19 +396,6 @@ class ModelFetch(object):
         os.close(sglang_proc.open_run_dir(self.state_dir))
         return True
 
-    def make_state_dir(self):
-        """The state dir, created root's 0755 where missing, below a part of its path that is already trusted."""
-        missing = []
-        cur = self.state_dir
-        while not os.path.lexists(cur):
-            missing.append(cur)
-            cur = os.path.dirname(cur)
-        os.close(sglang_proc.open_run_dir(cur))
-        for d in reversed(missing):
-            os.mkdir(d, 0o755)
-            os.chmod(d, 0o755)
-        os.close(sglang_proc.open_run_dir(self.state_dir))
-
     # ---------------------------------------------------------------- sources
     def hub_request(self, model):
         return {"endpoint": self.p["endpoint"], "repo": model["repo"], "revision": model["revision"],
@@ -622,7 +609,7 @@ class ModelFetch(object):
             raise ModelError(shortfall, models=[e for _, e, _, _, _, _ in plans])
         jobs = {}
         if plans:
-            self.make_state_dir()
+            sglang_model.make_state_dir(self.state_dir)
             lock_fd = self.planning_lock()
             try:
                 program = self.install_program()

@@ -224,9 +224,7 @@ class Peer(object):
         out["changed"] = True
         if self.module.check_mode:
             return out
-        if not os.path.isdir(p["state_dir"]):
-            raise PeerError("state_dir %s does not exist: the model's fetch makes it (sglang_model)" % p["state_dir"])
-        sglang_proc.open_run_dir(p["state_dir"])
+        sglang_model.make_state_dir(p["state_dir"])
         if os.path.lexists(kdir):
             shutil.rmtree(kdir)
         os.mkdir(kdir, 0o700)

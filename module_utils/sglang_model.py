@@ -198,6 +198,21 @@ def ids(owner, group):
     return uid, gid
 
 
+def make_state_dir(path):
+    """The state dir, created root's 0755 where missing, below a part of its path that is already trusted
+    (``sglang_proc.open_run_dir``); UntrustedState where anyone but root could write it."""
+    missing = []
+    cur = path
+    while not os.path.lexists(cur):
+        missing.append(cur)
+        cur = os.path.dirname(cur)
+    os.close(sglang_proc.open_run_dir(cur))
+    for d in reversed(missing):
+        os.mkdir(d, 0o755)
+        os.chmod(d, 0o755)
+    os.close(sglang_proc.open_run_dir(path))
+
+
 # ------------------------------------------------------------------ sources
 def wanted_source(model):
     """What the manifest must name for ``model`` to be in place."""

@@ -18,7 +18,7 @@ What it speaks (model repos only):
   sent, so ``hf_xet`` is not used.
 * A gated repo answers 401 ``GatedRepo`` to any request without ``Authorization: Bearer <token>``.
 
-For the tests: ``GET /_double/stats`` (every request: method, path, range start, bytes sent), ``POST
+For the tests: ``GET /_double/stats`` (every request: method, path, client address, range start, bytes sent), ``POST
 /_double/reset``; ``--rate`` limits each response to that many bytes a second (a fetch that can be killed halfway).
 
 A repo is a directory (``--repo org/name=DIR``, with ``:gated`` to require the token); its commit is a hash of its
@@ -159,7 +159,9 @@ class Double(object):
         self.lock = threading.Lock()
         self.requests = []
 
-    def log(self, entry):
+    def log(self, entry, client=None):
+        if client is not None:
+            entry["client"] = client
         with self.lock:
             self.requests.append(entry)
             return len(self.requests) - 1
@@ -263,7 +265,8 @@ class Handler(BaseHTTPRequestHandler):
         commit = repo.resolve(m.group("rev") or "main")
         if commit is None:
             return self._error(404, "RevisionNotFound", "Invalid rev id: %s" % m.group("rev"))
-        self.double.log({"method": self.command, "path": url.path, "start": None, "sent": 0})
+        self.double.log({"method": self.command, "path": url.path, "start": None, "sent": 0},
+                        self.client_address[0])
         if m.group("kind") != "tree":
             return self._json(200, {
                 "_id": repo.commit[:24], "id": repo.repo_id, "modelId": repo.repo_id, "sha": commit,
@@ -303,7 +306,8 @@ class Handler(BaseHTTPRequestHandler):
         headers = self._file_headers(repo, commit, f)
         if f["lfs"] and self.double.cdn:
             headers["Location"] = "%s/_lfs/%s/%s" % (self.double.cdn, repo.repo_id, f["sha256"])
-            self.double.log({"method": self.command, "path": self.path, "start": None, "sent": 0, "redirect": True})
+            self.double.log({"method": self.command, "path": self.path, "start": None, "sent": 0, "redirect": True},
+                            self.client_address[0])
             return self._send(302, b"", headers)
         return self._content(f, headers)
 
@@ -335,7 +339,7 @@ class Handler(BaseHTTPRequestHandler):
             self.send_header(k, v)
         self.end_headers()
         index = self.double.log({"method": self.command, "path": self.path, "file": f["path"], "start": start,
-                                 "sent": 0, "status": status})
+                                 "sent": 0, "status": status}, self.client_address[0])
         if self.command == "HEAD":
             return None
         rate = self.double.rate
