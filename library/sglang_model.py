@@ -247,7 +247,6 @@ import json
 import os
 import secrets
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -316,20 +315,7 @@ class Host(object):
             return {"error": "lister_failed", "msg": "the file lister printed no JSON: %s" % (out or "")[-300:]}
 
     def spawn(self, argv, log_path, stdin_text, env):
-        """The fetch program, detached: a session of its own, stdin a pipe that gets the token and closes, stdout and
-        stderr its log (0600), no descriptor of ours."""
-        fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        try:
-            os.fchmod(fd, 0o600)
-            proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=fd, stderr=fd, cwd="/", env=env,
-                                    close_fds=True, start_new_session=True)
-        finally:
-            os.close(fd)
-        try:
-            proc.stdin.write(stdin_text.encode("utf-8"))
-        finally:
-            proc.stdin.close()
-        return proc.pid
+        return sglang_model.spawn_detached(argv, log_path, stdin_text, env)
 
     @staticmethod
     def running(state_dir, name):
@@ -420,8 +406,8 @@ class ModelFetch(object):
         if err:
             raise ModelError(self.hub_words(model, err, answer.get("msg", "")), hub_error=err)
         if not sglang_model.is_commit(answer.get("commit")):
-            raise ModelError("model %s: the Hub answered no commit hash for %s@%s" % (model["name"], model["repo"],
-                                                                                     model["revision"]))
+            raise ModelError("model %s: the Hub answered no commit hash for %s@%s" % (
+                model["name"], model["repo"], model["revision"]))
         if model["revision"] != answer["commit"]:
             self.warnings.append("model %s: revision %s of %s is commit %s; pin it (revision: %s) so that every host "
                                  "and every run fetches the same files" % (model["name"], model["revision"],
@@ -435,10 +421,10 @@ class ModelFetch(object):
             return ("model %s: revision %s not found in %s (%s): pin an existing commit hash or branch. Nothing was "
                     "fetched or changed" % (model["name"], model["revision"], model["repo"], self.p["endpoint"]))
         if err == "gated":
+            why = "no token was given" if not self.p["token"] else "the token given has no access to it"
             return ("model %s: %s is a gated repo and %s: accept its terms on the Hub with the account of the token, "
                     "and give the token (sglang_model_hf_token, from Ansible Vault). Nothing was fetched or changed"
-                    % (model["name"], model["repo"], "no token was given" if not self.p["token"]
-                       else "the token given has no access to it"))
+                    % (model["name"], model["repo"], why))
         if err in ("repo_not_found", "unauthorized"):
             return ("model %s: repo %s not found on %s, or not visible without a token (%s): check the repo id, or "
                     "give a token that can read it. Nothing was fetched or changed" % (
@@ -603,10 +589,10 @@ class ModelFetch(object):
                                          "put the file there" % (model["name"], t["path"], "missing" if not os.path.exists(
                                              os.path.join(model["path"], t["path"])) else "of another size than listed"))
             plans.append((model, entry, record_source, source, tasks, need))
-        shortfall = sglang_model.disk_shortfall([(m["name"], m["path"], need) for m, _, _, _, _, need in plans],
+        shortfall = sglang_model.disk_shortfall([(plan[0]["name"], plan[0]["path"], plan[5]) for plan in plans],
                                                 p["disk_margin_mib"] << 20)
         if shortfall:
-            raise ModelError(shortfall, models=[e for _, e, _, _, _, _ in plans])
+            raise ModelError(shortfall, models=[plan[1] for plan in plans])
         jobs = {}
         if plans:
             sglang_model.make_state_dir(self.state_dir)

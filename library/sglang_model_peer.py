@@ -160,7 +160,7 @@ class PeerError(Exception):
 def source_address(peer, port=22):
     """This host's address toward ``peer`` (a UDP socket's local address after connect: no packet is sent)."""
     infos = socket.getaddrinfo(peer, port, 0, socket.SOCK_DGRAM)
-    family, _, _, _, addr = infos[0]
+    family, addr = infos[0][0], infos[0][4]
     sock = socket.socket(family, socket.SOCK_DGRAM)
     try:
         sock.connect(addr)
@@ -229,8 +229,8 @@ class Peer(object):
             shutil.rmtree(kdir)
         os.mkdir(kdir, 0o700)
         keygen = self.module.get_bin_path("ssh-keygen", required=True)
-        rc, _, err = self.module.run_command([keygen, "-q", "-t", "ed25519", "-N", "", "-C", MARK + p["name"],
-                                              "-f", key])
+        argv = [keygen, "-q", "-t", "ed25519", "-N", "", "-C", MARK + p["name"], "-f", key]
+        rc, dummy, err = self.module.run_command(argv)
         if rc != 0:
             raise PeerError("ssh-keygen failed (rc=%d): %s" % (rc, err.strip()))
         with open(key + ".pub") as fh:

@@ -29,6 +29,7 @@ import os
 import pwd
 import re
 import stat
+import subprocess
 
 try:
     from ansible.module_utils import sglang_proc
@@ -51,7 +52,7 @@ PEER_OPTIONS = dict(
     user=dict(type="str", default="root"),
     path=dict(type="path", required=True),
     key=dict(type="path", required=True),
-    host_keys=dict(type="list", elements="str", required=True),
+    host_keys=dict(type="list", elements="str", required=True, no_log=False),
     files=dict(type="list", elements="dict", required=True),
     source=dict(type="dict", required=True),
 )
@@ -405,6 +406,23 @@ def unreadable(path, rels, gid):
         if not can(st, stat.S_IROTH, stat.S_IRGRP):
             return "%s (mode %04o, group %d)" % (os.path.join(path, rel), stat.S_IMODE(st.st_mode), st.st_gid)
     return None
+
+
+def spawn_detached(argv, log_path, stdin_text, env):
+    """The fetch program, detached: a session of its own, stdin a pipe that gets ``stdin_text`` (the token) and closes,
+    stdout and stderr its log (0600), no descriptor of the caller's, so that the module's exit_json never waits on it."""
+    fd = os.open(log_path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+    try:
+        os.fchmod(fd, 0o600)
+        proc = subprocess.Popen(argv, stdin=subprocess.PIPE, stdout=fd, stderr=fd, cwd="/", env=env, close_fds=True,
+                                start_new_session=True)
+    finally:
+        os.close(fd)
+    try:
+        proc.stdin.write(stdin_text.encode("utf-8"))
+    finally:
+        proc.stdin.close()
+    return proc.pid
 
 
 # ------------------------------------------------------------------ hashing and disk

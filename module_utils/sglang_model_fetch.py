@@ -118,7 +118,7 @@ def list_repo(req):
             files.append({"path": entry.path, "size": int(entry.size),
                           "sha256": getattr(lfs, "sha256", None) if lfs else None,
                           "git_sha1": None if lfs else entry.blob_id, "lfs": bool(lfs)})
-    except Exception as e:  # pylint: disable=broad-except - every Hub error is answered in words
+    except Exception as e:  # every Hub error is answered in words
         kind, msg = error_kind(e)
         return {"error": kind, "msg": msg}
     keep = set(sglang_model.selected([f["path"] for f in files], req.get("allow_patterns"),
@@ -309,7 +309,7 @@ class Fetch(object):
             if have < task["size"] or task["size"] == 0:
                 try:
                     self.transfer(task, part, have)
-                except Exception as e:  # pylint: disable=broad-except - the file fails, the others go on
+                except Exception as e:  # the file fails, the others go on
                     self.status.error(rel, "fetch failed: %s" % (error_kind(e)[1] if self.hub else e))
                     return False
             digests = self.hash_counted(part)
@@ -357,8 +357,8 @@ class Fetch(object):
                                                                                    task["size"]))
         want_etag = task.get("sha256") or task.get("git_sha1")
         if meta.etag and want_etag and meta.etag != want_etag:
-            raise RuntimeError("the Hub's ETag of %s is %s, its file list says %s" % (task["path"], meta.etag,
-                                                                                    want_etag))
+            raise RuntimeError("the Hub's ETag of %s is %s, its file list says %s" % (
+                task["path"], meta.etag, want_etag))
         if meta.commit_hash and meta.commit_hash != self.job["commit"]:
             raise RuntimeError("the Hub answered for commit %s, not %s" % (meta.commit_hash, self.job["commit"]))
         headers = hub["build_hf_headers"](token=self.token or False)
@@ -386,15 +386,16 @@ class Fetch(object):
             "-o", "StrictHostKeyChecking=yes", "-o", "UserKnownHostsFile=%s" % peer["known_hosts"],
             "-o", "ConnectTimeout=30", "-o", "ServerAliveInterval=15"])
         argv = [peer.get("rsync") or "rsync", "--files-from=%s" % listing, "--append-verify", "--no-perms",
-                "--no-owner", "--no-group", "--times", "--timeout=300", "--protect-args", "-e", ssh,
+                "--no-owner", "--no-group", "--times", "--timeout=300", "-e", ssh,
                 "%s@%s:" % (peer["user"], peer["address"]), base + "/"]
         proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                               check=False)
-        return proc.returncode, (proc.stderr or b"").decode("utf-8", "replace").strip()[-800:]
+        err = (proc.stderr or b"").decode("utf-8", "replace").strip()
+        return proc.returncode, "; ".join(line.strip() for line in err.splitlines() if line.strip())[-800:]
 
     def peer_fetch(self, tasks):
         todo = dict((t["path"], t) for t in tasks)
-        for _ in range(RSYNC_ROUNDS):
+        for dummy in range(RSYNC_ROUNDS):
             if not todo:
                 return True
             rc, err = self.rsync_round(sorted(todo))
@@ -422,8 +423,9 @@ class Fetch(object):
                     self.status.add("fetch_total", task["size"])
                     self.status.add("hash_total", task["size"])
                     last = "%s: %s" % (rel, problem)
-        for rel in sorted(todo):
-            self.status.error(rel, last or "not copied")
+        if todo:
+            self.status.error(None, "%d file(s) not copied (%s): %s" % (
+                len(todo), ", ".join(sorted(todo)[:3]) + (", ..." if len(todo) > 3 else ""), last or "not copied"))
         return not todo
 
     # ---------------------------------------------------------------- the job
@@ -494,7 +496,7 @@ class Fetch(object):
                     task = queue.pop(0)
                 try:
                     res = self.verify(task) if task["action"] == "verify" else self.fetch(task)
-                except Exception as e:  # pylint: disable=broad-except - one file fails, the others go on
+                except Exception as e:  # one file fails, the others go on
                     self.status.error(task["path"], "%s: %s" % (type(e).__name__, e))
                     res = False
                 with qlock:
@@ -561,7 +563,7 @@ def run(state_dir, name):
             try:
                 status.sample_parts(job["path"])
                 status.write()
-            except Exception:  # pylint: disable=broad-except - a status write that failed is tried again
+            except Exception:  # a status write that failed is tried again
                 traceback.print_exc()
 
     thread = threading.Thread(target=ticker, name="status", daemon=True)
@@ -569,7 +571,7 @@ def run(state_dir, name):
     signal.signal(signal.SIGTERM, _terminated)
     try:
         ok = fetch.run()
-    except BaseException as e:  # pylint: disable=broad-except - the verdict says what ended the job
+    except BaseException as e:  # the verdict says what ended the job
         traceback.print_exc()
         status.error(None, "%s: %s" % (type(e).__name__, e))
         ok = False

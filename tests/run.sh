@@ -23,6 +23,8 @@ echo "== ansible-test sanity on the collection eagle.deploy (tests/sanity.sh)"
 bash tests/sanity.sh
 echo "== fetch the SGLang wheels the tests read (.cache/sglang-wheels; tests never download)"
 python tests/unit/sglang_src.py
+echo "== fetch the huggingface_hub wheels the model role's tests install (.cache/hf-wheels)"
+python tests/integration/hf_wheels.py
 echo "== pytest (unit + integration)"
 python -m pytest -q tests
 echo "== pytest took $((SECONDS - t0)) s so far"
@@ -36,5 +38,6 @@ if ((quick == 0)); then
     molecule test -s default
     molecule test -s sglang-cpu
     molecule test -s systemd
+    molecule test -s model
 fi
 echo "== all tests passed in $((SECONDS - t0)) s"
