@@ -750,7 +750,8 @@ def progress_of(results, statuses):
     if not live:
         return {"phase": "starting", "models": sorted(statuses)}
     phases = [s.get("phase") for s in live]
-    phase = next((p for p in ("failed", "fetching", "verifying", "finishing", "starting") if p in phases), "done")
+    phase = next((p for p in ("failed", "fetching", "copying", "verifying", "finishing", "starting") if p in phases),
+                 "done")
     total = sum(s.get("total") or 0 for s in live)
     left = sum(max(0, (s.get("fetch_total") or 0) - (s.get("fetch_done") or 0)) for s in live)
     rates = [s.get("rate") for s in live if s.get("rate") is not None]
@@ -766,6 +767,7 @@ def progress_of(results, statuses):
         "eta": (max(etas) if etas and None not in etas else None),
         "elapsed": max(s.get("elapsed") or 0 for s in live),
         "resumed_bytes": sum(s.get("resumed_bytes") or 0 for s in live),
+        "copy": all(s.get("source") == "peer" for s in live),
     }
 
 

@@ -192,7 +192,7 @@ class Status(object):
             self.samples = [s for s in self.samples if now - s[0] <= RATE_WINDOW] or self.samples[-1:]
             first = self.samples[0]
             span = now - first[0]
-            if span >= 1.0:
+            if span >= 0.5:
                 d["rate"] = max(0.0, (d["fetch_done"] - first[1]) / span)
                 d["hash_rate"] = max(0.0, (d["hash_done"] - first[2]) / span)
             left_fetch = d["fetch_total"] - d["fetch_done"]
@@ -448,7 +448,9 @@ class Fetch(object):
                 self.settle(final)
                 rec = t["recorded"]
                 self.record(t["path"], (rec["size"], rec.get("sha256"), rec.get("git_sha1")))
-        self.status.set(phase="fetching" if any(t["action"] == "fetch" for t in tasks) else "verifying")
+        fetching = "copying" if self.job["source"]["kind"] == "peer" else "fetching"
+        self.status.set(phase=fetching if any(t["action"] == "fetch" for t in tasks) else "verifying",
+                        source=self.job["source"]["kind"])
         ok = True
         work = [t for t in tasks if t["action"] in ("fetch", "verify")]
         peer = self.job["source"]["kind"] == "peer"

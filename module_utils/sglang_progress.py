@@ -147,7 +147,7 @@ def progress_line(host, progress):
 
 
 # ------------------------------------------------------------------ a model fetch (sglang_model)
-_FETCH_WORDS = {"starting": "starting the fetch of", "fetching": "fetching", "verifying": "verifying",
+_FETCH_WORDS = {"starting": "starting the fetch of", "fetching": "fetching", "copying": "copying", "verifying": "verifying",
                 "finishing": "finishing", "done": "fetched", "failed": "failed to fetch"}
 
 
@@ -162,12 +162,16 @@ def size_text(n):
 def transfer_line(host, progress):
     """One line for a model fetch, e.g.
     ``blackwell-01 | fetching Kimi-K2.5-INT4 | 312.40/547.00 GB, 31/72 files | 210.3 MB/s | 12m04s elapsed | ETA ~18m40s``;
-    while only hashing, ``... | verifying X | 120.00/547.00 GB hashed | 1900.0 MB/s | ...``. ``progress`` is
+    while only hashing, ``... | verifying X | 120.00/547.00 GB hashed | 1900.0 MB/s | ...``; a copy from a peer says
+    ``copying`` and ``copied``. ``progress`` is
     ``sglang_model``'s result ``progress``."""
     progress = progress or {}
     phase = progress.get("phase") or "starting"
     names = ", ".join(str(n) for n in progress.get("models") or ()) or "the models"
-    parts = [str(host), "%s %s" % (_FETCH_WORDS.get(phase, str(phase)), names)]
+    words = _FETCH_WORDS.get(phase, str(phase))
+    if progress.get("copy") and phase in ("done", "failed"):
+        words = "copied" if phase == "done" else "failed to copy"
+    parts = [str(host), "%s %s" % (words, names)]
     if phase == "verifying":
         parts.append("%s/%s hashed" % (size_text(progress.get("hash_done")), size_text(progress.get("hash_total"))))
         rate = progress.get("hash_rate")

@@ -534,3 +534,5 @@ def test_the_fetch_line_shows_bytes_files_rate_and_eta():
     verifying = dict(progress, phase="verifying", hash_done=120e9, hash_total=547e9, hash_rate=1.9e9)
     assert transfer_line("gpu-01", verifying).startswith("gpu-01 | verifying Kimi-K2.5-INT4 | 120.00 GB/547.00 GB hashed | 1900.0 MB/s")
     assert transfer_line("h\x1b[2J", dict(progress, phase="done")).startswith("h\\x1b[2J | fetched")
+    assert transfer_line("gpu-02", dict(progress, phase="copying", copy=True)).startswith("gpu-02 | copying Kimi")
+    assert transfer_line("gpu-02", dict(progress, phase="done", copy=True)).startswith("gpu-02 | copied Kimi")
