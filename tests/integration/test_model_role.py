@@ -82,7 +82,7 @@ def sha256(path):
 @pytest.fixture(scope="module")
 def world():
     """The module's prefix, a bare virtualenv (the role installs huggingface_hub into it), and two Hub doubles: a fast
-    one (tree pages of 2 entries, a gated repo) and a slow one (8 MiB/s per response) for the fetch killed halfway."""
+    one (tree pages of 2 entries, a gated repo), a slow one (4 MiB/s per response) for the fetch killed halfway."""
     wheels = hf_wheels.wheelhouse()
     prefix = tempfile.mkdtemp(prefix="eagle-model-test-")
     os.chmod(prefix, 0o755)  # root's, under the sticky /tmp: a trusted place for state dirs
@@ -91,14 +91,18 @@ def world():
     src = os.path.join(prefix, "src")
     hub_double.make_model(os.path.join(src, "tiny"), shards=3, shard_size=4 * MIB, seed="tiny")
     hub_double.make_model(os.path.join(src, "slow"), shards=2, shard_size=24 * MIB, seed="slow")
+    hub_double.make_model(os.path.join(src, "paced"), shards=2, shard_size=6 * MIB, seed="paced")
     fast = hub_double.Double([hub_double.Repo("test-org/tiny", os.path.join(src, "tiny")),
                               hub_double.Repo("test-org/gated", os.path.join(src, "tiny"), gated=True)],
                              token=TOKEN, page_size=2)
-    slow = hub_double.Double([hub_double.Repo("test-org/slow", os.path.join(src, "slow"))], rate=8 * MIB)
-    servers = [hub_double.serve(fast), hub_double.serve(slow)]
+    slow = hub_double.Double([hub_double.Repo("test-org/slow", os.path.join(src, "slow"))], rate=4 * MIB)
+    # 1 MiB/s a response: a fetch of 6 s, several steps of 1 s even when the machine is busy
+    paced = hub_double.Double([hub_double.Repo("test-org/paced", os.path.join(src, "paced"))], rate=1 * MIB)
+    servers = [hub_double.serve(fast), hub_double.serve(slow), hub_double.serve(paced)]
     w = {"prefix": prefix, "venv": venv, "wheels": wheels, "src": src, "fast": fast, "slow": slow,
          "fast_url": "http://127.0.0.1:%d" % servers[0].server_address[1],
-         "slow_url": "http://127.0.0.1:%d" % servers[1].server_address[1]}
+         "slow_url": "http://127.0.0.1:%d" % servers[1].server_address[1],
+         "paced_url": "http://127.0.0.1:%d" % servers[2].server_address[1]}
     yield w
     for s in servers:
         s.shutdown()
@@ -221,16 +225,18 @@ def test_a_fresh_fetch_puts_every_file_in_place_verified_and_owned_by_root(world
 
 
 def test_the_fetch_prints_progress_lines_with_bytes_rate_and_eta(world):
-    """The slow double: the fetch takes seconds, steps of 1 s, a line at the first pending step and per phase."""
-    m = model(world, "progress", repo="test-org/slow", name="slow")
-    v = settings(world, "progress", [m], sglang_model_hf_endpoint=world["slow_url"])
+    """The paced double: the fetch takes about 6 s in steps of 1 s; a line at the first pending step, at every phase
+    change (the rate and ETA as soon as half a second of samples is there), and the verdict's."""
+    m = model(world, "progress", repo="test-org/paced", name="paced")
+    v = settings(world, "progress", [m], sglang_model_hf_endpoint=world["paced_url"])
     run = play(world, v)
     assert run.rc == 0, run
     lines = [ln for ln in run.stderr.splitlines() if ln.startswith("localhost | ")]
     assert lines, run.stderr[-2000:]
-    assert any(ln.startswith("localhost | fetching slow | ") and "/50.3 MB, " in ln and "/6 files | " in ln
+    total = "%.1f MB" % (sum(os.path.getsize(p) for p in source_files(world, "paced").values()) / 1e6)
+    assert any(ln.startswith("localhost | fetching paced | ") and "/%s, " % total in ln and "/6 files | " in ln
                and " MB/s | " in ln and " elapsed | ETA ~" in ln for ln in lines), lines
-    assert lines[-1].startswith("localhost | fetched slow | 50.3 MB/50.3 MB, 6/6 files | "), lines
+    assert lines[-1].startswith("localhost | fetched paced | %s/%s, 6/6 files | " % (total, total)), lines
     assert lines[-1].endswith(" elapsed | done"), lines
 
 
