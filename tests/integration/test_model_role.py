@@ -81,8 +81,9 @@ def sha256(path):
 
 @pytest.fixture(scope="module")
 def world():
-    """The module's prefix, a bare virtualenv (the role installs huggingface_hub into it), and two Hub doubles: a fast
-    one (tree pages of 2 entries, a gated repo), a slow one (4 MiB/s per response) for the fetch killed halfway."""
+    """The module's prefix, a bare virtualenv (the role installs huggingface_hub into it), and three Hub doubles: a fast
+    one (tree pages of 2 entries, a gated repo), a slow one (4 MiB/s per response) for the fetch killed halfway and the
+    interrupted playbook, a paced one (1 MiB/s) for the progress lines."""
     wheels = hf_wheels.wheelhouse()
     prefix = tempfile.mkdtemp(prefix="eagle-model-test-")
     os.chmod(prefix, 0o755)  # root's, under the sticky /tmp: a trusted place for state dirs
