@@ -44,6 +44,7 @@ import sys
 import threading
 import time
 import traceback
+from urllib.parse import urlsplit
 
 if __name__ == "__main__":  # run as a program: its module_utils lie next to it (python -I keeps them off sys.path)
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
@@ -362,8 +363,12 @@ class Fetch(object):
         if meta.commit_hash and meta.commit_hash != self.job["commit"]:
             raise RuntimeError("the Hub answered for commit %s, not %s" % (meta.commit_hash, self.job["commit"]))
         headers = hub["build_hf_headers"](token=self.token or False)
+        location = meta.location or url
+        if urlsplit(location).netloc != urlsplit(url).netloc:
+            # a signed CDN URL (an LFS file's redirect): the token stays with the Hub, as huggingface_hub does
+            headers = dict((k, v) for k, v in headers.items() if k.lower() != "authorization")
         with open(part, "ab") as fh:
-            hub["http_get"](meta.location or url, fh, resume_size=have, headers=headers, expected_size=task["size"],
+            hub["http_get"](location, fh, resume_size=have, headers=headers, expected_size=task["size"],
                             displayed_filename=task["path"])
 
     def seed_transfer(self, task, part, have):
