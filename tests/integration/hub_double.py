@@ -160,15 +160,17 @@ class Double(object):
         self.requests = []
 
     def log(self, entry, client=None):
+        """Record a request; returns its handle for add_sent."""
         if client is not None:
             entry["client"] = client
         with self.lock:
             self.requests.append(entry)
-            return len(self.requests) - 1
+            return entry
 
-    def add_sent(self, index, n):
+    def add_sent(self, entry, n):
+        """Count bytes sent for a request (one logged before a reset counts in no log)."""
         with self.lock:
-            self.requests[index]["sent"] += n
+            entry["sent"] += n
 
     def stats(self):
         with self.lock:
@@ -338,7 +340,7 @@ class Handler(BaseHTTPRequestHandler):
         for k, v in headers.items():
             self.send_header(k, v)
         self.end_headers()
-        index = self.double.log({"method": self.command, "path": self.path, "file": f["path"], "start": start,
+        entry = self.double.log({"method": self.command, "path": self.path, "file": f["path"], "start": start,
                                  "sent": 0, "status": status}, self.client_address[0])
         if self.command == "HEAD":
             return None
@@ -356,7 +358,7 @@ class Handler(BaseHTTPRequestHandler):
                 except OSError:
                     return None
                 done += len(chunk)
-                self.double.add_sent(index, len(chunk))
+                self.double.add_sent(entry, len(chunk))
                 if rate:
                     ahead = done / rate - (time.monotonic() - began)
                     if ahead > 0:

@@ -81,9 +81,9 @@ def sha256(path):
 
 @pytest.fixture(scope="module")
 def world():
-    """The module's prefix, a bare virtualenv (the role installs huggingface_hub into it), and three Hub doubles: a fast
-    one (tree pages of 2 entries, a gated repo), a slow one (4 MiB/s per response) for the fetch killed halfway and the
-    interrupted playbook, a paced one (1 MiB/s) for the progress lines."""
+    """The module's prefix, a bare virtualenv (the role installs huggingface_hub into it), the source trees, and two Hub
+    doubles: a fast one (tree pages of 2 entries, a gated repo) and a paced one (1 MiB/s a response) for the progress
+    lines; the tests that kill a fetch have a slow one of their own (``slow``)."""
     wheels = hf_wheels.wheelhouse()
     prefix = tempfile.mkdtemp(prefix="eagle-model-test-")
     os.chmod(prefix, 0o755)  # root's, under the sticky /tmp: a trusted place for state dirs
@@ -96,14 +96,12 @@ def world():
     fast = hub_double.Double([hub_double.Repo("test-org/tiny", os.path.join(src, "tiny")),
                               hub_double.Repo("test-org/gated", os.path.join(src, "tiny"), gated=True)],
                              token=TOKEN, page_size=2)
-    slow = hub_double.Double([hub_double.Repo("test-org/slow", os.path.join(src, "slow"))], rate=4 * MIB)
     # 1 MiB/s a response: a fetch of 6 s, several steps of 1 s even when the machine is busy
     paced = hub_double.Double([hub_double.Repo("test-org/paced", os.path.join(src, "paced"))], rate=1 * MIB)
-    servers = [hub_double.serve(fast), hub_double.serve(slow), hub_double.serve(paced)]
-    w = {"prefix": prefix, "venv": venv, "wheels": wheels, "src": src, "fast": fast, "slow": slow,
+    servers = [hub_double.serve(fast), hub_double.serve(paced)]
+    w = {"prefix": prefix, "venv": venv, "wheels": wheels, "src": src, "fast": fast, "paced": paced,
          "fast_url": "http://127.0.0.1:%d" % servers[0].server_address[1],
-         "slow_url": "http://127.0.0.1:%d" % servers[1].server_address[1],
-         "paced_url": "http://127.0.0.1:%d" % servers[2].server_address[1]}
+         "paced_url": "http://127.0.0.1:%d" % servers[1].server_address[1]}
     yield w
     for s in servers:
         s.shutdown()
@@ -307,12 +305,26 @@ def test_a_corruption_that_hides_its_mtime_is_found_by_a_full_verification_and_o
 
 
 # ------------------------------------------------------------------ killed halfway
-def _wait_for(pred, timeout, what):
+@pytest.fixture
+def slow(world):
+    """A Hub double of the test's own at 4 MiB/s a response (its request log is this test's alone), serving
+    test-org/slow (two shards of 24 MiB: a whole 10 MiB chunk is in a part after 2.5 s, a shard is complete at 6 s)."""
+    double = hub_double.Double([hub_double.Repo("test-org/slow", os.path.join(world["src"], "slow"))], rate=4 * MIB)
+    server = hub_double.serve(double)
+    yield double, "http://127.0.0.1:%d" % server.server_address[1]
+    server.shutdown()
+
+
+def _wait_for(pred, timeout, what, proc=None):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         got = pred()
         if got:
             return got
+        if proc is not None and proc.poll() is not None:
+            out, err = proc.communicate()
+            raise AssertionError("ansible-playbook ended (rc=%s) before %s:\n%s\n%s" % (
+                proc.returncode, what, out[-3000:], err[-2000:]))
         time.sleep(0.05)
     raise AssertionError("timed out waiting for %s" % what)
 
@@ -336,22 +348,34 @@ def _status(v, name):
         return None
 
 
-def test_a_fetch_killed_halfway_resumes_at_its_last_byte_and_fetches_no_complete_file_twice(world):
-    world["slow"].reset()
+def _end(proc, v, name):
+    """The playbook's process group and the fetch program it started (its own session) gone, whatever happened."""
+    if proc.poll() is None:
+        os.killpg(proc.pid, signal.SIGKILL)
+        proc.wait()
+    pid = (_status(v, name) or {}).get("pid")
+    try:
+        with open("/proc/%d/cmdline" % pid, "rb") as fh:
+            if b"sglang_model_fetch.py" in fh.read():
+                os.kill(pid, signal.SIGKILL)
+    except (OSError, TypeError):
+        pass
+
+
+def test_a_fetch_killed_halfway_resumes_at_its_last_byte_and_fetches_no_complete_file_twice(world, slow):
+    double, url = slow
     m = model(world, "killed", repo="test-org/slow", name="slow")
-    v = settings(world, "killed", [m], sglang_model_hf_endpoint=world["slow_url"])
+    v = settings(world, "killed", [m], sglang_model_hf_endpoint=url)
     proc = play(world, v, wait=False)
     try:
         # A shard part holds a whole 10 MiB chunk (http_get writes 10 MiB at a time), the small files are in place.
         _wait_for(lambda: any(s >= 10 * MIB for s in _part_sizes(m).values())
-                  and os.path.exists(os.path.join(m["path"], "config.json")), 60, "a part of 10 MiB")
+                  and os.path.exists(os.path.join(m["path"], "config.json")), 180, "a part of 10 MiB", proc)
         pid = _status(v, "slow")["pid"]
         os.kill(pid, signal.SIGKILL)
-        out, err = proc.communicate(timeout=120)
+        out, err = proc.communicate(timeout=300)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
+        _end(proc, v, "slow")
     first = Run(subprocess.CompletedProcess(proc.args, proc.returncode, out, err), 0)
     assert first.rc != 0
     msg = " ".join(first.failure_msgs())
@@ -360,13 +384,13 @@ def test_a_fetch_killed_halfway_resumes_at_its_last_byte_and_fetches_no_complete
     assert parts and all(0 < s < 24 * MIB for s in parts.values()), parts
     done_before = set(f for f in os.listdir(m["path"]) if not f.startswith("."))
     assert "config.json" in done_before
-    before = served(world["slow"])
+    before = served(double)
     assert all(len(g) == 1 and g[0][0] == 0 for g in before.values()), before  # each file asked once, whole
-    world["slow"].reset()
+    double.reset()
 
     run = play(world, v)
     assert run.rc == 0, run
-    after = served(world["slow"])
+    after = served(double)
     # No file that was complete is asked again; each shard with a part resumes at exactly its part's size.
     assert not done_before & set(after), (done_before, after)
     for rel, size in parts.items():
@@ -376,23 +400,22 @@ def test_a_fetch_killed_halfway_resumes_at_its_last_byte_and_fetches_no_complete
     assert_model_in_place(world, m, src="slow")
 
 
-def test_a_rerun_after_the_playbook_was_interrupted_attaches_to_the_fetch_still_running(world):
-    world["slow"].reset()
+def test_a_rerun_after_the_playbook_was_interrupted_attaches_to_the_fetch_still_running(world, slow):
+    double, url = slow
     m = model(world, "attach", repo="test-org/slow", name="slow")
-    v = settings(world, "attach", [m], sglang_model_hf_endpoint=world["slow_url"])
+    v = settings(world, "attach", [m], sglang_model_hf_endpoint=url)
     proc = play(world, v, wait=False)
     try:
-        st = _wait_for(lambda: (_status(v, "slow") or {}).get("pid"), 60, "the fetch program's status")
+        st = _wait_for(lambda: (_status(v, "slow") or {}).get("pid"), 180, "the fetch program's status", proc)
         os.killpg(proc.pid, signal.SIGKILL)  # the operator's terminal is gone: ansible-playbook and its workers
         proc.wait()
+        assert os.path.exists("/proc/%d" % st)  # the fetch goes on on the host
+        run = play(world, v)
     finally:
-        if proc.poll() is None:
-            os.killpg(proc.pid, signal.SIGKILL)
-    assert os.path.exists("/proc/%d" % st)  # the fetch goes on on the host
-    run = play(world, v)
+        _end(proc, v, "slow")
     assert run.rc == 0, run
     assert _status(v, "slow")["pid"] == st  # the same program finished it: nothing started twice
-    got = served(world["slow"])
+    got = served(double)
     assert all(len(g) == 1 and g[0][0] == 0 for g in got.values()), got
     assert_model_in_place(world, m, src="slow")
 
