@@ -41,11 +41,11 @@ PRINT_EVERY = 30.0  # a line at least this often while the server loads
 PLUGIN_ARGS = ("progress",)
 
 
-def _progress_line():
-    """module_utils/sglang_progress.progress_line, found next to this plugin when the controller's
-    ansible.module_utils does not know the project's module_utils (they are shipped to hosts, not imported here)."""
+def _progress():
+    """module_utils/sglang_progress, found next to this plugin when the controller's ansible.module_utils does not know
+    the project's module_utils (they are shipped to hosts, not imported here)."""
     try:
-        from ansible.module_utils.sglang_progress import progress_line
+        from ansible.module_utils import sglang_progress
     except ImportError:
         import ansible.module_utils
         here = os.path.dirname(os.path.abspath(__file__))
@@ -53,8 +53,8 @@ def _progress_line():
             if os.path.isfile(os.path.join(path, "sglang_progress.py")) and path not in ansible.module_utils.__path__:
                 ansible.module_utils.__path__.append(path)
                 break
-        from ansible.module_utils.sglang_progress import progress_line
-    return progress_line
+        from ansible.module_utils import sglang_progress
+    return sglang_progress
 
 
 def _to_stderr():
@@ -104,7 +104,8 @@ class ActionModule(ActionBase):
         return result
 
     def _steps(self, args, task_vars, host):
-        printer = _Printer(host, self._say, self._clock)
+        progress = _progress()
+        printer = progress.StepPrinter(host, self._say, self._clock, PRINT_EVERY, progress.progress_line)
         steps = []
         limit = self._limit(args)
         started = self._clock()
@@ -139,41 +140,6 @@ class ActionModule(ActionBase):
         except (TypeError, ValueError):
             timeout = 1800.0
         return max(timeout, 0.0) + 600.0
-
-
-class _Printer(object):
-    """When to print: the first pending step, every phase change, and often enough that no two lines are more
-    than PRINT_EVERY apart (a line is due when waiting one more step like the last would pass it). A verdict
-    gets its own line only after lines were printed (a no-op prints nothing)."""
-
-    def __init__(self, host, say, clock, every=PRINT_EVERY):
-        self.host = host
-        self.say = say
-        self.clock = clock
-        self.every = every
-        self.last_at = None
-        self.last_phase = None
-        self.printed = 0
-        self._line = None
-
-    def step(self, res, took, final, first):
-        prog = res.get("progress")
-        if not isinstance(prog, dict):
-            return
-        if final and (first or not self.printed):
-            return
-        now = self.clock()
-        phase = prog.get("phase")
-        due = (self.last_at is None or final or phase != self.last_phase
-               or now - self.last_at + max(0.0, took) >= self.every)
-        if not due:
-            return
-        if self._line is None:
-            self._line = _progress_line()
-        self.say(self._line(self.host, prog))
-        self.last_at = now
-        self.last_phase = phase
-        self.printed += 1
 
 
 # What only the step that started (or put back) a detached supervisor, or stopped our old server and waited for its

@@ -158,6 +158,13 @@ options:
         description: Foreign GPU memory allowed per GPU with O(gpus.fail_on_foreign).
         type: int
         default: 0
+  models:
+    description:
+      - The options of M(ansible.legacy.sglang_model), exactly as that module takes them (its documentation says what
+        each means), checked against that module's own argument spec (the token stays a no_log value). The look
+        reports whether each model is already in place, by that module's own look (its manifest and C(lstat) of every
+        file it lists - no hashing, no network); see RV(models). It never fetches.
+    type: dict
   unit:
     description:
       - The deployment whose systemd unit C(sglang-<name>.service) to look at; see RV(unit).
@@ -318,6 +325,14 @@ gpus:
   returned: when O(gpus) is given
   type: dict
   sample: {nvidia_smi: /usr/bin/nvidia-smi, gpus: [], processes: [], foreign: []}
+models:
+  description:
+    - C(in_place) - whether every model of O(models) is in place as M(ansible.legacy.sglang_model) would leave it;
+      C(models) - per model C(name), C(path), C(in_place), C(why) (where not), C(commit), C(files), C(bytes).
+  returned: when O(models) is given
+  type: dict
+  sample: {in_place: true, models: [{name: Kimi-K2.5-INT4, path: /data/models/Kimi-K2.5-INT4, in_place: true,
+           commit: 0123456789abcdef0123456789abcdef01234567, files: 72, bytes: 547000000000}]}
 unit:
   description:
     - C(launcher) - what O(unit.launcher) resolves to; C(in_place) - true for V(detached), and for V(systemd) where the
@@ -345,6 +360,7 @@ from ansible.module_utils.early_init import PATCH_OPTIONS
 from ansible.module_utils.sglang_args import ARGUMENT_SPEC, model_dir_state
 from ansible.module_utils.sglang_gpus import LOOK_OPTIONS
 from ansible.module_utils.sglang_look import UNIT_OPTIONS, look_args, look_gpus, look_patch, look_unit
+from ansible.module_utils import sglang_model
 from ansible.module_utils.sglang_paths import (
     PACKAGE, SITE_DIRS_SCRIPT, canonical_name, find_distribution, locate, venv_of, venv_site_dirs,
 )
@@ -614,6 +630,16 @@ def args_check_params(module, given):
     return checked.validated_parameters
 
 
+def models_params(module, given):
+    """The models option checked against sglang_model's own argument spec, with its defaults; the token is masked in
+    this result too."""
+    checked = ArgumentSpecValidator(sglang_model.ARGUMENT_SPEC).validate(given)
+    module.no_log_values.update(checked._no_log_values)  # pylint: disable=protected-access
+    if checked.error_messages:
+        module.fail_json(msg="models: %s (the options of sglang_model)" % "; ".join(checked.error_messages))
+    return checked.validated_parameters
+
+
 def main():
     module = AnsibleModule(
         argument_spec=dict(
@@ -630,6 +656,7 @@ def main():
             args_check=dict(type="dict"),
             gpus=dict(type="dict", options=LOOK_OPTIONS),
             unit=dict(type="dict", options=UNIT_OPTIONS),
+            models=dict(type="dict"),
         ),
         mutually_exclusive=[("venv", "python")],
         required_one_of=[("venv", "python")],
@@ -655,6 +682,8 @@ def main():
         result["args_check"] = look_args(module, args_check_params(module, p["args_check"]))
     if p["gpus"] is not None:
         result["gpus"] = look_gpus(module, p["gpus"])
+    if p["models"] is not None:
+        result["models"] = sglang_model.look(models_params(module, p["models"]))
     if p["unit"] is not None:
         result["unit"] = look_unit(p["unit"], lambda *args: module.run_command(
             [module.get_bin_path("systemctl", required=True)] + list(args)))

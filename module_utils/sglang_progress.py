@@ -16,6 +16,8 @@ plugin to print its lines.
   process's user, writable by no one else, written atomically.
 * :func:`progress_line`: one line per host, e.g.
   ``blackwell-01 | loading weights 41/64 shards | 4m12s elapsed | ETA ~2m50s (last load 9m58s)``.
+* :func:`transfer_line`: a model fetch's line (``sglang_model``): bytes done and total, MB/s, ETA.
+* :class:`StepPrinter`: when an action plugin that calls its module in steps prints its line.
 * :func:`operator_text`: text (or a result's strings) with every control character escaped, the one function
   through which log and client text leaves for the operator's terminal.
 * what a verdict says (:func:`stopped_words`, :func:`timeout_words`, :func:`ended_words`, ...): the words of
@@ -142,6 +144,86 @@ def progress_line(host, progress):
     else:
         parts.append("no ETA (last load %s)" % duration_text(last))
     return operator_text(" | ".join(parts))
+
+
+# ------------------------------------------------------------------ a model fetch (sglang_model)
+_FETCH_WORDS = {"starting": "starting the fetch of", "fetching": "fetching", "copying": "copying", "verifying": "verifying",
+                "finishing": "finishing", "done": "fetched", "failed": "failed to fetch"}
+
+
+def size_text(n):
+    """Bytes in decimal units as download tools show them: ``812.4 MB``, ``547.00 GB``."""
+    n = max(0.0, float(n or 0))
+    if n >= 1e9:
+        return "%.2f GB" % (n / 1e9)
+    return "%.1f MB" % (n / 1e6)
+
+
+def transfer_line(host, progress):
+    """One line for a model fetch, e.g.
+    ``blackwell-01 | fetching Kimi-K2.5-INT4 | 312.40/547.00 GB, 31/72 files | 210.3 MB/s | 12m04s elapsed | ETA ~18m40s``;
+    while only hashing, ``... | verifying X | 120.00/547.00 GB hashed | 1900.0 MB/s | ...``; a copy from a peer says
+    ``copying`` and ``copied``. ``progress`` is
+    ``sglang_model``'s result ``progress``."""
+    progress = progress or {}
+    phase = progress.get("phase") or "starting"
+    names = ", ".join(str(n) for n in progress.get("models") or ()) or "the models"
+    words = _FETCH_WORDS.get(phase, str(phase))
+    if progress.get("copy") and phase in ("done", "failed"):
+        words = "copied" if phase == "done" else "failed to copy"
+    parts = [str(host), "%s %s" % (words, names)]
+    if phase == "verifying":
+        parts.append("%s/%s hashed" % (size_text(progress.get("hash_done")), size_text(progress.get("hash_total"))))
+        rate = progress.get("hash_rate")
+    else:
+        parts.append("%s/%s, %s/%s files" % (size_text(progress.get("present")), size_text(progress.get("total")),
+                                             progress.get("files_done", 0), progress.get("files_total", 0)))
+        rate = progress.get("rate")
+    if rate is not None and phase not in ("done", "failed"):
+        parts.append("%.1f MB/s" % (float(rate) / 1e6))
+    parts.append("%s elapsed" % duration_text(progress.get("elapsed")))
+    if phase == "done":
+        parts.append("done")
+    elif phase != "failed":
+        eta = progress.get("eta")
+        parts.append("ETA ~%s" % duration_text(eta) if eta is not None else "no ETA yet")
+    return operator_text(" | ".join(parts))
+
+
+# ------------------------------------------------------------------ the action plugins' lines
+class StepPrinter(object):
+    """When an action plugin that calls its module in steps prints a line (``line(host, progress)``): the first
+    pending step, every phase change, and often enough that no two lines are more than ``every`` s apart (a line is
+    due when waiting one more step like the last would pass it). A verdict gets its own line only after lines were
+    printed (a no-op prints nothing). Used on the controller by the ``wait_for_model`` and ``sglang_model`` action
+    plugins."""
+
+    def __init__(self, host, say, clock, every=30.0, line=None):
+        self.host = host
+        self.say = say
+        self.clock = clock
+        self.every = every
+        self.line = line or progress_line
+        self.last_at = None
+        self.last_phase = None
+        self.printed = 0
+
+    def step(self, res, took, final, first):
+        prog = res.get("progress")
+        if not isinstance(prog, dict):
+            return
+        if final and (first or not self.printed):
+            return
+        now = self.clock()
+        phase = prog.get("phase")
+        due = (self.last_at is None or final or phase != self.last_phase
+               or now - self.last_at + max(0.0, took) >= self.every)
+        if not due:
+            return
+        self.say(self.line(self.host, prog))
+        self.last_at = now
+        self.last_phase = phase
+        self.printed += 1
 
 
 # ------------------------------------------------------------------ what a verdict says

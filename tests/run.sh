@@ -27,6 +27,8 @@ echo "== the benchmark's tests: chromium and the benchmark client's CPU wheelhou
 bash tests/setup_bench.sh
 echo "== set up the real sglang-router the rolling-restart test runs (.cache/sglang-router; tests never download)"
 python tests/integration/sglang_router_src.py
+echo "== fetch the huggingface_hub wheels the model role's tests install (.cache/hf-wheels)"
+python tests/integration/hf_wheels.py
 echo "== pytest (unit + integration)"
 python -m pytest -q tests
 echo "== pytest took $((SECONDS - t0)) s so far"
@@ -40,5 +42,6 @@ if ((quick == 0)); then
     molecule test -s default
     molecule test -s sglang-cpu
     molecule test -s systemd
+    molecule test -s model
 fi
 echo "== all tests passed in $((SECONDS - t0)) s"
