@@ -319,7 +319,13 @@ class SchedulerEmu:
         if not req.get("warmup", False) and self.first_client_request:
             self.first_client_request = False
             plan = self.cfg.get("eagle")
-            if plan is not None and plan["will_crash"]:
+            crash = plan is not None and plan["will_crash"]
+            if crash or self.cfg["scenario"] == "crash_hang":
+                # The request's prefill runs (and is logged) before the first decode step, where SGLang dies.
+                self.log("Prefill batch. #new-seq: 1, #new-token: %d, #cached-token: 0, token usage: %.2f, "
+                         "#running-req: %d, #queue-req: 0, "
+                         % (prompt_tokens, prompt_tokens / self.cfg["max_total_num_tokens"], len(self.batch.running)))
+            if crash:
                 self.crash(self.eagle_traceback(), during_init=False)
             if self.cfg["scenario"] == "crash_hang":
                 self.crash_and_hang()
