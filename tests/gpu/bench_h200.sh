@@ -3,13 +3,13 @@
 #
 # Here first:  bash tests/gpu/build_playbook_carry.sh CHECKOUT     (the server's carry, .sgl)
 #              bash tests/gpu/build_bench_carry.sh CHECKOUT        (the benchmark's carry, .sglb)
-# Then:        run(command="bash .sgl/project/tests/gpu/playbook_h200.sh a", carry=[".sgl"], timeout_s=600)
-#              run(command="bash .sglb/project/tests/gpu/bench_h200.sh", carry=[".sglb"], timeout_s=600)
+# Then:        run(command="bash tests/gpu/playbook_h200.sh a", carry=[".sgl"], timeout_s=600)
+#              run(command="bash tests/gpu/bench_h200.sh", carry=[".sglb"], timeout_s=600)
 # (the second right after the first, while the machine is still warm: part a leaves SGLang installed and serving the
 # random test models, the controller's ansible-core in /opt/eagle-ctl; the two carries do not fit one call's 64 MiB.)
 #
 # Every run is `ansible-playbook ... -i inventory/h200 -i tests/gpu/inventory-h200 --limit localhost -v`, from
-# .sglb/project, like tests/gpu/playbook_h200.sh's:
+# the checkout the device tool sent, like tests/gpu/playbook_h200.sh's:
 #   bench_check  playbooks/bench.yml --check (says what it would do: no client, no restart)
 #   bench        playbooks/bench.yml -e @tests/gpu/bench-h200.yml: the client's missing packages from the bench
 #                wheelhouse, then SGLang's own client (sglang.benchmark.serving) at concurrency 1, 4, 16, 64 on both
@@ -26,8 +26,8 @@
 set -uo pipefail
 T0=$(date +%s.%N)
 budget=${BENCH_H200_BUDGET_S:-575}
-P=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)   # .sglb/project
-C=$(dirname "$P")                                      # .sglb
+P=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)   # the checkout the device tool sent
+C="$P/.sglb"                                           # the carry
 OUT=${OUT:-/tmp/out}
 EV="$OUT/h200-bench"
 RUNDIR=/var/lib/eagle-deploy/run
@@ -47,7 +47,7 @@ if [ ! -x /opt/sglang/venv/bin/python ] || [ ! -d /opt/eagle-ctl ] || [ -z "$(se
     log "this machine has no serving SGLang of part a (fresh machine?): run playbook_h200.sh a first, then this at once"
     pack; exit 1
 fi
-log "project commit $(cat "$P/COMMIT"), server pid $(server_pid), GPU $(gpu_mib) MiB"
+log "project commit $(cat "$C/COMMIT"), server pid $(server_pid), GPU $(gpu_mib) MiB"
 # The key reaches ansible-playbook in a 0600 file, never on its command line.
 ( umask 077; printf 'sglang_server_api_key: %s\n' "$KEY" > /root/bench-key.yml )
 rm -rf /srv/bench-wheels && tar -xf "$C/bench-wheels.tar" -C /srv || { log "UNPACK FAILED"; pack; exit 1; }

@@ -8,7 +8,7 @@
 #                     sglang_bench_requirements): aiohttp and its dependencies, requests, tqdm (cp312 manylinux, pip
 #                     download --no-deps), and a stub of Hugging Face datasets (tests/gpu/bench_shims: the client
 #                     imports datasets.load_dataset even for random ids; pyarrow does not fit 64 MiB);
-#   project/          `git archive HEAD` of this worktree, its commit in project/COMMIT.
+#   COMMIT            the commit of CHECKOUT, whose tree is the project on the device (clean, or refused).
 # The server's own carry (.sgl, tests/gpu/build_playbook_carry.sh) goes with the call that brings the server up;
 # this one with the call right after, on the same warm machine. Wheels are cached in .cache/sgl-wheels.
 set -euo pipefail
@@ -59,8 +59,10 @@ bw = importlib.util.module_from_spec(spec); spec.loader.exec_module(bw)
 print(bw.build(repo / "tests/gpu/bench_shims/datasets_stub", "datasets", "0.0.0+eaglestub", "datasets", out).name)
 PY
 tar -cf "${carry}/bench-wheels.tar" -C "${stage}" bench-wheels
+if [[ -n "$(git -C "${dest}" status --porcelain --untracked-files=normal)" ]]; then
+    echo "${dest} has changes that are not committed: commit them first (the device runs the tree as it is)" >&2
+    exit 1
+fi
 rm -rf "${carry}/project"
-mkdir -p "${carry}/project"
-git -C "${repo}" archive HEAD | tar -x -C "${carry}/project"
-git -C "${repo}" rev-parse HEAD > "${carry}/project/COMMIT"
+git -C "${dest}" rev-parse HEAD > "${carry}/COMMIT"
 du -sh "${carry}"/* | sed 's/^/carry: /'

@@ -14,8 +14,8 @@
 #                      stored uncompressed so that xz packs the whole house;
 #                      controller/: ansible-core and resolvelib, for the controller (the device runs the play on
 #                      itself; its python3 has jinja2, PyYAML and packaging);
-#   project/           `git archive HEAD` of this worktree (the committed branch, never the working tree), the
-#                      commit in project/COMMIT.
+#   COMMIT             the commit of CHECKOUT, whose tree is the project on the device (it must be clean: the
+#                      script refuses uncommitted changes).
 # Wheels are cached in .cache/sgl-wheels of this worktree (gitignored). Needs PyPI when cold.
 set -euo pipefail
 
@@ -96,18 +96,18 @@ echo "wheelhouse: $(du -sm "${stage}/wheelhouse" | cut -f1) MiB of wheels, packe
 echo "${stamp}" > "${carry}/.wheelhouse.stamp"
 fi
 
+# The project itself is the checkout the device tool sends (its tracked files): it must be the commit named here.
+if [[ -n "$(git -C "${dest}" status --porcelain --untracked-files=normal)" ]]; then
+    echo "${dest} has changes that are not committed: commit them first (the device runs the tree as it is)" >&2
+    exit 1
+fi
 rm -rf "${carry}/project"
-mkdir -p "${carry}/project"
-git -C "${repo}" archive HEAD | tar -x -C "${carry}/project"
-git -C "${repo}" rev-parse HEAD > "${carry}/project/COMMIT"
-# What the device's runs never read (the project's own test data and tests, the docs, molecule) stays here.
-rm -rf "${carry}/project/tests/data" "${carry}/project/tests/unit" "${carry}/project/tests/integration" \
-    "${carry}/project/docs" "${carry}/project/molecule"
+git -C "${dest}" rev-parse HEAD > "${carry}/COMMIT"
 
 tree_b=$(git -C "${dest}" ls-files -z --cached --others --exclude-standard | (cd "${dest}" && xargs -0 stat -c %s 2>/dev/null) | awk '{s+=$1} END {print s+0}')
 carry_b=$(du -sb "${carry}" | cut -f1)
 total=$((carry_b + tree_b))
-echo "project: commit $(cat "${carry}/project/COMMIT"); carry ${carry_b} bytes + tree ${tree_b} bytes = ${total} of 67108864"
+echo "project: commit $(cat "${carry}/COMMIT"); carry ${carry_b} bytes + tree ${tree_b} bytes = ${total} of 67108864"
 if (( total > 64 * 1048576 )); then
     echo "too big: carry + tree must stay <= 64 MiB" >&2
     exit 1

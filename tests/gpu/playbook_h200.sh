@@ -2,13 +2,13 @@
 # playbooks/serve_eagle3.yml itself on the lent H200, in production shape (TEST-ONLY; runs on the device as root).
 #
 # Here first:  bash tests/gpu/build_playbook_carry.sh CHECKOUT      (CHECKOUT: the checkout the device tool sends)
-# Then:        run(command="bash .sgl/project/tests/gpu/playbook_h200.sh a", carry=[".sgl"], timeout_s=600)
-#              run(command="bash .sgl/project/tests/gpu/playbook_h200.sh b", carry=[".sgl"], timeout_s=600)
+# Then:        run(command="bash tests/gpu/playbook_h200.sh a", carry=[".sgl"], timeout_s=600)
+#              run(command="bash tests/gpu/playbook_h200.sh b", carry=[".sgl"], timeout_s=600)
 # (b right after a, while the machine is still warm: the server a left running is b's starting point; on a fresh
 # machine b first brings it up again with one run of its own, named bringup.)
 #
 # Every run is `ansible-playbook playbooks/serve_eagle3.yml -i inventory/h200 -i tests/gpu/inventory-h200
-# --limit localhost -v`, from .sgl/project (`git archive` of the branch), with ansible-core from the carry:
+# --limit localhost -v`, from the checkout the device tool sent (clean: the commit in .sgl/COMMIT), with ansible-core from the carry:
 #   a: fresh  (bare host: service user, offline install from the wheelhouse, patch, CUDA graphs on, smoke)
 #      noop, noop2 (unchanged re-runs: changed=0, same PID), noop_check (the same with --check --diff)
 #      arg    (one server argument changed: mem-fraction-static 0.2 -> 0.22: one restart, GPU memory back first)
@@ -26,8 +26,8 @@ set -uo pipefail
 part=${1:?usage: playbook_h200.sh a|b|c|w}
 T0=$(date +%s.%N)
 budget=${PLAYBOOK_H200_BUDGET_S:-575}
-P=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)   # .sgl/project
-C=$(dirname "$P")                                      # .sgl
+P=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)   # the checkout the device tool sent
+C="$P/.sgl"                                           # the carry
 OUT=${OUT:-/tmp/out}
 EV=/var/tmp/h200-ev
 LOGDIR=/var/log/sglang
@@ -45,7 +45,7 @@ export ANSIBLE_CONFIG="$P/ansible.cfg"
 
 setup() {
     log "setup on $(hostname): $(nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader)"
-    log "project commit $(cat "$P/COMMIT")"
+    log "project commit $(cat "$C/COMMIT")"
     rm -rf /srv/wheelhouse /srv/controller
     mkdir -p /srv && tar -xJf "$C/wheelhouse.tar.xz" -C /srv || { log "UNPACK FAILED"; return 1; }
     log "wheelhouse: $(ls /srv/wheelhouse | wc -l) wheels, $(du -sm /srv/wheelhouse | cut -f1) MiB"
