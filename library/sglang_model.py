@@ -260,19 +260,9 @@ POLL = 0.5
 START_GRACE = 10.0  # seconds a fetch program started may take to take its lock
 
 
-def module_source(mod):
-    """Source of a module_utils module (bytes), also from inside an AnsiballZ zip."""
-    loader = getattr(mod, "__loader__", None)
-    source = loader.get_source(mod.__name__) if loader is not None else None
-    if source is None:
-        with open(mod.__file__, "rb") as fh:
-            return fh.read()
-    return source.encode("utf-8") if isinstance(source, str) else source
-
-
 def program_files():
     """{file name: source} of the fetch program and the module_utils it imports."""
-    return dict(("%s.py" % m.__name__.rsplit(".", 1)[-1], module_source(m))
+    return dict(("%s.py" % m.__name__.rsplit(".", 1)[-1], sglang_proc.module_source(m))
                 for m in (sglang_model_fetch, sglang_model, sglang_proc))
 
 

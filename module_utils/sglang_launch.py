@@ -26,19 +26,9 @@ from ansible.module_utils.sglang_unit import WATCHER_DIR, unit_name
 from ansible.module_utils.sglang_inputs import WaitError
 
 
-def module_source(mod):
-    """Source of a module_utils module (bytes), also from inside an AnsiballZ zip."""
-    loader = getattr(mod, "__loader__", None)
-    source = loader.get_source(mod.__name__) if loader is not None else None
-    if source is None:
-        with open(mod.__file__, "rb") as fh:
-            return fh.read()
-    return source.encode("utf-8") if isinstance(source, str) else source
-
-
 def watcher_files():
     """{file name: source} of the host watcher program and the module_utils it imports."""
-    return dict(("%s.py" % m.__name__.rsplit(".", 1)[-1], module_source(m))
+    return dict(("%s.py" % m.__name__.rsplit(".", 1)[-1], sglang_proc.module_source(m))
                 for m in (sglang_watcher, sglang_contract, sglang_watch, sglang_log, sglang_proc, sglang_redact,
                           sglang_progress))
 

@@ -280,6 +280,17 @@ def entry_of(st, digests=None, extra=None):
     return e
 
 
+def access_problem(st, uid=None, gid=None, mode=None):
+    """What differs in the owner, group and mode of ``st`` from those asked (None: not asked), or None."""
+    if uid is not None and st.st_uid != uid:
+        return "owner uid %d, want %d" % (st.st_uid, uid)
+    if gid is not None and st.st_gid != gid:
+        return "group gid %d, want %d" % (st.st_gid, gid)
+    if mode is not None and stat.S_IMODE(st.st_mode) != mode:
+        return "mode %04o, want %04o" % (stat.S_IMODE(st.st_mode), mode)
+    return None
+
+
 def file_problem(path, rec, uid=None, gid=None, mode=None):
     """Why the file at ``path`` is not as the manifest entry ``rec`` recorded it (and owned and moded as asked, when
     uid/gid/mode are given), or None. ``lstat`` only."""
@@ -293,13 +304,7 @@ def file_problem(path, rec, uid=None, gid=None, mode=None):
         return "size %d, want %s" % (st.st_size, rec.get("size"))
     if st.st_mtime_ns != rec.get("mtime_ns") or st.st_ino != rec.get("ino"):
         return "changed since it was verified (mtime or inode)"
-    if uid is not None and st.st_uid != uid:
-        return "owner uid %d, want %d" % (st.st_uid, uid)
-    if gid is not None and st.st_gid != gid:
-        return "group gid %d, want %d" % (st.st_gid, gid)
-    if mode is not None and stat.S_IMODE(st.st_mode) != mode:
-        return "mode %04o, want %04o" % (stat.S_IMODE(st.st_mode), mode)
-    return None
+    return access_problem(st, uid, gid, mode)
 
 
 def dir_problem(path, uid=None, gid=None, mode=None):
@@ -309,13 +314,7 @@ def dir_problem(path, uid=None, gid=None, mode=None):
         return "missing" if e.errno == errno.ENOENT else "not readable: %s" % e.strerror
     if not stat.S_ISDIR(st.st_mode):
         return "not a directory"
-    if uid is not None and st.st_uid != uid:
-        return "owner uid %d, want %d" % (st.st_uid, uid)
-    if gid is not None and st.st_gid != gid:
-        return "group gid %d, want %d" % (st.st_gid, gid)
-    if mode is not None and stat.S_IMODE(st.st_mode) != mode:
-        return "mode %04o, want %04o" % (stat.S_IMODE(st.st_mode), mode)
-    return None
+    return access_problem(st, uid, gid, mode)
 
 
 def model_dirs(files):

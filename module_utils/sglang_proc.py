@@ -799,3 +799,14 @@ def pids_holding_sockets(inodes):
             except OSError:
                 continue
     return out
+
+
+def module_source(mod):
+    """Source of a module_utils module (bytes), also from inside an AnsiballZ zip: what a module writes out for a
+    program it leaves running on the host (the supervisor, the model fetch program)."""
+    loader = getattr(mod, "__loader__", None)
+    source = loader.get_source(mod.__name__) if loader is not None else None
+    if source is None:
+        with open(mod.__file__, "rb") as fh:
+            return fh.read()
+    return source.encode("utf-8") if isinstance(source, str) else source
