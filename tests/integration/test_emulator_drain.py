@@ -11,7 +11,7 @@ import time
 
 import pytest
 
-from test_emulator import FAST, READY, Emulator, session_left
+from emulator_proc import FAST, READY, Emulator, session_left
 
 KEY = "drain-test-key-0123456789"
 AUTH = {"Authorization": "Bearer " + KEY}
