@@ -491,7 +491,8 @@ crash_class:
   description:
     - Class of the failure. From the log - python_exception, bad_config, warmup_failed,
       first_request_crash, cuda_graph_capture, cuda_oom, kv_pool_oom, cuda_error, nccl,
-      compile_error, child_sigquit, killed, port_in_use, native_crash, watchdog_timeout. From the
+      compile_error, child_sigquit, killed, port_in_use, native_crash, watchdog_timeout,
+      load_barrier_timeout (a multi-node load barrier). From the
       process or the clock - exited, child_died, stalled, timeout, unhealthy (a serving or watched server).
       C(stopped) when the server was stopped during the wait.
   returned: on failure
