@@ -108,6 +108,8 @@ def build_parser():
     add("--dist-init-addr", "--nccl-init-addr", dest="dist_init_addr", default=None)
     # SGLang's load barrier (UNBALANCED_MODEL_LOADING_TIMEOUT_S): rank 0 waits this long for the others' load.
     add("--emulator-barrier-seconds", dest="emulator_barrier_seconds", type=float, default=480.0)
+    # A follower that joins late (a slow node, a firewall): seconds before it connects to rank 0.
+    add("--emulator-join-delay", dest="emulator_join_delay", type=float, default=0.0)
     add("--emulator-scenario", dest="emulator_scenario", choices=SCENARIOS, default="normal")
     add("--emulator-load-seconds", dest="emulator_load_seconds", type=float, default=3.0)
     add("--emulator-shards", dest="emulator_shards", type=int, default=4)

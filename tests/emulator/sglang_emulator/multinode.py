@@ -187,6 +187,8 @@ class MultiNode:
     def run_follower(self):
         signal.signal(signal.SIGTERM, signal.SIG_IGN)
         emu("node %d of %d: joining %s:%d" % (self.rank, self.nnodes, self.host, self.port))
+        if self.args.emulator_join_delay > 0:
+            time.sleep(self.args.emulator_join_delay)
         lines = self._connect()
         lines.send("join %d" % self.rank)
         threading.Thread(target=self._watch_rank0, args=(lines,), daemon=True).start()
