@@ -254,6 +254,9 @@ class ActionModule(ActionBase):
                 return self._peer_failed(words, ctx, launched=True, steps=steps)
             if sj.all_ready(words):
                 out = _merge(steps)
+                if why is not None and out.get("changed"):
+                    out["restart_reason"] = ctx["text"]("the multi-node server %s restarts as a unit: rank %d (%s): %s"
+                                                        % (group, why[1], why[0], why[2]))
                 out["nodes_group"] = self._group_view(words, ctx)
                 return out
             if self._clock() - started > limit or (self._clock() > deadline and sj.never_joined(words, nodes)):
