@@ -221,6 +221,20 @@ def test_a_change_on_node1_only_restarts_both(pair):
     assert back.rc == 0 and all(back.result(n, LAUNCH)["changed"] for n in NODES), back
 
 
+def test_different_settings_on_a_node_are_refused_before_anything_is_stopped(pair):
+    nodes = pair["nodes"]
+    converge(pair)
+    pids = {name: run_state(n)["pid"] for name, n in nodes.items()}
+    inv = pair["inventory"](node1={"sglang_server_context_length": 65536})
+    run = pair["play"]("serve_eagle3.yml", inv)
+    assert run.rc != 0, run
+    msg = run.failures()
+    assert "node1 differs in context-length" in msg["node0"] and "node1 differs in context-length" in msg["node1"], msg
+    assert [n for n, r in run.results("node0") if n == LAUNCH] == []
+    assert {name: run_state(n)["pid"] for name, n in nodes.items()} == pids
+    assert all(alive(p) for p in pids.values())
+
+
 def _failed_pair(pair, run, crash_words):
     """Both nodes failed in this run, rank 1 named on both, and no process of either node left."""
     assert run.rc != 0, run
