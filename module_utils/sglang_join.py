@@ -235,6 +235,6 @@ def failure_text(host, rank, word):
     f = word.get("failure") or {}
     text = "rank %d (%s) failed: %s" % (rank, host, f.get("msg") or "no message")
     if f.get("crash_class"):
-        text += " [crash class %s%s]" % (f["crash_class"],
-                                          (": " + str(f["crash_exception"])) if f.get("crash_exception") else "")
+        exc = (": " + str(f["crash_exception"])) if f.get("crash_exception") else ""
+        text += " [crash class %s%s]" % (f["crash_class"], exc)
     return text
