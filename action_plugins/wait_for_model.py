@@ -111,6 +111,14 @@ class ActionModule(ActionBase):
         check = bool(self._task.check_mode) or bool(self._play_context.check_mode)
         stepping = (progress and not self._task.async_val and not check
                     and args.get("state", "started") == "started")
+        if join and check and not self._task.async_val and args.get("state", "started") == "started":
+            # check mode of a multi-node server: every node's plan, joined (a change on one node restarts them all)
+            host = task_vars.get("inventory_hostname") or self._play_context.remote_addr or "?"
+            try:
+                result.update(self._joined(args, task_vars, host, join, plan_only=True))
+            finally:
+                self._remove_tmp_path(self._connection._shell.tmpdir)
+            return result
         if not stepping:
             result.update(self._execute_module(module_args=args, task_vars=task_vars, wrap_async=wrap_async))
             if not wrap_async:
@@ -156,7 +164,7 @@ class ActionModule(ActionBase):
                 args.pop("_resume_attempt", None)
 
     # -- a multi-node server ----------------------------------------------------------------------------------------
-    def _joined(self, args, task_vars, host, join):
+    def _joined(self, args, task_vars, host, join, plan_only=False):
         sj = _join_mod()
         text = _progress().operator_text
         try:
@@ -200,6 +208,14 @@ class ActionModule(ActionBase):
                                      launched=False)
             self._sleep(BOARD_POLL)
         why = sj.restart_needed(words, nodes)
+        if plan_only:  # check mode: what every node would do, the group's restart included
+            out = dict(plan)
+            if why is not None:
+                out["changed"] = True
+                out["restart_reason"] = text("the multi-node server %s would restart as a unit: rank %d (%s): %s"
+                                             % (group, why[1], why[0], why[2]))
+            out["nodes_group"] = self._group_view(words, ctx)
+            return out
         args = dict(args, _step_time=spec["step_time"])
         if why is not None and not plan.get("changed"):
             args["force_restart"] = True  # the group restarts as a unit

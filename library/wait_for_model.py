@@ -300,8 +300,8 @@ options:
         a node only once every node is ready (rank 0's health, a follower's own load done); when any node fails (its
         crash, SGLang's load barrier, a node that never joins within O(join.timeout)) every other node's server is
         stopped (rank 0 first) and its task fails naming the node that failed.
-      - Every host of O(join.nodes) must run this task in the same run (same batch); check mode and other states do
-        not join.
+      - Every host of O(join.nodes) must run this task in the same run (same batch). In check mode only the plans are
+        joined (a node reports the restart another node's change would bring); other states do not join.
     type: dict
     suboptions:
       group:

@@ -205,6 +205,12 @@ def test_a_change_on_node1_only_restarts_both(pair):
     converge(pair)
     pids = {name: run_state(n)["pid"] for name, n in nodes.items()}
     inv = pair["inventory"](node1={"sglang_server_environment": {"EAGLE_TEST_NODE1_ONLY": "x%d" % time.time_ns()}})
+    check = pair["play"]("serve_eagle3.yml", inv, "--check")  # says so, and touches nothing
+    assert check.rc == 0, check
+    for name in NODES:
+        assert check.result(name, LAUNCH)["changed"], name
+        assert "would restart as a unit: rank 1 (node1)" in check.result(name, LAUNCH)["restart_reason"]
+    assert {name: run_state(n)["pid"] for name, n in nodes.items()} == pids
     run = pair["play"]("serve_eagle3.yml", inv)
     assert run.rc == 0, run
     for name in NODES:

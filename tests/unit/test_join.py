@@ -278,8 +278,18 @@ def test_text_from_a_host_is_escaped_in_the_message(tmp_path):
     assert "\x1b" not in res["msg"] and "\n" not in res["msg"] and "\\x1b[31m" in res["msg"]
 
 
-def test_check_mode_does_not_join(tmp_path):
-    n = Node(tmp_path, [KEEP])
+def test_check_mode_joins_the_plans_only(tmp_path):
+    n = Node(tmp_path, [KEEP],
+             peer=follower("begin", {"state": "planned", "restart": True, "reason": "fingerprint changed: environment"}))
     n.action._task.check_mode = True
     res = n.run()
-    assert len(n.calls) == 1 and "nodes_group" not in res
+    assert [c["check"] for c in n.calls] == [True]  # one call, in check mode: nothing launched or stopped
+    assert res["changed"] is True and not res.get("failed")
+    assert "would restart as a unit: rank 1 (node-1): fingerprint changed: environment" in res["restart_reason"]
+
+
+def test_check_mode_of_a_group_that_keeps_changes_nothing(tmp_path):
+    n = Node(tmp_path, [KEEP], peer=follower("begin", {"state": "planned", "restart": False}))
+    n.action._task.check_mode = True
+    res = n.run()
+    assert len(n.calls) == 1 and res["changed"] is False and "restart_reason" not in res
