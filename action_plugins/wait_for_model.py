@@ -22,6 +22,14 @@ One module call, as without this plugin: a no-op (the first step answers with a 
 running, healthy and unchanged), check mode, an async task, ``state`` other than ``started``, and the task
 argument ``progress: false``. ``progress`` and ``step_time`` are the plugin's own task arguments; the module gets the
 step protocol as ``_step_time`` and ``_resume_attempt``, which are no user options of the module.
+
+A multi-node server (the task argument ``join``: ``{group, nodes, rank, timeout, step_time}``, documented with the
+module) is joined on the controller through a board (``module_utils/sglang_join.py``): every node of the group must
+be in this run; each node first asks its module in check mode whether it would restart, and when any node would, every
+node restarts (``force_restart``); then the steps run, each node's word on the board between them. The task ends
+``ok`` on every node only when every node is ready (rank 0: its ``/health_generate``; a follower: its own load done).
+When a node fails (its crash, the load barrier, a node that never joins within ``timeout``), every other node is
+stopped (rank 0 first: a follower waits up to ``FOLLOWER_WAIT`` s for rank 0's stop) and fails naming that node.
 """
 from __future__ import annotations
 
@@ -39,6 +47,8 @@ display = Display()
 STEP_TIME = 10.0  # seconds a step waits on the host before it answers "pending"
 PRINT_EVERY = 30.0  # a line at least this often while the server loads
 PLUGIN_ARGS = ("progress",)
+FOLLOWER_WAIT = 30.0  # a follower stopped after another node's failure waits this long for rank 0's stop first
+BOARD_POLL = 0.25  # seconds between two reads of the board while this node waits on the others
 
 
 def _progress():
@@ -57,6 +67,13 @@ def _progress():
     return sglang_progress
 
 
+def _join_mod():
+    """module_utils/sglang_join (the controller's board of a multi-node launch), found as ``_progress()`` finds its."""
+    _progress()  # puts the project's module_utils on ansible.module_utils' path where needed
+    from ansible.module_utils import sglang_join
+    return sglang_join
+
+
 def _to_stderr():
     """Whether the stdout callback writes JSON (ansible.builtin.json, ansible.posix.jsonl, ...)."""
     return "json" in str(C.config.get_config_value("DEFAULT_STDOUT_CALLBACK") or "").lower()
@@ -67,8 +84,11 @@ class ActionModule(ActionBase):
     _supports_check_mode = True
     _supports_async = True
 
-    # seams for the unit tests (a fake clock; what a line is written with)
+    # seams for the unit tests (a fake clock; what a line is written with; the board's clock and directory)
     _clock = staticmethod(time.monotonic)
+    _sleep = staticmethod(time.sleep)
+    _wall = staticmethod(time.time)
+    _board_base = None
 
     def _say(self, line):
         self._display.display(line, stderr=_to_stderr())
@@ -78,6 +98,7 @@ class ActionModule(ActionBase):
         del tmp
         task_vars = task_vars or {}
         args = dict(self._task.args)
+        join = args.pop("join", None)
         try:
             progress = boolean(args.pop("progress", True), strict=True)
             step_time = args.pop("step_time", None)
@@ -90,6 +111,14 @@ class ActionModule(ActionBase):
         check = bool(self._task.check_mode) or bool(self._play_context.check_mode)
         stepping = (progress and not self._task.async_val and not check
                     and args.get("state", "started") == "started")
+        if join and check and not self._task.async_val and args.get("state", "started") == "started":
+            # check mode of a multi-node server: every node's plan, joined (a change on one node restarts them all)
+            host = task_vars.get("inventory_hostname") or self._play_context.remote_addr or "?"
+            try:
+                result.update(self._joined(args, task_vars, host, join, plan_only=True))
+            finally:
+                self._remove_tmp_path(self._connection._shell.tmpdir)
+            return result
         if not stepping:
             result.update(self._execute_module(module_args=args, task_vars=task_vars, wrap_async=wrap_async))
             if not wrap_async:
@@ -98,7 +127,10 @@ class ActionModule(ActionBase):
         args["_step_time"] = step_time
         host = task_vars.get("inventory_hostname") or self._play_context.remote_addr or "?"
         try:
-            result.update(self._steps(args, task_vars, host))
+            if join:
+                result.update(self._joined(args, task_vars, host, join))
+            else:
+                result.update(self._steps(args, task_vars, host))
         finally:
             self._remove_tmp_path(self._connection._shell.tmpdir)
         return result
@@ -130,6 +162,210 @@ class ActionModule(ActionBase):
                 args["_resume_attempt"] = attempt
             else:
                 args.pop("_resume_attempt", None)
+
+    # -- a multi-node server ----------------------------------------------------------------------------------------
+    def _joined(self, args, task_vars, host, join, plan_only=False):
+        sj = _join_mod()
+        text = _progress().operator_text
+        try:
+            spec = sj.check_spec(join, host)
+            directory = sj.board_dir(self._board_base)
+        except sj.JoinError as e:
+            return {"failed": True, "msg": "join: %s. Nothing was stopped or launched." % e}
+        nodes, rank, group = spec["nodes"], spec["rank"], spec["group"]
+        here = set(task_vars.get("ansible_play_batch") or task_vars.get("ansible_play_hosts") or [host])
+        away = [(n, i) for i, n in enumerate(nodes) if n not in here]
+        if away:
+            return {"failed": True, "msg": text(
+                "multi-node server %s: %s not in this run (failed or unreachable before the launch, or left out by "
+                "--limit / serial): nothing was stopped or launched on rank %d (%s); run the group's hosts together"
+                % (group, ", ".join("rank %d (%s)" % (i, n) for n, i in away), rank, host))}
+        name = sj.board_name(getattr(self._task, "_uuid", ""), group, nodes, os.getppid())
+        sj.sweep(directory, self._wall(), keep=(name, name + ".lock"))
+        board = sj.Board(directory, name, clock=self._wall)
+        rnd = board.begin(host, rank)
+        ctx = {"sj": sj, "text": text, "board": board, "round": rnd, "nodes": nodes, "rank": rank, "host": host,
+               "group": group, "args": args, "task_vars": task_vars, "step_time": spec["step_time"]}
+        deadline = self._clock() + spec["timeout"]
+
+        # 1. the plan: would this node restart? (the module in check mode: it reads, it never acts)
+        plan = self._check_mode_call(args, task_vars)
+        if plan.get("failed"):
+            board.put(host, state="failed", failure=sj.summary_of(plan), failed_at=self._wall())
+            return self._node_failed(plan, ctx)
+        board.put(host, state="planned", restart=bool(plan.get("changed")),
+                  reason=plan.get("restart_reason") or ("would restart" if plan.get("changed") else None))
+        while True:
+            words = sj.current(board.read(), nodes, rnd)
+            if sj.group_failure(words, nodes):
+                return self._peer_failed(words, ctx, launched=False)
+            if sj.all_planned(words):
+                break
+            if self._clock() > deadline:
+                missing = [(n, i) for i, n in enumerate(nodes) if words.get(n) is None]
+                return self._give_up(ctx, "never joined: %s did not reach the launch within %d s"
+                                     % (", ".join("rank %d (%s)" % (i, n) for n, i in missing), spec["timeout"]),
+                                     launched=False)
+            self._sleep(BOARD_POLL)
+        why = sj.restart_needed(words, nodes)
+        if plan_only:  # check mode: what every node would do, the group's restart included
+            out = dict(plan)
+            if why is not None:
+                out["changed"] = True
+                out["restart_reason"] = text("the multi-node server %s would restart as a unit: rank %d (%s): %s"
+                                             % (group, why[1], why[0], why[2]))
+            out["nodes_group"] = self._group_view(words, ctx)
+            return out
+        args = dict(args, _step_time=spec["step_time"])
+        if why is not None and not plan.get("changed"):
+            args["force_restart"] = True  # the group restarts as a unit
+        ctx["args"] = args
+
+        # 2. the launch, in steps, the board read between them
+        progress = _progress()
+        printer = progress.StepPrinter(host, self._say, self._clock, PRINT_EVERY, progress.progress_line)
+        steps = []
+        started = self._clock()
+        deadline = started + spec["timeout"]
+        limit = self._limit(args)
+        while True:
+            t0 = self._clock()
+            res = self._execute_module(module_args=args, task_vars=task_vars)
+            steps.append(res)
+            pending = bool(res.get("pending")) and not res.get("failed")
+            printer.step(res, self._clock() - t0, final=not pending, first=len(steps) == 1)
+            if res.get("failed"):
+                board.put(host, state="failed", failure=sj.summary_of(res), failed_at=self._wall())
+                return self._node_failed(_merge(steps), ctx)
+            phase = (res.get("progress") or {}).get("phase") or res.get("phase")
+            if not pending:
+                board.put(host, state="ready", phase="ready")
+                break
+            board.put(host, state="pending", phase=phase)
+            words = sj.current(board.read(), nodes, rnd)
+            if sj.group_failure(words, nodes):
+                return self._peer_failed(words, ctx, launched=True, steps=steps)
+            if self._clock() > deadline:
+                missing = sj.never_joined(words, nodes)
+                if missing:
+                    return self._give_up(ctx, "never joined: %s had not joined (its load not begun: torch.distributed's "
+                                              "rendezvous at rank 0 not done) %d s after the launch"
+                                         % (", ".join("rank %d (%s)" % (i, n) for n, i in missing), spec["timeout"]),
+                                         launched=True, steps=steps)
+            if self._clock() - started > limit:
+                return self._give_up(ctx, "still loading after %d s of steps, past the module's timeout" % limit,
+                                     launched=True, steps=steps)
+            attempt = (res.get("progress") or {}).get("attempt")
+            args = dict(args, force_restart=False)
+            if isinstance(attempt, int) and not isinstance(attempt, bool):
+                args["_resume_attempt"] = attempt
+            else:
+                args.pop("_resume_attempt", None)
+            ctx["args"] = args
+
+        # 3. this node is ready: the group is, once every node is
+        while True:
+            words = sj.current(board.read(), nodes, rnd)
+            if sj.group_failure(words, nodes):
+                return self._peer_failed(words, ctx, launched=True, steps=steps)
+            if sj.all_ready(words):
+                out = _merge(steps)
+                if why is not None and out.get("changed"):
+                    out["restart_reason"] = ctx["text"]("the multi-node server %s restarts as a unit: rank %d (%s): %s"
+                                                        % (group, why[1], why[0], why[2]))
+                out["nodes_group"] = self._group_view(words, ctx)
+                return out
+            if self._clock() - started > limit or (self._clock() > deadline and sj.never_joined(words, nodes)):
+                missing = sj.never_joined(words, nodes) or [
+                    (n, i) for i, n in enumerate(nodes) if (words.get(n) or {}).get("state") != "ready"]
+                return self._give_up(ctx, "%s not ready: %s" % (
+                    "never joined" if sj.never_joined(words, nodes) else "the group is",
+                    ", ".join("rank %d (%s)" % (i, n) for n, i in missing)), launched=True, steps=steps)
+            self._sleep(BOARD_POLL)
+
+    def _check_mode_call(self, args, task_vars):
+        """The module in check mode (its plan: keep or restart), whatever the task's own mode."""
+        was = self._task.check_mode
+        self._task.check_mode = True
+        try:
+            return self._execute_module(module_args=dict(args), task_vars=task_vars)
+        finally:
+            self._task.check_mode = was
+
+    def _stop_own(self, ctx):
+        """Stop this node's server (``state: stopped``, only ours); a follower first waits for rank 0's stop or
+        failure (followers end when rank 0 does)."""
+        sj, board = ctx["sj"], ctx["board"]
+        if ctx["rank"] > 0:
+            until = self._clock() + FOLLOWER_WAIT
+            while self._clock() < until:
+                w = sj.current(board.read(), ctx["nodes"], ctx["round"]).get(ctx["nodes"][0]) or {}
+                if w.get("state") in ("failed", "stopped") or not w:
+                    break
+                self._sleep(BOARD_POLL)
+        keys = ("name", "run_dir", "log_dir", "launcher", "stop_timeout")
+        stop_args = dict((k, ctx["args"][k]) for k in keys if ctx["args"].get(k) is not None)
+        stop_args["state"] = "stopped"
+        res = self._execute_module(module_args=stop_args, task_vars=ctx["task_vars"])
+        board.put(ctx["host"], state="stopped")
+        return {k: res.get(k) for k in ("changed", "msg", "failed", "signalled", "killed") if k in res}
+
+    def _group_view(self, words, ctx):
+        return {h: {"rank": ctx["nodes"].index(h), "state": (w or {}).get("state", "absent"),
+                    "phase": (w or {}).get("phase")} for h, w in words.items()}
+
+    def _node_failed(self, res, ctx):
+        """This node failed: its own failure, named as the group's rank (its supervisor stops its tree)."""
+        sj = ctx["sj"]
+        out = dict(res)
+        out["failed"] = True
+        words = sj.current(ctx["board"].read(), ctx["nodes"], ctx["round"])
+        if res.get("crash_class") in sj.CONSEQUENCE_CLASSES:
+            # most often what another node's death did to this one: give that node's word a moment to come in
+            until = self._clock() + ctx["step_time"] + 2.0
+            while self._clock() < until:
+                first = sj.group_failure(words, ctx["nodes"])
+                if first and first[0] != ctx["host"]:
+                    break
+                self._sleep(BOARD_POLL)
+                words = sj.current(ctx["board"].read(), ctx["nodes"], ctx["round"])
+        first = sj.group_failure(words, ctx["nodes"])
+        also = ""
+        if first and first[0] != ctx["host"]:
+            also = "; first failure in the group: " + sj.failure_text(*first)
+            out["failed_rank"] = first[1]
+            out["group_failure"] = first[2].get("failure")
+        else:
+            out["failed_rank"] = ctx["rank"]
+        out["msg"] = ctx["text"]("multi-node server %s, rank %d (%s): %s%s" % (
+            ctx["group"], ctx["rank"], ctx["host"], res.get("msg") or "failed", also))
+        out["nodes_group"] = self._group_view(words, ctx)
+        return out
+
+    def _peer_failed(self, words, ctx, launched, steps=()):
+        host, rank, word = ctx["sj"].group_failure(words, ctx["nodes"])
+        return self._give_up(ctx, ctx["sj"].failure_text(host, rank, word), launched, steps, failed_rank=rank,
+                             failure=word.get("failure"))
+
+    def _give_up(self, ctx, why, launched, steps=(), failed_rank=None, failure=None):
+        """The group failed for ``why``: this node's server stopped (when this task launched it), the task failed."""
+        out = _merge(list(steps)) if steps else {}
+        out.pop("pending", None)
+        stopped = self._stop_own(ctx) if launched else None
+        if not launched:
+            ctx["board"].put(ctx["host"], state="stopped")
+        out.update(failed=True, changed=bool(out.get("changed")) or bool(stopped and stopped.get("changed")))
+        out["msg"] = ctx["text"]("multi-node server %s failed: %s; rank %d (%s) %s" % (
+            ctx["group"], why, ctx["rank"], ctx["host"],
+            "was stopped" if launched else "launched nothing"))
+        if stopped is not None:
+            out["group_stop"] = stopped
+        if failed_rank is not None:
+            out["failed_rank"] = failed_rank
+        if failure:
+            out["group_failure"] = failure
+        out["nodes_group"] = self._group_view(ctx["sj"].current(ctx["board"].read(), ctx["nodes"], ctx["round"]), ctx)
+        return out
 
     @staticmethod
     def _limit(args):

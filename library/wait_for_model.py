@@ -292,6 +292,40 @@ options:
     description: Restart even when the server is healthy and its fingerprint is unchanged.
     type: bool
     default: false
+  join:
+    description:
+      - A multi-node server (one server on several hosts, SGLang's C(--nnodes)), joined on the controller by this
+        module's action plugin; the module on the host ignores it. With O(state=started) each node's task first asks
+        the module in check mode whether it would restart; when any node would, every node restarts. The task is ok on
+        a node only once every node is ready (rank 0's health, a follower's own load done); when any node fails (its
+        crash, SGLang's load barrier, a node that never joins within O(join.timeout)) every other node's server is
+        stopped (rank 0 first) and its task fails naming the node that failed.
+      - Every host of O(join.nodes) must run this task in the same run (same batch). In check mode only the plans are
+        joined (a node reports the restart another node's change would bring); other states do not join.
+    type: dict
+    suboptions:
+      group:
+        description: The inventory group whose hosts are the server (its name, for the board and the messages).
+        type: str
+        required: true
+      nodes:
+        description: The group's hosts in rank order (rank 0 first), as inventory names.
+        type: list
+        elements: str
+        required: true
+      rank:
+        description: This host's rank, its index in O(join.nodes).
+        type: int
+        required: true
+      timeout:
+        description: Seconds from the launch within which every node must have joined (its load begun), and within
+          which every node must have reached this task.
+        type: float
+        default: 600
+      step_time:
+        description: Seconds a step waits on the host before the controller reads the other nodes' words again.
+        type: float
+        default: 2
   prove_launch:
     description:
       - With O(state=started) in check mode, prove the launch as a real run does before it stops anything (O(run_as)
@@ -440,6 +474,28 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+nodes_group:
+  description: With O(join), each node's last word on the controller's board, by host (C(rank), C(state) - planned,
+    pending, ready, failed, stopped, absent - and C(phase)).
+  returned: with O(join) outside check mode
+  type: dict
+  sample: {"node-0": {"rank": 0, "state": "ready", "phase": "ready"}, "node-1": {"rank": 1, "state": "ready", "phase": "ready"}}
+failed_rank:
+  description: With O(join), the rank whose failure ended the group (on the other nodes' results).
+  returned: when another node of the group failed
+  type: int
+  sample: 1
+group_failure:
+  description: With O(join), that node's failure (C(msg), C(crash_class), C(crash_exception), C(hint), C(deciding_line),
+    C(log_path), C(phase)), as its own task reports it.
+  returned: when another node of the group failed
+  type: dict
+  sample: {"msg": "server crashed", "crash_class": "cuda_oom"}
+group_stop:
+  description: With O(join), what stopping this node's server after another node's failure did (C(changed), C(msg)).
+  returned: when this node was stopped because the group failed
+  type: dict
+  sample: {"changed": true, "msg": "stopped"}
 pid:
   description: PID of the server's leader process.
   returned: when a server runs
@@ -491,7 +547,8 @@ crash_class:
   description:
     - Class of the failure. From the log - python_exception, bad_config, warmup_failed,
       first_request_crash, cuda_graph_capture, cuda_oom, kv_pool_oom, cuda_error, nccl,
-      compile_error, child_sigquit, killed, port_in_use, native_crash, watchdog_timeout. From the
+      compile_error, child_sigquit, killed, port_in_use, native_crash, watchdog_timeout,
+      load_barrier_timeout (a multi-node load barrier). From the
       process or the clock - exited, child_died, stalled, timeout, unhealthy (a serving or watched server).
       C(stopped) when the server was stopped during the wait.
   returned: on failure
@@ -978,6 +1035,12 @@ def argument_spec():
         gpu_release_timeout=dict(type="float", default=120.0),
         stop_on_failure=dict(type="bool", default=True),
         force_restart=dict(type="bool", default=False),
+        # the action plugin's (a multi-node server joined on the controller); the module ignores it
+        join=dict(type="dict", options=dict(group=dict(type="str", required=True),
+                                            nodes=dict(type="list", elements="str", required=True),
+                                            rank=dict(type="int", required=True),
+                                            timeout=dict(type="float", default=600),
+                                            step_time=dict(type="float", default=2))),
         prove_launch=dict(type="bool", default=False),
         on_foreign_pid=dict(type="str", default="fail", choices=["fail", "ignore"]),
         log_tail_lines=dict(type="int", default=40),

@@ -52,6 +52,7 @@ CRASH_CLASSES = (
     "port_in_use",
     "native_crash",
     "watchdog_timeout",
+    "load_barrier_timeout",
 )
 
 HINTS = {
@@ -81,6 +82,9 @@ HINTS = {
     "native_crash": "a server process died in native code (segfault, abort, C++ exception) with no Python "
                     "traceback: read the faulthandler or what() lines in log_tail; a core dump (coredumpctl) "
                     "locates it",
+    "load_barrier_timeout": "a multi-node (or multi-rank) server: this rank finished loading but another did not within "
+                            "SGLang's load barrier (480 s): look at the other nodes' logs for the rank that failed "
+                            "or is slow (OOM, a slow disk, a node that never started)",
     "watchdog_timeout": "SGLang's watchdog saw a forward pass make no progress for --watchdog-timeout seconds "
                         "(a hung kernel or collective, often one rank stuck): read the py-spy dump above it",
 }
@@ -91,7 +95,8 @@ HINTS = {
 _RANK = {"python_exception": 0, "child_sigquit": 0}
 _RANK.update((c, 1) for c in ("killed", "native_crash", "first_request_crash", "bad_config", "warmup_failed",
                               "cuda_graph_capture", "watchdog_timeout"))
-_RANK.update((c, 2) for c in ("cuda_oom", "kv_pool_oom", "cuda_error", "nccl", "compile_error", "port_in_use"))
+_RANK.update((c, 2) for c in ("cuda_oom", "kv_pool_oom", "cuda_error", "nccl", "compile_error", "port_in_use",
+                              "load_barrier_timeout"))
 
 # Prefixes that wrap SGLang's own lines: Ray actor tags, container runtime timestamps (docker's
 # "...Z ", the CRI format "2026-03-18T11:22:06.731234567+08:00 stderr F "), compose service names,
@@ -199,6 +204,8 @@ def _echo_left(body):
 # once the weights are in. Not torch's "CUDA out of memory" (an allocation that failed).
 _KV_POOL = re.compile(r"Not enought? (?:GPU )?memory\b.*?(?:mem[-_]fraction[-_]static|KV cache|memory pool|state cache)|"
                       r"leaves? no (?:GPU )?memory for (?:the )?KV cache|no (?:GPU )?memory left for (?:the )?KV cache")
+# SGLang's load barrier timed out: this rank loaded, another rank (often on another node) did not.
+_BARRIER = re.compile(r"TP rank \d+ could finish the model loading, but there are other ranks that didn't finish loading")
 # SGLang's subprocess watchdog in the launcher (0.5.x, utils/watchdog.py SubprocessWatchdog): "Subprocess
 # scheduler_0 (pid=N) crashed with exit code C. Triggering SIGQUIT for cleanup..." (only "crashed with exit code
 # C." where fail-stop is off), and the verbose variant "Subprocess NAME (pid=N) is gone: killed by SIGKILL (exit
@@ -245,6 +252,9 @@ _SIGNATURES = [
                 r"Watchdog caught collective operation timeout|ProcessGroupNCCL's watchdog got stuck|"
                 r"Process group watchdog thread terminated with exception|DistBackendError"), "nccl", True),
     (re.compile(r"Capture cuda graph failed"), "cuda_graph_capture", True),
+    # SGLang's load barrier (model_runner.load_model, dist.monitored_barrier, UNBALANCED_MODEL_LOADING_TIMEOUT_S):
+    # "ValueError: TP rank N could finish the model loading, but there are other ranks that didn't finish loading."
+    (_BARRIER, "load_barrier_timeout", True),
     (re.compile(r"^Error limit reached\.|^Compilation terminated\.|ninja: build stopped|"
                 r"\.cuh?\(\d+\): error:|errors? detected in the compilation of|"
                 r"CalledProcessError: Command '\['ninja'|CompilationError: "), "compile_error", True),
@@ -314,7 +324,7 @@ _CRASH_ANCHORS = (
     b"exited", b"out of memory", b"OutOfMemoryError", b"NCCL error", b"ncclUnhandledCudaError", b"ncclSystemError",
     b"ncclInternalError", b"collective operation timeout", b"DistBackendError", b"device-side assert",
     b"illegal memory access", b"unspecified launch failure", b"Compilation terminated", b".cu(", b".cuh(",
-    b"hit an exception", b"[Errno ", b"xit code", b"mem-fraction-static",
+    b"hit an exception", b"[Errno ", b"xit code", b"mem-fraction-static", b"didn't finish loading",
     b"SIGTERM received", b"Draining requests", b"Gracefully exiting", b"Shutting down",
     # a container runtime's partial record: held until its full record ends the line
     b" stdout P ", b" stderr P ",
@@ -884,6 +894,8 @@ class LogClassifier(object):
             return "port_in_use"
         if _KV_POOL.search(text):
             return "kv_pool_oom"
+        if _BARRIER.search(text):
+            return "load_barrier_timeout"
         if re.search(r"out of memory|OutOfMemoryError", text):
             return "cuda_oom"
         if re.search(r"CUDA (?:driver )?error: |device-side assert|illegal memory access|cudaError(?!Memory)\w+", exc_text):

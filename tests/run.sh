@@ -43,5 +43,6 @@ if ((quick == 0)); then
     molecule test -s sglang-cpu
     molecule test -s systemd
     molecule test -s model
+    molecule test -s multinode
 fi
 echo "== all tests passed in $((SECONDS - t0)) s"

@@ -445,3 +445,29 @@ def test_decode_flags_reach_the_model_and_bad_ones_are_refused():
     with pytest.raises(SystemExit):
         cli.parse_args(["--speculative-algorithm", "EAGLE3", "--speculative-num-draft-tokens", "2",
                         "--emulator-accept-length", "3"])
+
+
+# ------------------------------------------------------------------ multi-node (emulator 1.5)
+def test_multinode_flags_are_read_from_the_config_file_as_the_role_writes_them(tmp_path):
+    cfg = tmp_path / "server.yaml"
+    cfg.write_text('tp-size: 4\nnnodes: 2\nnode-rank: 1\ndist-init-addr: "10.0.0.10:50000"\n')
+    args, unknown, _ = cli.parse_args(["--config", str(cfg)])
+    assert (args.nnodes, args.node_rank, args.dist_init_addr, unknown) == (2, 1, "10.0.0.10:50000", [])
+    assert "nnodes=2, node_rank=1, dist_init_addr='10.0.0.10:50000'" in cli.server_args_line(args)
+
+
+@pytest.mark.parametrize("argv, words", [
+    (["--nnodes", "2", "--node-rank", "2", "--dist-init-addr", "h:1", "--tp", "2"], "--node-rank must be in"),
+    (["--nnodes", "2", "--dist-init-addr", "h:1", "--tp", "3"], "multiple of --nnodes"),
+    (["--nnodes", "2", "--tp", "2"], "HOST:PORT"),
+    (["--nnodes", "2", "--tp", "2", "--dist-init-addr", "h:70000"], "HOST:PORT"),
+])
+def test_multinode_flags_that_sglang_would_refuse_are_refused(argv, words, capsys):
+    with pytest.raises(SystemExit):
+        cli.parse_args(argv)
+    assert words in capsys.readouterr().err
+
+
+def test_the_dist_init_address_splits_ipv6_too():
+    from sglang_emulator.multinode import split_addr
+    assert split_addr("[::1]:50000") == ("::1", 50000) and split_addr("10.0.0.1:1") == ("10.0.0.1", 1)

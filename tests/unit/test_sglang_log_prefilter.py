@@ -185,6 +185,8 @@ SIGNATURE_LINES = [
     "[2026-01-01 00:00:00] Subprocess scheduler_0 (pid=5) crashed with exit code -9. Triggering SIGQUIT for cleanup...",
     "[2026-01-01 00:00:00] Loaded weights leave no GPU memory for the KV cache under --mem-fraction-static=0.0005.",
     "[2026-01-01 00:00:00] Not enought memory. Please try to increase --mem-fraction-static.",
+    "ValueError: TP rank 3 could finish the model loading, but there are other ranks that didn't finish loading. "
+    "It is likely due to unexpected failures (e.g., OOM) or a slow node.",
 ]
 
 

@@ -10,7 +10,7 @@ Scenarios (``--emulator-scenario``) reproduce the failure modes the deployment h
 Modules: ``cli`` (command line, ``--config`` file, ``main``), ``logs`` (SGLang-shaped log lines), ``scenarios``
 (the eagle scenario's reading of the installed SGLang), ``scheduler`` (the child processes and the fake model),
 ``decode`` (the continuous batch and its timing model: emulated tokens/s), ``engine`` (the main process),
-``server`` (HTTP), ``loads`` (``/v1/loads``), ``drain`` (SIGTERM: drain, then exit), ``replay`` (real logs
+``server`` (HTTP), ``multinode`` (``--nnodes``: the rendezvous, the load barrier, a follower's dummy health), ``loads`` (``/v1/loads``), ``drain`` (SIGTERM: drain, then exit), ``replay`` (real logs
 replayed). ``init_order`` and ``sglang_paths`` are the deployment's own ``module_utils`` files (links in the source
 tree, copies in the wheel).
 """
@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 
-VERSION = "1.4"
+VERSION = "1.5"
 BANNER = (
     "[EMULATOR] sglang-emulator %s: this is NOT SGLang; it emulates SGLang's HTTP API and log lines "
     "for rehearsals and tests" % VERSION

@@ -14,6 +14,7 @@ from sglang_emulator import BANNER, SCENARIOS
 from sglang_emulator.decode import DecodeModel
 from sglang_emulator.engine import Engine, decode_settings, install_parent_signals
 from sglang_emulator.logs import emit_raw, emu, log, set_log_level
+from sglang_emulator.multinode import split_addr
 from sglang_emulator.replay import run_replay
 from sglang_emulator.scenarios import ScenarioError, prepare_eagle
 
@@ -101,6 +102,14 @@ def build_parser():
     # Older SGLang printed the prompt as is, not repr()'d: a prompt's newlines make new physical log lines.
     add("--emulator-raw-request-log", dest="emulator_raw_request_log", action="store_true")
     add("--config", dest="config", default=None)
+    # Several nodes as one server (sglang_emulator.multinode): rank 0 at --dist-init-addr, the others join it.
+    add("--nnodes", dest="nnodes", type=int, default=1)
+    add("--node-rank", dest="node_rank", type=int, default=0)
+    add("--dist-init-addr", "--nccl-init-addr", dest="dist_init_addr", default=None)
+    # SGLang's load barrier (UNBALANCED_MODEL_LOADING_TIMEOUT_S): rank 0 waits this long for the others' load.
+    add("--emulator-barrier-seconds", dest="emulator_barrier_seconds", type=float, default=480.0)
+    # A follower that joins late (a slow node, a firewall): seconds before it connects to rank 0.
+    add("--emulator-join-delay", dest="emulator_join_delay", type=float, default=0.0)
     add("--emulator-scenario", dest="emulator_scenario", choices=SCENARIOS, default="normal")
     add("--emulator-load-seconds", dest="emulator_load_seconds", type=float, default=3.0)
     add("--emulator-shards", dest="emulator_shards", type=int, default=4)
@@ -166,6 +175,15 @@ def parse_args(argv):
         args.tokenizer_path = args.model_path
     if args.tp_size < 1:
         parser.error("--tp-size must be >= 1")
+    if args.nnodes < 1 or not 0 <= args.node_rank < args.nnodes:
+        parser.error("--node-rank must be in [0, --nnodes) and --nnodes >= 1")
+    if args.nnodes > 1:
+        if args.tp_size % args.nnodes:
+            parser.error("--tp-size must be a multiple of --nnodes")
+        try:
+            split_addr(args.dist_init_addr)
+        except ValueError as exc:
+            parser.error(str(exc))
     if args.emulator_shards < 1:
         parser.error("--emulator-shards must be >= 1")
     if args.emulator_scenario == "replay" and not args.emulator_replay:
@@ -187,7 +205,8 @@ def server_args_line(args):
         ("skip_tokenizer_init", False), ("load_format", "auto"), ("trust_remote_code", args.trust_remote_code),
         ("context_length", args.context_length), ("is_embedding", False), ("host", args.host),
         ("port", args.port), ("mem_fraction_static", args.mem_fraction_static or 0.79),
-        ("tp_size", args.tp_size), ("dp_size", args.dp_size), ("log_level", args.log_level),
+        ("tp_size", args.tp_size), ("dp_size", args.dp_size), ("nnodes", args.nnodes),
+        ("node_rank", args.node_rank), ("dist_init_addr", args.dist_init_addr), ("log_level", args.log_level),
         ("api_key", args.api_key),  # as SGLang logs it: in clear (the deployment must redact it)
         ("served_model_name", args.served_model_name),
         ("speculative_algorithm", args.speculative_algorithm),

@@ -19,6 +19,7 @@ import uuid
 from sglang_emulator import READY_LINE, SIGQUIT_LINE
 from sglang_emulator import drain as drain_mod
 from sglang_emulator import loads as loads_mod
+from sglang_emulator import multinode as multinode_mod
 from sglang_emulator.logs import emu, log, log_block
 from sglang_emulator.scenarios import installed_sglang_version
 from sglang_emulator.scheduler import detokenizer_main, scheduler_main
@@ -75,6 +76,7 @@ class Engine:
         self.health_delay = [0.0, 0]  # [seconds, how many health requests still wait that long]
         self.sglang_version = installed_sglang_version()
         self.client_rids = set()    # client requests accepted and not answered yet (/v1/loads, the drain)
+        self.multinode = None       # sglang_emulator.multinode.MultiNode with --nnodes > 1
         self.draining = False       # SIGTERM received: health answers 503 while the requests held finish
         self.cfg = {
             "scenario": self.scenario,
@@ -82,6 +84,8 @@ class Engine:
             "quiet_load": self.scenario == "replay",
             "parent_pid": os.getpid(),
             "tp_size": args.tp_size,
+            # a follower ignores SIGTERM (its children too): it ends when rank 0 goes away
+            "ignore_sigterm": args.nnodes > 1 and args.node_rank > 0,
             "load_seconds": max(0.0, args.emulator_load_seconds),
             "shards": args.emulator_shards,
             "capture_seconds": max(0.0, args.emulator_capture_seconds),
@@ -104,7 +108,7 @@ class Engine:
                             name="sglang::detokenizer", daemon=False)
         detok.start()
         self.children.append(detok)
-        for rank in range(self.args.tp_size):
+        for rank in range(self.args.tp_size // max(1, self.args.nnodes)):
             parent_end, child_end = ctx.Pipe(duplex=True)
             proc = ctx.Process(target=scheduler_main, args=(rank, self.cfg, child_end, detok_in_w),
                                name="sglang::scheduler_TP%d" % rank, daemon=False)
@@ -258,6 +262,8 @@ class Engine:
 
     def shutdown(self, code=0):
         """Stop the children (SIGTERM, then SIGKILL after 1 s) and exit."""
+        if self.multinode is not None:
+            self.multinode.on_shutdown()
         self.kill_children(signal.SIGTERM)
         deadline = time.monotonic() + 1.0
         for proc in self.children:
@@ -368,6 +374,13 @@ class Engine:
         self.broadcast({"type": "server_ready"})
 
     def run(self):
+        if self.args.nnodes > 1:
+            self.multinode = multinode_mod.MultiNode(self)
+            if self.args.node_rank == 0:
+                self.multinode.run_rank0()
+            else:
+                self.multinode.run_follower()
+            return
         self.start_children()
         self.wait_schedulers()
         self.bind()
@@ -407,7 +420,8 @@ def install_parent_signals(engine):
         engine.kill_children(signal.SIGKILL)
         os.kill(os.getpid(), signal.SIGKILL)
 
-    signal.signal(signal.SIGTERM, on_term)
+    # A follower of a multi-node server ignores SIGTERM: it ends when rank 0 goes away (sglang_emulator.multinode).
+    signal.signal(signal.SIGTERM, signal.SIG_IGN if engine.cfg.get("ignore_sigterm") else on_term)
     signal.signal(signal.SIGINT, on_int)
     signal.signal(signal.SIGQUIT, on_quit)
 

@@ -376,6 +376,8 @@ def scheduler_main(rank, cfg, conn, detok_conn):
     _set_title("sglang::scheduler_TP%d" % rank)
     set_log_level(cfg["log_level"])
     signal.signal(signal.SIGINT, signal.SIG_IGN)
+    if cfg.get("ignore_sigterm"):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
     _watch_parent(cfg["parent_pid"])
     sched = SchedulerEmu(rank, cfg, conn, detok_conn)
     sched.load()

@@ -1,0 +1,319 @@
+"""A multi-node server: playbooks/serve_eagle3.yml and stop.yml on two "nodes" of this machine.
+
+The nodes are two inventory hosts in group ``kimi_a`` (local connection, a prefix and a port each, the group vars of
+inventory/local: real SGLang 0.5.23 files, the SGLang EMULATOR as the server) with ``sglang_server_nodes_group:
+kimi_a``: node0 is rank 0, node1 rank 1, --dist-init-addr 127.0.0.1:<a free port>. The emulator speaks SGLang's
+multi-node behaviour (tests/emulator/sglang_emulator/multinode.py): rank 0 waits at the dist-init address for the
+other node, a real TCP rendezvous; a follower serves only a dummy health, ignores SIGTERM and ends with rank 0; a
+follower that drops kills rank 0 as NCCL does; a follower that does not finish loading fails rank 0 at the load
+barrier with SGLang's ValueError.
+
+The tests share one converged pair (module scope) and each starts from what it reads; any one runs alone (``-k``).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+import urllib.error
+import urllib.request
+
+import pytest
+
+from ansible_run import free_port
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.path.dirname(sys.executable)
+API_KEY = "local-rehearsal-key"  # inventory/local's sglang_server_api_key
+NODES = ("node0", "node1")
+GROUP = "kimi_a"
+LAUNCH = "Launch SGLang and wait for health"
+
+pytestmark = pytest.mark.slow
+
+
+def node_vars(prefix, port, dist_port, extra_command=(), **extra):
+    command = ["{{ sglang_install_venv }}/bin/sglang-emulator", "--emulator-scenario", "{{ sglang_emulator_scenario }}",
+               "--emulator-load-seconds", "1", "--emulator-capture-seconds", "0.2",
+               "--emulator-barrier-seconds", "4"] + list(extra_command)
+    return dict({"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+                 "eagle_deploy_prefix": prefix, "sglang_server_port": port,
+                 "sglang_server_nodes_group": GROUP, "sglang_server_dist_init_host": "127.0.0.1",
+                 "sglang_server_dist_init_port": dist_port, "sglang_server_join_timeout": 20,
+                 "sglang_server_tp_size": 2, "sglang_server_command": command,
+                 "sglang_install_pip_extra_args": "--no-compile"}, **extra)
+
+
+def write_inventory(path, hosts):
+    os.makedirs(path, exist_ok=True)
+    link = os.path.join(path, "group_vars")
+    if not os.path.islink(link):
+        os.symlink(os.path.join(REPO, "inventory", "local", "group_vars"), link)
+    with open(os.path.join(path, "hosts.yml"), "w") as handle:
+        json.dump({"all": {"children": {"sglang_servers": {"children": {GROUP: {"hosts": hosts}}}}}}, handle, indent=1)
+
+
+class Play:
+    def __init__(self, proc, elapsed):
+        self.rc = proc.returncode
+        self.elapsed = elapsed
+        try:
+            self.out = json.loads(proc.stdout)
+        except ValueError:
+            raise AssertionError("no JSON from ansible-playbook (rc=%s):\n%s\n%s"
+                                 % (proc.returncode, proc.stdout[-4000:], proc.stderr[-4000:]))
+
+    def results(self, host):
+        return [(t["task"]["name"].split(" : ", 1)[-1], t["hosts"][host])
+                for play in self.out["plays"] for t in play["tasks"] if host in t["hosts"]]
+
+    def result(self, host, name):
+        found = [r for n, r in self.results(host) if n == name]
+        assert found, "%s: task %r did not run: %s" % (host, name, [n for n, _ in self.results(host)])
+        return found[-1]
+
+    def failures(self):
+        return {host: r.get("msg", "") for play in self.out["plays"] for t in play["tasks"]
+                for host, r in t["hosts"].items() if r.get("failed") and not r.get("ignore_errors")}
+
+    def __repr__(self):
+        return "rc=%s failures=%s stats=%s" % (self.rc, self.failures(), self.out.get("stats"))
+
+
+def http_status(url, key=None, timeout=5):
+    req = urllib.request.Request(url)
+    if key:
+        req.add_header("Authorization", "Bearer " + key)
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return resp.status
+    except urllib.error.HTTPError as exc:
+        return exc.code
+    except OSError:
+        return None
+
+
+def alive(pid):
+    try:
+        with open("/proc/%d/stat" % pid) as handle:
+            return handle.read().rsplit(")", 1)[1].split()[0] != "Z"
+    except OSError:
+        return False
+
+
+@pytest.fixture(scope="module")
+def pair():
+    workdir = tempfile.mkdtemp(prefix="eagle-deploy-multinode-")
+    os.chmod(workdir, 0o755)  # the service user walks into the prefixes below it
+    nodes = {}
+    for name in NODES:
+        prefix = os.path.join(workdir, name)
+        os.mkdir(prefix)
+        os.chmod(prefix, 0o755)
+        nodes[name] = {"prefix": prefix, "port": free_port()}
+    dist_port = free_port()
+    env = dict(os.environ, PATH=BIN + os.pathsep + os.environ.get("PATH", ""),
+               ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
+               ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_NOCOLOR="1")
+    counter = [0]
+
+    def inventory(**per_node):
+        """An inventory of the pair; ``per_node``: {node: {var: value}} (``extra_command``: emulator flags)."""
+        counter[0] += 1
+        path = os.path.join(workdir, "inventory-%d" % counter[0])
+        hosts = {}
+        for name, n in nodes.items():
+            extra = dict(per_node.get(name) or {})
+            hosts[name] = node_vars(n["prefix"], n["port"], dist_port, **extra)
+        write_inventory(path, hosts)
+        return path
+
+    def play(playbook, inv, *extra, timeout=600):
+        cmd = [os.path.join(BIN, "ansible-playbook"), os.path.join("playbooks", playbook), "-i", inv] + list(extra)
+        start = time.monotonic()
+        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+        done = Play(proc, time.monotonic() - start)
+        print("%s: %.1f s, rc=%s" % (playbook, done.elapsed, done.rc))
+        return done
+
+    state = {"workdir": workdir, "nodes": nodes, "play": play, "inventory": inventory, "base": inventory()}
+    try:
+        yield state
+    finally:
+        stopped = play("stop.yml", state["base"])
+        if stopped.rc == 0:
+            shutil.rmtree(workdir, ignore_errors=True)
+        else:
+            print("stop.yml failed, %s left in place: %r" % (workdir, stopped), file=sys.stderr)
+
+
+def run_state(node):
+    path = os.path.join(node["prefix"], "var/lib/eagle-deploy/run/sglang.json")
+    try:
+        with open(path) as handle:
+            return json.load(handle)
+    except OSError:
+        return None
+
+
+def log_text(node):
+    with open(os.path.join(node["prefix"], "var/log/sglang/sglang.log"), errors="replace") as handle:
+        return handle.read()
+
+
+def converge(pair):
+    """The pair serving (converged from whatever the last test left)."""
+    run = pair["play"]("serve_eagle3.yml", pair["base"])
+    assert run.rc == 0, run
+    return run
+
+
+def test_a_fresh_pair_converges_and_a_rerun_changes_nothing(pair):
+    nodes = pair["nodes"]
+    run = converge(pair)
+    n0, n1 = nodes["node0"], nodes["node1"]
+    assert http_status("http://127.0.0.1:%d/health_generate" % n0["port"], API_KEY) == 200
+    assert http_status("http://127.0.0.1:%d/health_generate" % n1["port"]) == 200  # the follower's dummy
+    with open(os.path.join(n1["prefix"], "etc/sglang/sglang.yaml")) as handle:
+        config1 = handle.read()
+    assert "node-rank: 1" in config1 and "nnodes: 2" in config1 and "dist-init-addr: \"127.0.0.1:" in config1
+    for name in NODES:
+        launch = run.result(name, LAUNCH)
+        assert launch["nodes_group"] == {
+            "node0": {"rank": 0, "state": "ready", "phase": "ready"},
+            "node1": {"rank": 1, "state": "ready", "phase": "ready"}}, launch
+    # rank 0 waited for node 1 (the rendezvous), then loaded; the smoke ran on rank 0 only
+    assert "waiting at 127.0.0.1:" in log_text(n0) and "every node joined" in log_text(n0)
+    assert [n for n, r in run.results("node1") if n == "Generate from a fixed prompt" and not r.get("skipped")] == []
+    smoke0 = run.result("node0", "Generate from a fixed prompt")
+    assert not smoke0.get("skipped") and not smoke0.get("failed"), smoke0
+    pids = {name: run_state(n)["pid"] for name, n in nodes.items()}
+
+    again = pair["play"]("serve_eagle3.yml", pair["base"])
+    assert again.rc == 0, again
+    assert {h: again.out["stats"][h]["changed"] for h in NODES} == {"node0": 0, "node1": 0}, again
+    assert {name: run_state(n)["pid"] for name, n in nodes.items()} == pids
+
+
+def test_a_change_on_node1_only_restarts_both(pair):
+    nodes = pair["nodes"]
+    converge(pair)
+    pids = {name: run_state(n)["pid"] for name, n in nodes.items()}
+    inv = pair["inventory"](node1={"sglang_server_environment": {"EAGLE_TEST_NODE1_ONLY": "x%d" % time.time_ns()}})
+    check = pair["play"]("serve_eagle3.yml", inv, "--check")  # says so, and touches nothing
+    assert check.rc == 0, check
+    for name in NODES:
+        assert check.result(name, LAUNCH)["changed"], name
+        assert "would restart as a unit: rank 1 (node1)" in check.result(name, LAUNCH)["restart_reason"]
+    assert {name: run_state(n)["pid"] for name, n in nodes.items()} == pids
+    run = pair["play"]("serve_eagle3.yml", inv)
+    assert run.rc == 0, run
+    for name in NODES:
+        assert run.result(name, LAUNCH)["changed"], name
+    for name in NODES:  # both name the node whose change restarts the group, and the change
+        reason = run.result(name, LAUNCH)["restart_reason"]
+        assert "restarts as a unit: rank 1 (node1)" in reason and "environment" in reason, (name, reason)
+    after = {name: run_state(n)["pid"] for name, n in nodes.items()}
+    assert all(after[n] != pids[n] for n in NODES), (pids, after)
+    assert not any(alive(p) for p in pids.values())
+    assert http_status("http://127.0.0.1:%d/health_generate" % nodes["node0"]["port"], API_KEY) == 200
+    # and back to the base settings (the other tests start from them): both restart again
+    back = pair["play"]("serve_eagle3.yml", pair["base"])
+    assert back.rc == 0 and all(back.result(n, LAUNCH)["changed"] for n in NODES), back
+
+
+def test_different_settings_on_a_node_are_refused_before_anything_is_stopped(pair):
+    nodes = pair["nodes"]
+    converge(pair)
+    pids = {name: run_state(n)["pid"] for name, n in nodes.items()}
+    inv = pair["inventory"](node1={"sglang_server_context_length": 65536})
+    run = pair["play"]("serve_eagle3.yml", inv)
+    assert run.rc != 0, run
+    msg = run.failures()
+    assert "node1 differs in context-length" in msg["node0"] and "node1 differs in context-length" in msg["node1"], msg
+    assert [n for n, r in run.results("node0") if n == LAUNCH] == []
+    assert {name: run_state(n)["pid"] for name, n in nodes.items()} == pids
+    assert all(alive(p) for p in pids.values())
+
+
+def _failed_pair(pair, run, crash_words):
+    """Both nodes failed in this run, rank 1 named on both, and no process of either node left."""
+    assert run.rc != 0, run
+    failures = run.failures()
+    assert set(failures) >= set(NODES), failures
+    for name in NODES:
+        launch = run.result(name, LAUNCH)
+        assert launch.get("failed_rank") == 1, (name, launch.get("msg"), launch.get("failed_rank"))
+        assert any(word in failures[name] for word in crash_words), (name, failures[name])
+        assert "rank 1 (node1)" in failures[name]
+    deadline = time.monotonic() + 30
+    while time.monotonic() < deadline:
+        left = [name for name, n in pair["nodes"].items()
+                if run_state(n) and alive(run_state(n)["pid"])]
+        if not left:
+            break
+        time.sleep(0.5)
+    assert not left, "still running after the failure: %s" % left
+
+
+def test_rank1_dying_during_load_fails_the_group_at_once(pair):
+    converge(pair)
+    inv = pair["inventory"](node1={"extra_command": ["--emulator-load-seconds", "3"],
+                                   "sglang_emulator_scenario": "crash_loading", "sglang_server_force_restart": True})
+    start = time.monotonic()
+    run = pair["play"]("serve_eagle3.yml", inv, "-e", "sglang_server_force_restart=true")
+    _failed_pair(pair, run, ("cuda_oom", "OutOfMemoryError"))
+    assert time.monotonic() - start < 120
+    assert run.result("node1", LAUNCH)["crash_class"] == "cuda_oom"
+
+
+def test_rank1_that_does_not_finish_loading_fails_rank0_at_the_barrier(pair):
+    inv = pair["inventory"](node1={"extra_command": ["--emulator-load-seconds", "60"]})
+    run = pair["play"]("serve_eagle3.yml", inv, "-e", "sglang_server_force_restart=true")
+    assert run.rc != 0, run
+    rank0 = run.result("node0", LAUNCH)
+    assert rank0["crash_class"] == "load_barrier_timeout", rank0.get("msg")
+    assert "other ranks that didn't finish loading" in rank0["traceback"][-1] or any(
+        "didn't finish loading" in line for line in rank0.get("traceback") or [])
+    rank1 = run.result("node1", LAUNCH)
+    assert rank1.get("failed_rank") == 0 and "rank 0 (node0) failed" in rank1["msg"], rank1.get("msg")
+    for name, n in pair["nodes"].items():
+        state = run_state(n)
+        assert not (state and alive(state["pid"])), name
+
+
+def test_rank1_that_never_joins_fails_the_group_after_the_join_timeout(pair):
+    inv = pair["inventory"](node1={"extra_command": ["--emulator-join-delay", "3600"]},
+                            node0={"sglang_server_join_timeout": 8}, )
+    inv_all = pair["inventory"](node0={"sglang_server_join_timeout": 8},
+                                node1={"extra_command": ["--emulator-join-delay", "3600"],
+                                       "sglang_server_join_timeout": 8})
+    del inv
+    run = pair["play"]("serve_eagle3.yml", inv_all, "-e", "sglang_server_force_restart=true")
+    assert run.rc != 0, run
+    for name in NODES:
+        msg = run.failures()[name]
+        assert "never joined: rank 1 (node1)" in msg, (name, msg)
+    for name, n in pair["nodes"].items():
+        state = run_state(n)
+        assert not (state and alive(state["pid"])), name
+
+
+def test_stop_stops_both_rank0_first(pair):
+    nodes = pair["nodes"]
+    converge(pair)
+    pids = {name: run_state(n)["pid"] for name, n in nodes.items()}
+    run = pair["play"]("stop.yml", pair["base"])
+    assert run.rc == 0, run
+    first = run.result("node0", "Stop our server (rank 0 of a multi-node server first)")
+    assert first["changed"] and run.result("node1", "Stop our server (rank 0 of a multi-node server first)")["skipped"]
+    follower = run.result("node1", "Stop the other nodes of a multi-node server")
+    assert not follower.get("skipped") and not follower.get("failed"), follower
+    assert run.result("node0", "Stop the other nodes of a multi-node server")["skipped"]
+    assert not any(alive(p) for p in pids.values())
+    assert all(run_state(n) is None for n in nodes.values())
