@@ -123,6 +123,9 @@ def test_normal_startup_endpoints_children_and_sigterm(start):
     assert [c["meta_info"]["completion_tokens"] for c in chunks] == list(range(1, 8))
     assert [c["meta_info"]["finish_reason"] for c in chunks[:-1]] == [None] * 6
     assert chunks[-1]["meta_info"]["finish_reason"] == {"type": "length", "length": 7}
+    # SGLang logs a decode line every 40 decode steps: a 120-token request crosses one (with speculation too).
+    status, _ = emu.request("/generate", {"text": "long", "sampling_params": {"max_new_tokens": 120}})
+    assert status == 200
     emu.wait_for(" TP0] Decode batch. #running-req: 1, ")
     assert emu.request("/nope")[0] == 404
 

@@ -447,7 +447,7 @@ def test_decode_flags_reach_the_model_and_bad_ones_are_refused():
                         "--emulator-accept-length", "3"])
 
 
-# ------------------------------------------------------------------ multi-node (emulator 1.5)
+# ------------------------------------------------------------------ multi-node (emulator 1.5 on)
 def test_multinode_flags_are_read_from_the_config_file_as_the_role_writes_them(tmp_path):
     cfg = tmp_path / "server.yaml"
     cfg.write_text('tp-size: 4\nnnodes: 2\nnode-rank: 1\ndist-init-addr: "10.0.0.10:50000"\n')

@@ -352,8 +352,9 @@ class SchedulerEmu:
             self.detok_conn.send({"type": "batch", "outs": outs})
         seconds = self.batch.last_step_seconds
         self.last_throughput = self.batch.last_step_tokens / seconds if seconds > 0 else 0.0
-        # SGLang logs a decode line every decode_log_interval (40) steps; the emulator also when the batch drains.
-        if self.batch.steps % DECODE_LOG_INTERVAL == 0 or not self.batch.running:
+        # SGLang logs a decode line every decode_log_interval (40) decode steps, and only then: a short request (the
+        # warm-up's 8 tokens) logs none, so the first client request after it is still "the first batches".
+        if self.batch.steps % DECODE_LOG_INTERVAL == 0:
             tokens = sum(r.prompt_tokens + r.emitted for r in self.batch.running) or size
             accept = self.batch.avg_accept_length()
             spec = ", accept len: %.2f" % accept if accept is not None else ""
