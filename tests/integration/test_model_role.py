@@ -14,13 +14,13 @@ import os
 import re
 import shutil
 import signal
-import stat
 import subprocess
 import sys
 import tempfile
 import time
 
 import pytest
+import testinfra
 
 import hf_wheels
 import hub_double
@@ -166,29 +166,29 @@ def source_files(world, name):
                 for d, _, fs in os.walk(root) for f in fs)
 
 
+# The host's state is asked through testinfra (its local backend: the "host" is this machine, where the role ran).
+HOST = testinfra.get_host("local://")
+
+
 def assert_model_in_place(world, m, src="tiny", group="daemon", fmode=0o640, dmode=0o750):
     """Every file of the source in place with its bytes, root's, the group's, the modes; nothing else left (no part
     files, no staging dir); the manifest root's 0644 and every file in it with its SHA-256."""
-    import grp
-    gid = grp.getgrnam(group).gr_gid
     files = source_files(world, src)
     for rel, path in files.items():
-        final = os.path.join(m["path"], rel)
-        st = os.lstat(final)
-        assert stat.S_ISREG(st.st_mode) and (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, gid, fmode), rel
-        assert sha256(final) == sha256(path), rel
-    st = os.lstat(m["path"])
-    assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, gid, dmode)
-    assert not os.path.exists(os.path.join(m["path"], ".eagle-fetch"))
-    assert sorted(os.listdir(m["path"])) == sorted(set(rel.split("/")[0] for rel in files))
+        final = HOST.file(os.path.join(m["path"], rel))
+        assert final.is_file and not final.is_symlink, rel
+        assert (final.user, final.group, final.mode) == ("root", group, fmode), rel
+        assert final.sha256sum == sha256(path), rel
+    top = HOST.file(m["path"])
+    assert top.is_directory and (top.user, top.group, top.mode) == ("root", group, dmode)
+    assert not HOST.file(os.path.join(m["path"], ".eagle-fetch")).exists
+    assert sorted(top.listdir()) == sorted(set(rel.split("/")[0] for rel in files))
 
 
 def manifest(variables, name):
-    path = os.path.join(variables["sglang_model_state_dir"], "%s.manifest.json" % name)
-    st = os.lstat(path)
-    assert (st.st_uid, stat.S_IMODE(st.st_mode)) == (0, 0o644)
-    with open(path) as fh:
-        return json.load(fh)
+    f = HOST.file(os.path.join(variables["sglang_model_state_dir"], "%s.manifest.json" % name))
+    assert f.is_file and (f.user, f.mode) == ("root", 0o644)
+    return json.loads(f.content_string)
 
 
 # ------------------------------------------------------------------ fresh fetch, no-op, corruption
@@ -422,8 +422,8 @@ def test_a_rerun_after_the_playbook_was_interrupted_attaches_to_the_fetch_still_
 
 # ------------------------------------------------------------------ refusals before any byte
 def _nothing_made(m, v):
-    assert not os.path.exists(m["path"]), m["path"]
-    assert not os.path.exists(v["sglang_model_state_dir"]), os.listdir(v["sglang_model_state_dir"])
+    assert not HOST.file(m["path"]).exists, m["path"]
+    assert not HOST.file(v["sglang_model_state_dir"]).exists, os.listdir(v["sglang_model_state_dir"])
 
 
 def test_too_little_disk_space_fails_with_the_numbers_before_any_byte_and_changes_nothing(world):
