@@ -71,3 +71,33 @@ def gone(pid):
             return fh.read().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return True
+
+
+class Play:
+    """One ansible-playbook run with the json stdout callback: its rc, seconds, and each host's task results."""
+
+    def __init__(self, proc, elapsed):
+        self.rc = proc.returncode
+        self.elapsed = elapsed
+        try:
+            self.out = json.loads(proc.stdout)
+        except ValueError:
+            raise AssertionError("no JSON from ansible-playbook (rc=%s):\n%s\n%s"
+                                 % (proc.returncode, proc.stdout[-4000:], proc.stderr[-4000:]))
+
+    def results(self, host):
+        """(task name without the role prefix, result) of every task that ran on ``host``, in order."""
+        return [(t["task"]["name"].split(" : ", 1)[-1], t["hosts"][host])
+                for play in self.out["plays"] for t in play["tasks"] if host in t["hosts"]]
+
+    def result(self, host, name):
+        found = [r for n, r in self.results(host) if n == name]
+        assert found, "%s: task %r did not run: %s" % (host, name, [n for n, _ in self.results(host)])
+        return found[-1]
+
+    def failures(self):
+        return {host: r.get("msg", "") for play in self.out["plays"] for t in play["tasks"]
+                for host, r in t["hosts"].items() if r.get("failed") and not r.get("ignore_errors")}
+
+    def __repr__(self):
+        return "rc=%s failures=%s stats=%s" % (self.rc, self.failures(), self.out.get("stats"))

@@ -25,7 +25,7 @@ import urllib.request
 
 import pytest
 
-from ansible_run import free_port
+from ansible_run import Play, free_port
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.dirname(sys.executable)
@@ -56,33 +56,6 @@ def write_inventory(path, hosts):
         os.symlink(os.path.join(REPO, "inventory", "local", "group_vars"), link)
     with open(os.path.join(path, "hosts.yml"), "w") as handle:
         json.dump({"all": {"children": {"sglang_servers": {"children": {GROUP: {"hosts": hosts}}}}}}, handle, indent=1)
-
-
-class Play:
-    def __init__(self, proc, elapsed):
-        self.rc = proc.returncode
-        self.elapsed = elapsed
-        try:
-            self.out = json.loads(proc.stdout)
-        except ValueError:
-            raise AssertionError("no JSON from ansible-playbook (rc=%s):\n%s\n%s"
-                                 % (proc.returncode, proc.stdout[-4000:], proc.stderr[-4000:]))
-
-    def results(self, host):
-        return [(t["task"]["name"].split(" : ", 1)[-1], t["hosts"][host])
-                for play in self.out["plays"] for t in play["tasks"] if host in t["hosts"]]
-
-    def result(self, host, name):
-        found = [r for n, r in self.results(host) if n == name]
-        assert found, "%s: task %r did not run: %s" % (host, name, [n for n, _ in self.results(host)])
-        return found[-1]
-
-    def failures(self):
-        return {host: r.get("msg", "") for play in self.out["plays"] for t in play["tasks"]
-                for host, r in t["hosts"].items() if r.get("failed") and not r.get("ignore_errors")}
-
-    def __repr__(self):
-        return "rc=%s failures=%s stats=%s" % (self.rc, self.failures(), self.out.get("stats"))
 
 
 def http_status(url, key=None, timeout=5):

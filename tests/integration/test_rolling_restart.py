@@ -34,7 +34,7 @@ import urllib.request
 import pytest
 
 import sglang_router_src
-from ansible_run import free_port
+from ansible_run import Play, free_port
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.dirname(sys.executable)
@@ -198,34 +198,6 @@ def replica_vars(prefix, port, **extra):
                  "sglang_server_command": command,
                  # the install is not what this test is about: no bytecode compiled for SGLang's 2,000 files
                  "sglang_install_pip_extra_args": "--no-compile"}, **extra)
-
-
-class Play:
-    def __init__(self, proc, elapsed):
-        self.rc = proc.returncode
-        self.elapsed = elapsed
-        try:
-            self.out = json.loads(proc.stdout)
-        except ValueError:
-            raise AssertionError("no JSON from ansible-playbook (rc=%s):\n%s\n%s"
-                                 % (proc.returncode, proc.stdout[-4000:], proc.stderr[-4000:]))
-
-    def results(self, host):
-        """(task name without the role prefix, result) of every task that ran on ``host``, in order."""
-        return [(t["task"]["name"].split(" : ", 1)[-1], t["hosts"][host])
-                for play in self.out["plays"] for t in play["tasks"] if host in t["hosts"]]
-
-    def result(self, host, name):
-        found = [r for n, r in self.results(host) if n == name]
-        assert found, "%s: task %r did not run: %s" % (host, name, [n for n, _ in self.results(host)])
-        return found[-1]
-
-    def failures(self):
-        return {host: r.get("msg", "") for play in self.out["plays"] for t in play["tasks"]
-                for host, r in t["hosts"].items() if r.get("failed") and not r.get("ignore_errors")}
-
-    def __repr__(self):
-        return "rc=%s failures=%s stats=%s" % (self.rc, self.failures(), self.out.get("stats"))
 
 
 @pytest.fixture(scope="module")
