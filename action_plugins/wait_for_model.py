@@ -135,7 +135,9 @@ class ActionModule(ActionBase):
             self._remove_tmp_path(self._connection._shell.tmpdir)
         return result
 
-    def _steps(self, args, task_vars, host):
+    def _steps(self, args, task_vars, host, watch=None):
+        """The module in steps until it answers with a verdict. ``watch(res, steps, pending)``, when given (a
+        multi-node server's join), is called after every step: a dict it returns ends the steps as the task's result."""
         progress = _progress()
         printer = progress.StepPrinter(host, self._say, self._clock, PRINT_EVERY, progress.progress_line)
         steps = []
@@ -147,6 +149,9 @@ class ActionModule(ActionBase):
             steps.append(res)
             pending = bool(res.get("pending")) and not res.get("failed")
             printer.step(res, self._clock() - t0, final=not pending, first=len(steps) == 1)
+            ended = watch(res, steps, pending) if watch is not None else None
+            if ended is not None:
+                return ended
             if not pending:
                 return _merge(steps)
             if self._clock() - started > limit:
@@ -222,46 +227,37 @@ class ActionModule(ActionBase):
         ctx["args"] = args
 
         # 2. the launch, in steps, the board read between them
-        progress = _progress()
-        printer = progress.StepPrinter(host, self._say, self._clock, PRINT_EVERY, progress.progress_line)
-        steps = []
         started = self._clock()
         deadline = started + spec["timeout"]
         limit = self._limit(args)
-        while True:
-            t0 = self._clock()
-            res = self._execute_module(module_args=args, task_vars=task_vars)
-            steps.append(res)
-            pending = bool(res.get("pending")) and not res.get("failed")
-            printer.step(res, self._clock() - t0, final=not pending, first=len(steps) == 1)
+
+        def watch(res, steps, pending):
+            ctx["steps"] = steps
             if res.get("failed"):
                 board.put(host, state="failed", failure=sj.summary_of(res), failed_at=self._wall())
                 return self._node_failed(_merge(steps), ctx)
-            phase = (res.get("progress") or {}).get("phase") or res.get("phase")
             if not pending:
                 board.put(host, state="ready", phase="ready")
-                break
-            board.put(host, state="pending", phase=phase)
+                return None
+            board.put(host, state="pending", phase=(res.get("progress") or {}).get("phase") or res.get("phase"))
             words = sj.current(board.read(), nodes, rnd)
             if sj.group_failure(words, nodes):
                 return self._peer_failed(words, ctx, launched=True, steps=steps)
-            if self._clock() > deadline:
-                missing = sj.never_joined(words, nodes)
-                if missing:
-                    return self._give_up(ctx, "never joined: %s had not joined (its load not begun: torch.distributed's "
-                                              "rendezvous at rank 0 not done) %d s after the launch"
-                                         % (", ".join("rank %d (%s)" % (i, n) for n, i in missing), spec["timeout"]),
-                                         launched=True, steps=steps)
+            missing = sj.never_joined(words, nodes) if self._clock() > deadline else []
+            if missing:
+                return self._give_up(ctx, "never joined: %s had not joined (its load not begun: torch.distributed's "
+                                          "rendezvous at rank 0 not done) %d s after the launch"
+                                     % (", ".join("rank %d (%s)" % (i, n) for n, i in missing), spec["timeout"]),
+                                     launched=True, steps=steps)
             if self._clock() - started > limit:
                 return self._give_up(ctx, "still loading after %d s of steps, past the module's timeout" % limit,
                                      launched=True, steps=steps)
-            attempt = (res.get("progress") or {}).get("attempt")
-            args = dict(args, force_restart=False)
-            if isinstance(attempt, int) and not isinstance(attempt, bool):
-                args["_resume_attempt"] = attempt
-            else:
-                args.pop("_resume_attempt", None)
-            ctx["args"] = args
+            return None
+
+        ended = self._steps(args, task_vars, host, watch=watch)
+        steps = ctx["steps"]
+        if ended.get("failed"):
+            return ended
 
         # 3. this node is ready: the group is, once every node is
         while True:

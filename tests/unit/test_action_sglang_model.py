@@ -3,15 +3,9 @@ one step go to the next, the lines are recorded (sglang_progress.transfer_line t
 steps merge into one result. Nothing runs or sleeps."""
 from __future__ import annotations
 
-import importlib.util
-import os
-from unittest import mock
+from action_harness import Clock, load_plugin, make_action
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_spec = importlib.util.spec_from_file_location("eagle_action_sglang_model",
-                                               os.path.join(ROOT, "action_plugins", "sglang_model.py"))
-plugin_mod = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(plugin_mod)
+plugin_mod = load_plugin("sglang_model", "eagle_action_sglang_model")
 
 ARGS = {"models": [{"name": "m", "path": "/d/m", "repo": "o/m"}], "python": "/v/bin/python"}
 
@@ -21,13 +15,6 @@ def progress(phase, present, elapsed, rate=50e6, eta=10.0):
             "rate": rate, "eta": eta, "elapsed": elapsed}
 
 
-class Clock(object):
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self):
-        return self.now
-
 
 class Harness(object):
     def __init__(self, script, args=None, check_mode=False):
@@ -35,19 +22,8 @@ class Harness(object):
         self.calls = []
         self.lines = []
         self.clock = Clock()
-        task = mock.MagicMock()
-        task.args = dict(ARGS if args is None else args)
-        task.async_val = 0
-        task.check_mode = check_mode
-        connection = mock.MagicMock()
-        connection._shell.tmpdir = None
-        connection.has_native_async = False
-        play_context = mock.MagicMock()
-        play_context.check_mode = False
-        self.action = plugin_mod.ActionModule(task, connection, play_context, loader=None, templar=None)
-        self.action._execute_module = self._execute_module
-        self.action._remove_tmp_path = lambda path: None
-        self.action._clock = self.clock
+        self.action = make_action(plugin_mod, ARGS if args is None else args, self._execute_module, self.clock,
+                                  check_mode=check_mode)
         self.action._say = lambda line: self.lines.append(line)
 
     def _execute_module(self, module_name=None, module_args=None, task_vars=None, wrap_async=False, **kw):

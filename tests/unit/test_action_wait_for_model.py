@@ -2,19 +2,12 @@
 step advances it by what the step took on the host); the lines it prints are recorded, nothing runs or sleeps."""
 from __future__ import annotations
 
-import importlib.util
-import os
-from unittest import mock
-
 import pytest
 
+from action_harness import Clock, load_plugin, make_action
 from ansible.errors import AnsibleActionFail
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_spec = importlib.util.spec_from_file_location("eagle_action_wait_for_model",
-                                               os.path.join(ROOT, "action_plugins", "wait_for_model.py"))
-plugin_mod = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(plugin_mod)
+plugin_mod = load_plugin("wait_for_model", "eagle_action_wait_for_model")
 
 BASE_ARGS = {"name": "emu", "argv": ["serve"], "log_dir": "/var/log/x"}
 
@@ -35,13 +28,6 @@ def ready(elapsed, took=3.0, **kw):
     return res, took
 
 
-class Clock(object):
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self):
-        return self.now
-
 
 class Harness(object):
     """An ActionModule whose module calls answer from ``script`` (result, seconds the call took) in order."""
@@ -51,21 +37,9 @@ class Harness(object):
         self.calls = []
         self.lines = []
         self.clock = Clock()
-        task = mock.MagicMock()
-        task.args = dict(BASE_ARGS if args is None else args)
-        task.async_val = async_val
-        task.check_mode = check_mode
-        task.action = "ansible.legacy.wait_for_model"
-        connection = mock.MagicMock()
-        connection._shell.tmpdir = None
-        connection.has_native_async = False
-        play_context = mock.MagicMock()
-        play_context.check_mode = play_check_mode
-        play_context.remote_addr = "10.0.0.1"
-        self.action = plugin_mod.ActionModule(task, connection, play_context, loader=None, templar=None)
-        self.action._execute_module = self._execute_module
-        self.action._remove_tmp_path = lambda path: None
-        self.action._clock = self.clock
+        self.action = make_action(plugin_mod, BASE_ARGS if args is None else args, self._execute_module, self.clock,
+                                  check_mode=check_mode, play_check_mode=play_check_mode, async_val=async_val,
+                                  action="ansible.legacy.wait_for_model")
         self.action._say = lambda line: self.lines.append((self.clock.now - 1000.0, line))
         self.task_vars = {"inventory_hostname": host}
 

@@ -3,19 +3,15 @@ wait_for_model action plugin's join (a fake _execute_module and clock; the other
 board by the test, as its own plugin would). Nothing runs or sleeps."""
 from __future__ import annotations
 
-import importlib.util
 import os
 from unittest import mock
 
 import pytest
 
+from action_harness import Clock, load_plugin, make_action
 from ansible.module_utils import sglang_join as sj
 
-ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_spec = importlib.util.spec_from_file_location("eagle_action_wait_for_model_join",
-                                               os.path.join(ROOT, "action_plugins", "wait_for_model.py"))
-plugin_mod = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(plugin_mod)
+plugin_mod = load_plugin("wait_for_model", "eagle_action_wait_for_model_join")
 
 NODES = ["node-0", "node-1"]
 ARGS = {"name": "sglang", "argv": ["serve"], "log_dir": "/var/log/x", "run_dir": "/var/lib/r", "launcher": "detached",
@@ -101,13 +97,6 @@ def test_board_names_differ_by_task_group_and_run():
 
 
 # ------------------------------------------------------------------ the plugin's join
-class Clock(object):
-    def __init__(self):
-        self.now = 1000.0
-
-    def __call__(self):
-        return self.now
-
 
 class Node(object):
     """The action plugin of one node; the module answers from ``script`` (a list of (result, seconds)); ``peer``
@@ -118,21 +107,8 @@ class Node(object):
         self.calls = []
         self.clock = Clock()
         self.peer = peer or (lambda board, now: None)
-        task = mock.MagicMock()
-        task._uuid = "task-uuid"
-        task.args = dict(ARGS, join={"group": "kimi_a", "nodes": NODES, "rank": rank, "timeout": timeout,
-                                     "step_time": 2})
-        task.async_val = 0
-        task.check_mode = False
-        connection = mock.MagicMock()
-        connection._shell.tmpdir = None
-        connection.has_native_async = False
-        play_context = mock.MagicMock()
-        play_context.check_mode = False
-        self.action = plugin_mod.ActionModule(task, connection, play_context, loader=None, templar=None)
-        self.action._execute_module = self._execute_module
-        self.action._remove_tmp_path = lambda path: None
-        self.action._clock = self.clock
+        args = dict(ARGS, join={"group": "kimi_a", "nodes": NODES, "rank": rank, "timeout": timeout, "step_time": 2})
+        self.action = make_action(plugin_mod, args, self._execute_module, self.clock, _uuid="task-uuid")
         self.action._wall = self.clock
         self.action._sleep = self._sleep
         self.action._say = lambda line: None
