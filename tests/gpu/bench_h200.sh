@@ -33,15 +33,14 @@ EV="$OUT/h200-bench"
 RUNDIR=/var/lib/eagle-deploy/run
 KEY=sk-h200-bench-5c0e9a17d3b2
 mkdir -p "$EV/console" "$EV/results"
-left() { python3 -c "import time; print(int($budget - (time.time() - $T0)))"; }
-log() { echo "[$(date -u +%H:%M:%S.%N | cut -c1-12) left $(left) s] $*" | tee -a "$EV/driver.log"; }
 pack() { tar -czf "$OUT/evidence_bench.tar.gz" -C "$OUT" h200-bench 2>/dev/null; }
-gpu_mib() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1 | tr -d ' '; }
-server_pid() { cat "$RUNDIR/sglang.pid" 2>/dev/null | tr -d ' \n' || true; }
-
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PYTHONUNBUFFERED=1 LC_ALL=C.UTF-8 LANG=C.UTF-8 ANSIBLE_FORCE_COLOR=0 ANSIBLE_NOCOLOR=1
-export ANSIBLE_CONFIG="$P/ansible.cfg"
+CONSOLE_DIR=$EV/console RESULTS_DIR=$EV/results
+# The key reaches ansible-playbook in a 0600 file, never on its command line.
+PLAY_EXTRA=(-e sglang_report_dir="$EV/reports" -e @/root/bench-key.yml)
+SHOW_RE='^[0-9.]+ (fatal|failed):|c=[0-9]+:|report:|deployment is as it was|would run'
+PS_RE='sglang|benchmark'
+# shellcheck source=tests/gpu/play_lib.sh
+. "$P/tests/gpu/play_lib.sh"
 
 if [ ! -x /opt/sglang/venv/bin/python ] || [ ! -d /opt/eagle-ctl ] || [ -z "$(server_pid)" ]; then
     log "this machine has no serving SGLang of part a (fresh machine?): run playbook_h200.sh a first, then this at once"
@@ -52,40 +51,6 @@ log "project commit $(cat "$C/COMMIT"), server pid $(server_pid), GPU $(gpu_mib)
 ( umask 077; printf 'sglang_server_api_key: %s\n' "$KEY" > /root/bench-key.yml )
 rm -rf /srv/bench-wheels && tar -xf "$C/bench-wheels.tar" -C /srv || { log "UNPACK FAILED"; pack; exit 1; }
 log "bench wheelhouse: $(ls /srv/bench-wheels | tr '\n' ' ')"
-
-# play NAME PLAYBOOK [ansible-playbook args...]: one run, its console stamped per line (as playbook_h200.sh's play).
-play() {
-    local name=$1 book=$2; shift 2
-    local pid0 mib0 t0 t1 rc recap limit
-    limit=$(( $(left) - 15 ))
-    if (( limit < 30 )); then log "run $name: not started, ${limit} s left"; return 124; fi
-    pid0=$(server_pid); mib0=$(gpu_mib)
-    log "run $name: $book $* (server pid ${pid0:-none}, GPU ${mib0} MiB)"
-    t0=$(date +%s.%N)
-    (cd "$P" && timeout --signal=TERM "$limit" python3 -c \
-        'import sys; sys.path.insert(0, "/opt/eagle-ctl"); sys.argv[0] = "ansible-playbook"; from ansible.cli.playbook import main; main()' \
-        "$book" -i inventory/h200 -i tests/gpu/inventory-h200 --limit localhost -v \
-        -e sglang_report_dir="$EV/reports" -e @/root/bench-key.yml "$@" 2>&1) \
-        | python3 -u -c 'import sys, time
-for line in sys.stdin:
-    sys.stdout.write("%.3f %s" % (time.time(), line)); sys.stdout.flush()' > "$EV/console/$name.console.txt"
-    rc=${PIPESTATUS[0]}
-    t1=$(date +%s.%N)
-    recap=$(grep -E "localhost +: ok=" "$EV/console/$name.console.txt" | tail -1 | sed 's/^[0-9.]* //')
-    log "run $name: rc=$rc in $(python3 -c "print(round($t1 - $t0, 1))") s; $recap; server pid $(server_pid); GPU $(gpu_mib) MiB"
-    grep -E "^[0-9.]+ (fatal|failed):|c=[0-9]+:|report:|deployment is as it was|would run" "$EV/console/$name.console.txt" \
-        | cut -c1-300 | head -20
-    python3 - "$name" "$rc" "$t0" "$t1" "$pid0" "$(server_pid)" "$mib0" "$(gpu_mib)" "$recap" >> "$EV/runs.jsonl" <<'PY'
-import json, sys
-n, rc, t0, t1, p0, p1, m0, m1, recap = sys.argv[1:]
-print(json.dumps({"run": n, "rc": int(rc), "start": float(t0), "end": float(t1), "seconds": round(float(t1) - float(t0), 2),
-                  "pid_before": p0 or None, "pid_after": p1 or None, "gpu_mib_before": m0, "gpu_mib_after": m1, "recap": recap}))
-PY
-    nvidia-smi > "$EV/results/$name.nvidia-smi.txt" 2>&1
-    ps -eo user,pid,ppid,sid,etimes,rss,args --sort=pid | grep -E "sglang|benchmark" | grep -v grep > "$EV/results/$name.ps.txt"
-    pack
-    return "$rc"
-}
 
 # The key: the server gets one (a restart once, by fingerprint), so that the run proves it reaches no file.
 play keyed playbooks/serve_eagle3.yml || { pack; exit 1; }

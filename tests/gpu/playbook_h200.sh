@@ -33,15 +33,13 @@ EV=/var/tmp/h200-ev
 LOGDIR=/var/log/sglang
 RUNDIR=/var/lib/eagle-deploy/run                       # sglang_install_run_dir's default
 mkdir -p "$EV" "$OUT"
-left() { python3 -c "import time; print(int($budget - (time.time() - $T0)))"; }
-log() { echo "[$(date -u +%H:%M:%S.%N | cut -c1-12) left $(left) s] $*" | tee -a "$EV/driver.log"; }
 pack() { tar -czf "$OUT/evidence_$part.tar.gz" -C / "${EV#/}" "${LOGDIR#/}" 2>/dev/null; }
-gpu_mib() { nvidia-smi --query-gpu=memory.used --format=csv,noheader,nounits | head -1 | tr -d ' '; }
-server_pid() { cat "$RUNDIR/sglang.pid" 2>/dev/null | tr -d ' \n' || true; }
+CONSOLE_DIR=$EV RESULTS_DIR=$EV PLAY_EXTRA=()
+SHOW_RE='^[0-9.]+ (fatal|failed):|msg: (server|smoke|restart)|crash class|hint:|restart \(|server sglang:'
+PS_RE='^sglang|sglang'
+# shellcheck source=tests/gpu/play_lib.sh
+. "$P/tests/gpu/play_lib.sh"
 
-export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
-export PYTHONUNBUFFERED=1 LC_ALL=C.UTF-8 LANG=C.UTF-8 ANSIBLE_FORCE_COLOR=0 ANSIBLE_NOCOLOR=1
-export ANSIBLE_CONFIG="$P/ansible.cfg"
 
 setup() {
     log "setup on $(hostname): $(nvidia-smi --query-gpu=name,driver_version,memory.used,memory.total --format=csv,noheader)"
@@ -83,38 +81,6 @@ while True:
     time.sleep(0.002)
 PY
     STAMPER=$!
-}
-
-# play NAME PLAYBOOK [ansible-playbook args...]: one run, its console stamped per line into $EV/NAME.console.txt.
-play() {
-    local name=$1 book=$2; shift 2
-    local pid0 mib0 t0 t1 rc recap limit
-    limit=$(( $(left) - 15 ))
-    if (( limit < 30 )); then log "run $name: not started, ${limit} s left"; return 124; fi
-    pid0=$(server_pid); mib0=$(gpu_mib)
-    log "run $name: $book $* (server pid ${pid0:-none}, GPU ${mib0} MiB)"
-    t0=$(date +%s.%N)
-    (cd "$P" && timeout --signal=TERM "$limit" python3 -c \
-        'import sys; sys.path.insert(0, "/opt/eagle-ctl"); sys.argv[0] = "ansible-playbook"; from ansible.cli.playbook import main; main()' \
-        "$book" -i inventory/h200 -i tests/gpu/inventory-h200 --limit localhost -v "$@" 2>&1) \
-        | python3 -u -c 'import sys, time
-for line in sys.stdin:
-    sys.stdout.write("%.3f %s" % (time.time(), line)); sys.stdout.flush()' > "$EV/$name.console.txt"
-    rc=${PIPESTATUS[0]}
-    t1=$(date +%s.%N)
-    recap=$(grep -E "localhost +: ok=" "$EV/$name.console.txt" | tail -1 | sed 's/^[0-9.]* //')
-    log "run $name: rc=$rc in $(python3 -c "print(round($t1 - $t0, 1))") s; $recap; server pid $(server_pid); GPU $(gpu_mib) MiB"
-    grep -E "^[0-9.]+ (fatal|failed):|msg: (server|smoke|restart)|crash class|hint:|restart \(|server sglang:" "$EV/$name.console.txt" | cut -c1-400 | head -12
-    python3 - "$name" "$rc" "$t0" "$t1" "$pid0" "$(server_pid)" "$mib0" "$(gpu_mib)" "$recap" >> "$EV/runs.jsonl" <<'PY'
-import json, sys
-n, rc, t0, t1, p0, p1, m0, m1, recap = sys.argv[1:]
-print(json.dumps({"run": n, "rc": int(rc), "start": float(t0), "end": float(t1), "seconds": round(float(t1) - float(t0), 2),
-                  "pid_before": p0 or None, "pid_after": p1 or None, "gpu_mib_before": m0, "gpu_mib_after": m1, "recap": recap}))
-PY
-    nvidia-smi > "$EV/$name.nvidia-smi.txt" 2>&1
-    ps -eo user,pid,ppid,sid,etimes,rss,args --sort=pid | grep -E "^sglang|sglang" | grep -v grep > "$EV/$name.ps.txt"
-    pack
-    return "$rc"
 }
 
 diagnose_imports() {
