@@ -14,6 +14,7 @@ import time
 import urllib.error
 import urllib.request
 
+from ansible.module_utils.sglang_proc import process_table
 from ansible_run import free_port
 
 HERE = os.path.dirname(os.path.abspath(__file__))
@@ -30,19 +31,7 @@ SIGQUIT = "Received sigquit from a child process. It usually means the child fai
 
 def proc_children(pid):
     """PIDs whose parent is pid (from /proc), with their state letter."""
-    found = {}
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % name) as handle:
-                stat = handle.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if int(fields[1]) == pid:
-            found[int(name)] = fields[0]
-    return found
+    return dict((p, row["state"]) for p, row in process_table().items() if row["ppid"] == pid)
 
 
 def session_left(sid, timeout=2.0):
@@ -56,19 +45,8 @@ def session_left(sid, timeout=2.0):
 
 
 def session_members(sid):
-    members = []
-    for name in os.listdir("/proc"):
-        if not name.isdigit():
-            continue
-        try:
-            with open("/proc/%s/stat" % name) as handle:
-                stat = handle.read()
-        except OSError:
-            continue
-        fields = stat[stat.rindex(")") + 2:].split()
-        if int(fields[3]) == sid and fields[0] != "Z":
-            members.append(int(name))
-    return members
+    """The live (not zombie) processes of session sid."""
+    return sorted(p for p, row in process_table().items() if row["sid"] == sid and row["state"] != "Z")
 
 
 class Emulator:
