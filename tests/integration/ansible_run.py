@@ -8,6 +8,8 @@ import shutil
 import socket
 import subprocess
 import sys
+import tempfile
+import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.dirname(sys.executable)
@@ -101,3 +103,30 @@ class Play:
 
     def __repr__(self):
         return "rc=%s failures=%s stats=%s" % (self.rc, self.failures(), self.out.get("stats"))
+
+
+def local_hosts(kind, names):
+    """A work dir (``eagle-deploy-<kind>-*``) with a prefix and a free port per host name, for inventory hosts of this
+    machine (local connection): (workdir, {name: {"prefix", "port"}}). The service user walks into the prefixes."""
+    workdir = tempfile.mkdtemp(prefix="eagle-deploy-%s-" % kind)
+    os.chmod(workdir, 0o755)
+    hosts = {}
+    for name in names:
+        prefix = os.path.join(workdir, name)
+        os.mkdir(prefix)
+        os.chmod(prefix, 0o755)
+        hosts[name] = {"prefix": prefix, "port": free_port()}
+    return workdir, hosts
+
+
+def run_playbook(playbook, inventory, *extra, timeout=600):
+    """``ansible-playbook playbooks/<playbook> -i <inventory> <extra>`` from the repo with the json callback: a Play."""
+    env = dict(os.environ, PATH=BIN + os.pathsep + os.environ.get("PATH", ""),
+               ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
+               ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_NOCOLOR="1")
+    cmd = [os.path.join(BIN, "ansible-playbook"), os.path.join("playbooks", playbook), "-i", inventory] + list(extra)
+    start = time.monotonic()
+    proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False)
+    done = Play(proc, time.monotonic() - start)
+    print("%s %s: %.1f s, rc=%s" % (playbook, " ".join(extra[:1]), done.elapsed, done.rc))
+    return done

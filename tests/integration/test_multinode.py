@@ -16,19 +16,16 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import subprocess
 import sys
-import tempfile
 import time
 import urllib.error
 import urllib.request
 
 import pytest
 
-from ansible_run import Play, free_port
+from ansible_run import free_port, local_hosts, run_playbook
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BIN = os.path.dirname(sys.executable)
 API_KEY = "local-rehearsal-key"  # inventory/local's sglang_server_api_key
 NODES = ("node0", "node1")
 GROUP = "kimi_a"
@@ -81,18 +78,8 @@ def alive(pid):
 
 @pytest.fixture(scope="module")
 def pair():
-    workdir = tempfile.mkdtemp(prefix="eagle-deploy-multinode-")
-    os.chmod(workdir, 0o755)  # the service user walks into the prefixes below it
-    nodes = {}
-    for name in NODES:
-        prefix = os.path.join(workdir, name)
-        os.mkdir(prefix)
-        os.chmod(prefix, 0o755)
-        nodes[name] = {"prefix": prefix, "port": free_port()}
+    workdir, nodes = local_hosts("multinode", NODES)
     dist_port = free_port()
-    env = dict(os.environ, PATH=BIN + os.pathsep + os.environ.get("PATH", ""),
-               ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
-               ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_NOCOLOR="1")
     counter = [0]
 
     def inventory(**per_node):
@@ -106,13 +93,7 @@ def pair():
         write_inventory(path, hosts)
         return path
 
-    def play(playbook, inv, *extra, timeout=600):
-        cmd = [os.path.join(BIN, "ansible-playbook"), os.path.join("playbooks", playbook), "-i", inv] + list(extra)
-        start = time.monotonic()
-        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False)
-        done = Play(proc, time.monotonic() - start)
-        print("%s: %.1f s, rc=%s" % (playbook, done.elapsed, done.rc))
-        return done
+    play = run_playbook
 
     state = {"workdir": workdir, "nodes": nodes, "play": play, "inventory": inventory, "base": inventory()}
     try:

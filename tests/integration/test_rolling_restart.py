@@ -25,7 +25,6 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 import urllib.error
@@ -34,10 +33,9 @@ import urllib.request
 import pytest
 
 import sglang_router_src
-from ansible_run import Play, free_port
+from ansible_run import free_port, local_hosts, run_playbook
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-BIN = os.path.dirname(sys.executable)
 API_KEY = "local-rehearsal-key"  # inventory/local's sglang_server_api_key
 ADMIN_KEY = "router-admin-key-0123456789abcdef"
 REPLICAS = ("replica1", "replica2", "replica3")
@@ -202,27 +200,10 @@ def replica_vars(prefix, port, **extra):
 
 @pytest.fixture(scope="module")
 def fleet():
-    workdir = tempfile.mkdtemp(prefix="eagle-deploy-fleet-")
-    os.chmod(workdir, 0o755)  # the service user walks into the prefixes below it
-    replicas = {}
-    for name in REPLICAS:
-        prefix = os.path.join(workdir, name)
-        os.mkdir(prefix)
-        os.chmod(prefix, 0o755)
-        replicas[name] = {"prefix": prefix, "port": free_port()}
+    workdir, replicas = local_hosts("fleet", REPLICAS)
     for r in replicas.values():
         r["url"] = "http://127.0.0.1:%d" % r["port"]
-    env = dict(os.environ, PATH=BIN + os.pathsep + os.environ.get("PATH", ""),
-               ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
-               ANSIBLE_LOAD_CALLBACK_PLUGINS="1", ANSIBLE_NOCOLOR="1")
-
-    def play(playbook, inventory, *extra, timeout=600):
-        cmd = [os.path.join(BIN, "ansible-playbook"), os.path.join("playbooks", playbook), "-i", inventory] + list(extra)
-        start = time.monotonic()
-        proc = subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=timeout, check=False)
-        done = Play(proc, time.monotonic() - start)
-        print("%s %s: %.1f s, rc=%s" % (playbook, " ".join(extra[:1]), done.elapsed, done.rc))
-        return done
+    play = run_playbook
 
     base = os.path.join(workdir, "inventory-now")
     write_inventory(base, {n: replica_vars(r["prefix"], r["port"]) for n, r in replicas.items()})
