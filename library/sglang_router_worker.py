@@ -69,6 +69,13 @@ options:
       - Seconds between two C(GET /workers/<id>) while waiting.
     type: float
     default: 1.0
+  min_healthy_others:
+    description:
+      - With O(state=absent), refuse to take the worker out (nothing is deleted) unless the router lists at least this
+        many other healthy workers: a rollout, or two at once, never takes the last serving replicas out.
+      - 0 lets the last worker go (a fleet of one).
+    type: int
+    default: 0
   request_timeout:
     description:
       - Seconds one request to the router may take.
@@ -119,6 +126,13 @@ EXAMPLES = r"""
 """
 
 RETURN = r"""
+listed_urls:
+  description: The worker URLs the router lists, when it does not list O(url) (compared with default ports dropped,
+    scheme and host lowercased).
+  returned: when the worker is not in the router
+  type: list
+  elements: str
+  sample: ["http://10.0.0.11:30000", "http://10.0.0.12:30000"]
 worker_id:
   description: The router's id (a UUID) of the worker; null when it is not in the router and was not added.
   returned: always
@@ -161,7 +175,8 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible.module_utils.sglang_json_http import JsonHttp, Unreachable
+from ansible.module_utils.sglang_json_http import HTTP_OPTIONS, JsonHttp, Unreachable, check_options
+from ansible.module_utils.sglang_progress import operator_text
 from ansible.module_utils.sglang_router_workers import RouterError, RouterWorkers
 
 
@@ -176,32 +191,31 @@ def main(clock=time.monotonic, sleep=time.sleep, opener=None):
             state=dict(type="str", choices=["present", "absent"], default="present"),
             timeout=dict(type="float", default=120),
             poll_interval=dict(type="float", default=1.0),
-            request_timeout=dict(type="float", default=10),
-            validate_certs=dict(type="bool", default=True),
+            min_healthy_others=dict(type="int", default=0),
+            **HTTP_OPTIONS
         ),
         supports_check_mode=True,
     )
     p = module.params
-    for name in ("router_url", "url"):
-        if not p[name].startswith(("http://", "https://")):
-            module.fail_json(msg="%s must be an http:// or https:// URL, got %r" % (name, p[name]))
-    for name in ("timeout", "poll_interval", "request_timeout"):
-        if p[name] <= 0:
-            module.fail_json(msg="%s must be above 0, got %s" % (name, p[name]))
+    problem = check_options(p, urls=("router_url", "url"), positive=("timeout", "poll_interval"),
+                            at_least_zero=("min_healthy_others",))
+    if problem:
+        module.fail_json(msg=problem)
     http = JsonHttp(p["router_url"], token=p["router_api_key"], timeout=p["request_timeout"],
                     validate_certs=p["validate_certs"], opener=opener)
     workers = RouterWorkers(http, clock=clock, sleep=sleep)
     try:
         if p["state"] == "absent":
-            result = workers.absent(p["url"], p["timeout"], p["poll_interval"], check_mode=module.check_mode)
+            result = workers.absent(p["url"], p["timeout"], p["poll_interval"], check_mode=module.check_mode,
+                                    min_healthy_others=p["min_healthy_others"])
         else:
             result = workers.present(p["url"], api_key=p["api_key"], config=p["worker_config"], timeout=p["timeout"],
                                      poll_interval=p["poll_interval"], check_mode=module.check_mode)
     except RouterError as exc:
-        module.fail_json(msg=str(exc), **exc.fields)
+        module.fail_json(msg=operator_text(str(exc)), **operator_text(exc.fields))
     except Unreachable as exc:
-        module.fail_json(msg="the router does not answer: %s" % exc)
-    module.exit_json(**result)
+        module.fail_json(msg=operator_text("the router does not answer: %s" % exc))
+    module.exit_json(**operator_text(result))
 
 
 if __name__ == "__main__":

@@ -119,6 +119,17 @@ waiting:
   returned: always
   type: int
   sample: 0
+max_running:
+  description: The most requests seen running at one look (what the wait waited for).
+  returned: always
+  type: int
+  sample: 3
+answered:
+  description: False when the last look got no answer at all (a timeout, a name or route that fails, TLS); a refused
+    connection counts as an answer (nothing listens, nothing runs). With O(timeout=0) or in check mode no answer fails.
+  returned: always
+  type: bool
+  sample: true
 samples:
   description: Looks made.
   returned: always
@@ -140,8 +151,9 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible.module_utils.sglang_json_http import JsonHttp
+from ansible.module_utils.sglang_json_http import HTTP_OPTIONS, JsonHttp, check_options
 from ansible.module_utils.sglang_loads import DrainError, DrainWait
+from ansible.module_utils.sglang_progress import operator_text
 
 
 def main(clock=time.monotonic, sleep=time.sleep, opener=None):
@@ -153,25 +165,28 @@ def main(clock=time.monotonic, sleep=time.sleep, opener=None):
             poll_interval=dict(type="float", default=1.0),
             quiet_samples=dict(type="int", default=2),
             fail_on_timeout=dict(type="bool", default=False),
-            request_timeout=dict(type="float", default=10),
-            validate_certs=dict(type="bool", default=True),
+            **HTTP_OPTIONS
         ),
         supports_check_mode=True,
     )
     p = module.params
-    if not p["url"].startswith(("http://", "https://")):
-        module.fail_json(msg="url must be an http:// or https:// URL, got %r" % p["url"])
-    if p["timeout"] < 0 or p["poll_interval"] <= 0 or p["request_timeout"] <= 0 or p["quiet_samples"] < 1:
-        module.fail_json(msg="timeout must be 0 or more, poll_interval and request_timeout above 0, quiet_samples 1 "
-                             "or more (got %s, %s, %s, %s)" % (p["timeout"], p["poll_interval"], p["request_timeout"],
-                                                               p["quiet_samples"]))
+    problem = check_options(p, urls=("url",), positive=("poll_interval",), at_least_zero=("timeout",))
+    if problem is None and p["quiet_samples"] < 1:
+        problem = "quiet_samples must be 1 or more, got %s" % p["quiet_samples"]
+    if problem:
+        module.fail_json(msg=problem)
     http = JsonHttp(p["url"], token=p["api_key"], timeout=p["request_timeout"], validate_certs=p["validate_certs"],
                     opener=opener)
     try:
         result = DrainWait(http, clock=clock, sleep=sleep).wait(
             p["timeout"], p["poll_interval"], p["quiet_samples"], once=module.check_mode or p["timeout"] == 0)
     except DrainError as exc:
-        module.fail_json(msg=str(exc), drained=False)
+        module.fail_json(msg=operator_text(str(exc)), drained=False)
+    result = operator_text(result)
+    if (module.check_mode or p["timeout"] == 0) and not result["answered"]:
+        result["msg"] = ("the server's load endpoint gives no answer (%s): the drain could not watch it; set the URL "
+                         "the host itself reaches its server at" % result["msg"])
+        module.fail_json(**result)
     if not result["drained"] and not module.check_mode and p["timeout"] > 0:
         if p["fail_on_timeout"]:
             module.fail_json(**result)

@@ -11,18 +11,50 @@ goes into the ``Authorization`` header and nowhere else: no message of this file
 
 from __future__ import annotations
 
+import errno
 import json
 from collections import namedtuple
 from http.client import HTTPException
 from urllib.error import HTTPError, URLError
+from urllib.parse import urlsplit, urlunsplit
 
 from ansible.module_utils.urls import open_url
 
 Answer = namedtuple("Answer", "status body")
 
+# The options every module of this file's clients has (merged into its argument spec), checked by check_options.
+HTTP_OPTIONS = dict(
+    request_timeout=dict(type="float", default=10),
+    validate_certs=dict(type="bool", default=True),
+)
+
+
+def check_options(params, urls=(), positive=(), at_least_zero=()):
+    """What is wrong with a module's URL and number options, or None: ``urls`` must be http(s) URLs, ``positive``
+    above 0 (``request_timeout`` always), ``at_least_zero`` 0 or more."""
+    for name in urls:
+        if not str(params[name]).startswith(("http://", "https://")):
+            return "%s must be an http:// or https:// URL, got %r" % (name, params[name])
+    for name in ("request_timeout",) + tuple(positive):
+        if params[name] <= 0:
+            return "%s must be above 0, got %s" % (name, params[name])
+    for name in at_least_zero:
+        if params[name] < 0:
+            return "%s must be 0 or more, got %s" % (name, params[name])
+    return None
+
 
 class Unreachable(Exception):
-    """No HTTP answer at all: the message says which URL and why (never a header)."""
+    """No HTTP answer at all: the message says which URL and why (never a header). ``refused``: the connection was
+    refused (nothing listens there), as opposed to a timeout, a name or route that fails, or TLS."""
+
+    def __init__(self, msg, refused=False):
+        super().__init__(msg)
+        self.refused = refused
+
+
+def _refused(reason):
+    return isinstance(reason, ConnectionRefusedError) or getattr(reason, "errno", None) == errno.ECONNREFUSED
 
 
 def _body(raw):
@@ -46,7 +78,11 @@ class JsonHttp(object):
         self.opener = opener or open_url
 
     def url(self, path):
-        return self.base_url + path
+        """The URL of ``path`` as shown in messages: without any user:password@ of the base URL."""
+        parts = urlsplit(self.base_url + path)
+        if "@" not in parts.netloc:
+            return self.base_url + path
+        return urlunsplit(parts._replace(netloc="***@" + parts.netloc.rsplit("@", 1)[1]))
 
     def call(self, method, path, body=None):
         """Answer(status, parsed body) of ``method path``; raises Unreachable when no answer came."""
@@ -56,7 +92,7 @@ class JsonHttp(object):
             data = json.dumps(body).encode("utf-8")
             headers["Content-Type"] = "application/json"
         try:
-            resp = self.opener(self.url(path), data=data, headers=headers, method=method, timeout=self.timeout,
+            resp = self.opener(self.base_url + path, data=data, headers=headers, method=method, timeout=self.timeout,
                                validate_certs=self.validate_certs, follow_redirects="none")
             try:
                 return Answer(resp.getcode(), _body(resp.read()))
@@ -70,4 +106,4 @@ class JsonHttp(object):
             return Answer(exc.code, _body(raw))
         except (URLError, HTTPException, OSError, ValueError) as exc:
             reason = getattr(exc, "reason", None) or exc
-            raise Unreachable("%s %s: no answer (%s)" % (method, self.url(path), reason))
+            raise Unreachable("%s %s: no answer (%s)" % (method, self.url(path), reason), refused=_refused(reason))

@@ -24,15 +24,22 @@ class DrainError(Exception):
 
 
 def load_counts(body):
-    """(running, waiting) summed over every rank of a ``/v1/loads`` answer; ValueError when it is not one."""
+    """(running, waiting) summed over every rank of a ``/v1/loads`` answer, None when it lists no rank yet (SGLang
+    answers ``[]`` until its scheduler has published a load); ValueError when it is not such an answer."""
     if not isinstance(body, dict) or not isinstance(body.get("loads"), list):
         raise ValueError("not a /v1/loads answer: %s" % (str(body)[:200],))
+    if not body["loads"]:
+        return None
     running = waiting = 0
     for load in body["loads"]:
-        if not isinstance(load, dict):
-            raise ValueError("not a /v1/loads answer: %s" % (str(body)[:200],))
-        running += int(load.get("num_running_reqs") or 0)
-        waiting += int(load.get("num_waiting_reqs") or 0)
+        counts = []
+        for key in ("num_running_reqs", "num_waiting_reqs"):
+            value = load.get(key) if isinstance(load, dict) else None
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError("not a /v1/loads answer (%s must be a count): %s" % (key, str(body)[:200]))
+            counts.append(value)
+        running += counts[0]
+        waiting += counts[1]
     return running, waiting
 
 
@@ -46,11 +53,12 @@ class DrainWait(object):
         self.sleep = sleep
 
     def look(self):
-        """(running, waiting), or None when the server gave no answer (nothing runs where nothing listens)."""
+        """(running, waiting); None when the connection was refused (nothing listens: nothing runs there); else a
+        string that says why there are no figures (no answer, a status, no rank published yet)."""
         try:
             answer = self.http.call("GET", self.path)
-        except Unreachable:
-            return None
+        except Unreachable as exc:
+            return None if exc.refused else "no answer: %s" % exc
         if answer.status == 404:
             raise DrainError("GET %s answered 404: this server has no load endpoint (SGLang before 0.5.9?); a drain "
                              "timeout of 0 skips the watch" % self.http.url(self.path))
@@ -60,42 +68,41 @@ class DrainWait(object):
         if answer.status != 200:
             return "status %d" % answer.status
         try:
-            return load_counts(answer.body)
+            counts = load_counts(answer.body)
         except ValueError as exc:
             raise DrainError("GET %s: %s" % (self.http.url(self.path), exc))
+        return "no rank has published its load yet" if counts is None else counts
 
     def wait(self, timeout, poll_interval=1.0, quiet_samples=2, once=False):
         """Look until ``quiet_samples`` looks in a row find nothing running or waiting, or ``timeout`` passes.
 
-        Returns drained, running, waiting, samples, elapsed, msg. ``once``: one look, no wait (check mode)."""
+        Returns drained, running, waiting (the last figures), max_running (the most seen running: what the wait
+        waited for), samples, elapsed, answered (false when the last look got no answer at all), msg. ``once``: one
+        look, no wait (check mode)."""
         start = self.clock()
         deadline = start + timeout
-        quiet = samples = 0
+        quiet = samples = most = 0
         last = (None, None)
         while True:
             seen = self.look()
             samples += 1
-            elapsed = round(self.clock() - start, 3)
-            if seen is None:
-                return dict(drained=True, running=0, waiting=0, samples=samples, elapsed=elapsed,
-                            msg="the server does not answer: nothing runs there")
             if isinstance(seen, tuple):
                 last = seen
-                quiet = quiet + 1 if seen == (0, 0) else 0
-            else:
-                quiet = 0
-            if once or quiet >= quiet_samples:
-                running, waiting = last
-                drained = quiet >= 1 and last == (0, 0)
-                return dict(drained=drained, running=running, waiting=waiting, samples=samples, elapsed=elapsed,
-                            msg=("drained: nothing running or waiting" if drained else
-                                 "%s running, %s waiting" % (running, waiting) if running is not None else
-                                 "no figures yet (%s)" % seen))
+                most = max(most, seen[0])
+            quiet = quiet + 1 if seen == (0, 0) else 0
             now = self.clock()
+            out = dict(drained=False, running=last[0], waiting=last[1], max_running=most, samples=samples,
+                       elapsed=round(now - start, 3), answered=not (isinstance(seen, str) and seen.startswith("no answer")))
+            if seen is None:
+                out.update(drained=True, running=0, waiting=0, msg="the server does not answer (connection refused): nothing runs there")
+                return out
+            if once or quiet >= quiet_samples:
+                out["drained"] = quiet >= 1
+                out["msg"] = ("drained: nothing running or waiting" if out["drained"] else
+                              "%s running, %s waiting" % last if last[0] is not None else "no figures yet (%s)" % seen)
+                return out
             if now >= deadline:
-                running, waiting = last
-                return dict(drained=False, running=running, waiting=waiting, samples=samples,
-                            elapsed=round(now - start, 3),
-                            msg="not drained after %.0f s: %s running, %s waiting%s" % (
-                                timeout, running, waiting, "" if isinstance(seen, tuple) else " (last: %s)" % seen))
+                out["msg"] = "not drained after %.0f s: %s running, %s waiting%s" % (
+                    timeout, last[0], last[1], "" if isinstance(seen, tuple) else " (last: %s)" % seen)
+                return out
             self.sleep(min(poll_interval, deadline - now))

@@ -37,18 +37,32 @@ class RouterError(Exception):
         self.fields = fields
 
 
+DEFAULT_PORTS = {"http": 80, "https": 443}
+
+
 def normal_url(url):
-    """A worker URL as compared here: scheme and host lowercased, no trailing slash."""
+    """A worker URL as compared here: scheme and host lowercased, the scheme's default port dropped, no trailing
+    slash."""
     parts = urlsplit(url.strip())
-    path = parts.path.rstrip("/")
-    return "%s://%s%s" % (parts.scheme.lower(), parts.netloc.lower(), path)
+    scheme = parts.scheme.lower()
+    host = parts.netloc.rsplit("@", 1)[-1].lower()
+    try:
+        port = parts.port
+    except ValueError:
+        port = None
+    if port is not None and port == DEFAULT_PORTS.get(scheme):
+        host = host.rsplit(":", 1)[0]
+    return "%s://%s%s" % (scheme, host, parts.path.rstrip("/"))
 
 
 def shown(record):
-    """A worker record without anything secret in it (the router returns none today; kept that way)."""
-    if not isinstance(record, dict):
-        return record
-    return {key: ("********" if key.lower() in SECRET_KEYS else value) for key, value in record.items()}
+    """A worker record without anything secret in it, at any depth (the router returns none today; kept that way)."""
+    if isinstance(record, dict):
+        return dict((key, "********" if str(key).lower() in SECRET_KEYS else shown(value))
+                    for key, value in record.items())
+    if isinstance(record, list):
+        return [shown(value) for value in record]
+    return record
 
 
 def workers_of(body):
@@ -60,12 +74,18 @@ def workers_of(body):
 
 
 def find(workers, url):
-    """The record of the worker at ``url``, or None."""
+    """The record of the worker at ``url``, or None; RouterError when the router lists it more than once (which one
+    to take out or keep cannot be told)."""
     want = normal_url(url)
-    for record in workers:
-        if isinstance(record.get("url"), str) and normal_url(record["url"]) == want:
-            return record
-    return None
+    found = [r for r in workers if isinstance(r.get("url"), str) and normal_url(r["url"]) == want]
+    if len(found) > 1:
+        raise RouterError("the router lists %s %d times (ids %s): remove the extra records by hand"
+                          % (url, len(found), ", ".join(str(r.get("id")) for r in found)))
+    return found[0] if found else None
+
+
+def listed_urls(workers):
+    return sorted(str(r.get("url")) for r in workers)
 
 
 def progress(status, body):
@@ -137,14 +157,23 @@ class RouterWorkers(object):
                     worker_id=worker_id, worker=shown(body) if status == 200 else None, elapsed=now - start)
             self.sleep(min(poll_interval, deadline - now))
 
-    def absent(self, url, timeout, poll_interval, check_mode=False):
-        """Take the worker at ``url`` out of the registry and wait until the router no longer lists it."""
-        record = find(self.listing(), url)
+    def absent(self, url, timeout, poll_interval, check_mode=False, min_healthy_others=0):
+        """Take the worker at ``url`` out of the registry and wait until the router no longer lists it; refused while
+        fewer than ``min_healthy_others`` other healthy workers are listed."""
+        workers = self.listing()
+        record = find(workers, url)
         if record is None:
-            return dict(changed=False, worker_id=None, msg="worker %s is not in the router" % url)
+            return dict(changed=False, worker_id=None, listed_urls=listed_urls(workers),
+                        msg="worker %s is not in the router" % url)
         worker_id = record.get("id")
         if not worker_id:
             raise RouterError("the router lists %s without an id: %s" % (url, str(shown(record))[:300]))
+        others = [w for w in workers if w is not record and w.get("is_healthy") is True]
+        if len(others) < min_healthy_others:
+            raise RouterError("worker %s stays in the router: it lists %d other healthy worker(s), fewer than the %d "
+                              "that must keep serving (min_healthy_others; another rollout at the same time, or "
+                              "replicas already down?)" % (url, len(others), min_healthy_others),
+                              worker_id=worker_id, healthy_others=len(others))
         result = dict(changed=True, worker_id=worker_id, worker=shown(record))
         if check_mode:
             result["msg"] = "would remove worker %s (%s) from the router" % (url, worker_id)
@@ -159,10 +188,12 @@ class RouterWorkers(object):
     def present(self, url, api_key=None, config=None, timeout=120, poll_interval=1.0, check_mode=False):
         """Put the worker at ``url`` into the registry (unless it is there) and wait until the router has added it
         and finds it healthy."""
-        record = find(self.listing(), url)
+        workers = self.listing()
+        record = find(workers, url)
         changed = record is None
         if changed and check_mode:
-            return dict(changed=True, worker_id=None, msg="would add worker %s to the router" % url)
+            return dict(changed=True, worker_id=None, listed_urls=listed_urls(workers),
+                        msg="would add worker %s to the router" % url)
         if changed:
             body = dict(config or {}, url=url)
             if api_key:

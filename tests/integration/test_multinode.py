@@ -215,6 +215,27 @@ def _failed_pair(pair, run, crash_words):
     assert not left, "still running after the failure: %s" % left
 
 
+def test_a_rolling_restart_takes_the_pair_as_one_replica(pair):
+    """No router: rolling_restart.yml only restarts, a batch at a time. A batch that splits the pair is refused by the
+    first play before anything is touched; one that holds both nodes restarts them together."""
+    nodes = pair["nodes"]
+    converge(pair)
+    pids = {name: run_state(n)["pid"] for name, n in nodes.items()}
+    split = pair["play"]("rolling_restart.yml", pair["base"], "-e", "sglang_fleet_serial=1")
+    assert split.rc != 0, split
+    for name in NODES:
+        assert "fall into batches 0, 1 of sglang_fleet_serial=1" in split.failures()[name], split.failures()
+    assert {name: run_state(n)["pid"] for name, n in nodes.items()} == pids
+    assert all(alive(p) for p in pids.values())
+    whole = pair["play"]("rolling_restart.yml", pair["base"], "-e", "sglang_fleet_serial=2")
+    assert whole.rc == 0, whole
+    for name in NODES:
+        assert whole.result(name, LAUNCH)["changed"], name
+    after = {name: run_state(n)["pid"] for name, n in nodes.items()}
+    assert all(after[n] != pids[n] for n in NODES), (pids, after)
+    assert http_status("http://127.0.0.1:%d/health_generate" % nodes["node0"]["port"], API_KEY) == 200
+
+
 def test_rank1_dying_during_load_fails_the_group_at_once(pair):
     converge(pair)
     inv = pair["inventory"](node1={"extra_command": ["--emulator-load-seconds", "3"],

@@ -146,8 +146,9 @@ class FakeRouter:
 
 
 class FakeServer:
-    """A server's GET /v1/loads: each look answers the next of ``figures`` ((running, waiting) per rank, a status, or
-    "down"); the last one repeats."""
+    """A server's GET /v1/loads: each look answers the next of ``figures`` ((running, waiting) per rank, a status,
+    "down" (refused), "silent" (timed out), "empty" (no rank published yet) or "bad" (not a count)); the last one
+    repeats."""
 
     def __init__(self, figures, api_key=None):
         self.figures = list(figures)
@@ -162,11 +163,14 @@ class FakeServer:
         self.looks += 1
         if figure == "down":
             raise URLError(ConnectionRefusedError(111, "Connection refused"))
+        if figure == "silent":
+            raise URLError(TimeoutError("timed out"))
         if self.api_key and (headers or {}).get("Authorization") != "Bearer " + self.api_key:
             return answer(url, 401, {"error": "Unauthorized"})
         if isinstance(figure, int):
             return answer(url, figure, {"detail": "Not Found"})
-        ranks = figure if isinstance(figure, list) else [figure]
+        ranks = {"empty": [], "bad": [("1e400", 0)]}.get(figure, figure) if isinstance(figure, str) else figure
+        ranks = ranks if isinstance(ranks, list) else [ranks]
         return answer(url, 200, {"timestamp": "2026-12-05T00:00:00+00:00", "version": "0.5.23", "accelerator": None,
                                  "num_accelerators": 8,
                                  "loads": [{"dp_rank": i, "num_running_reqs": r, "num_waiting_reqs": w}

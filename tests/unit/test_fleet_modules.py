@@ -9,7 +9,7 @@ import json
 import pytest
 
 from ansible.module_utils.common.warnings import get_warning_messages
-from ansible.module_utils.sglang_router_workers import normal_url, progress
+from ansible.module_utils.sglang_router_workers import normal_url, progress, shown
 from fleet_harness import FakeClock, FakeRouter, FakeServer, load_module, run
 from module_harness import module_exits  # noqa: F401 - fixture
 
@@ -34,11 +34,62 @@ def worker(router, clock, check=False, **args):
     return run(router_worker, args, router, clock, check=check)
 
 
+def strings(value):
+    """Every string in a result, at any depth."""
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, dict):
+        return [t for v in value.values() for t in strings(v)]
+    if isinstance(value, (list, tuple)):
+        return [t for v in value for t in strings(v)]
+    return []
+
+
 def methods(router):
     return [(method, path) for method, path, _, _ in router.calls]
 
 
 # --- sglang_router_worker: absent ---------------------------------------------------------------------------------
+
+@pytest.mark.parametrize("a, b", [("http://H:80", "http://h"), ("https://h:443/", "https://h"),
+                                  ("http://[::1]:80", "http://[::1]"), ("http://h:8080", "http://H:8080/")])
+def test_worker_urls_compare_without_default_ports_case_or_slash(a, b):
+    assert normal_url(a) == normal_url(b)
+
+
+def test_worker_records_are_masked_at_any_depth():
+    record = {"url": URL, "api_key": "k", "meta": {"Token": "t", "labels": [{"authorization": "a", "x": 1}]}}
+    assert shown(record) == {"url": URL, "api_key": "********",
+                             "meta": {"Token": "********", "labels": [{"authorization": "********", "x": 1}]}}
+
+
+def test_absent_refuses_while_too_few_other_workers_serve(clock):
+    router = FakeRouter(clock)
+    worker_id = router.listed(URL)
+    router.listed("http://127.0.0.1:30181", healthy=False)
+    outcome, result = worker(router, clock, state="absent", min_healthy_others=1)
+    assert outcome == "fail" and "lists 0 other healthy worker(s), fewer than the 1" in result["msg"]
+    assert worker_id in router.workers and ("DELETE", "/workers/" + worker_id) not in methods(router)
+    router.listed("http://127.0.0.1:30182")
+    outcome, result = worker(router, clock, state="absent", min_healthy_others=1)
+    assert outcome == "exit" and result["changed"] and worker_id not in router.workers
+
+
+def test_a_worker_listed_twice_is_refused(clock):
+    router = FakeRouter(clock)
+    router.listed(URL)
+    router.listed(URL + "/")
+    outcome, result = worker(router, clock, state="absent")
+    assert outcome == "fail" and "lists %s 2 times" % URL in result["msg"]
+    assert not any(method == "DELETE" for method, _ in methods(router))
+
+
+def test_router_text_reaches_the_operator_escaped(clock):
+    router = FakeRouter(clock, add_fails="health check failed\x1b]0;owned\x07")
+    outcome, result = worker(router, clock, state="present", timeout=5)
+    assert outcome == "fail" and "\\x1b]0;owned\\x07" in result["msg"]
+    assert not [text for text in strings(result) if "\x1b" in text or "\x07" in text], result
+
 
 def test_absent_deletes_by_the_routers_uuid_and_waits_until_it_is_gone(clock):
     router = FakeRouter(clock, remove_seconds=0.6)
@@ -206,6 +257,30 @@ def test_drain_timeout_fails_when_asked(clock):
 def test_a_server_that_does_not_answer_runs_nothing(clock):
     outcome, result = drain(FakeServer(["down"]), clock)
     assert outcome == "exit" and result["drained"] and "does not answer" in result["msg"]
+
+
+def test_a_server_that_times_out_is_not_counted_as_drained(clock):
+    outcome, result = drain(FakeServer(["silent"]), clock, timeout=3)
+    assert outcome == "exit" and not result["drained"] and "no answer" in result["msg"] and result["samples"] > 1
+
+
+def test_the_read_only_look_fails_when_the_server_gives_no_answer(clock):
+    outcome, result = drain(FakeServer(["silent"]), clock, timeout=0)
+    assert outcome == "fail" and "no answer" in result["msg"]
+    outcome, result = drain(FakeServer(["down"]), clock, timeout=0)
+    assert outcome == "exit" and result["drained"]
+
+
+def test_no_rank_published_yet_is_not_quiet(clock):
+    outcome, result = drain(FakeServer(["empty", "empty", (2, 0), (0, 0), (0, 0)]), clock)
+    assert outcome == "exit" and result["drained"] and result["samples"] == 5 and result["max_running"] == 2
+    outcome, result = drain(FakeServer(["empty"]), clock, timeout=2)
+    assert outcome == "exit" and not result["drained"] and "no rank has published its load yet" in result["msg"]
+
+
+def test_figures_that_are_not_counts_fail_with_the_answer(clock):
+    outcome, result = drain(FakeServer(["bad"]), clock)
+    assert outcome == "fail" and "num_running_reqs must be a count" in result["msg"]
 
 
 @pytest.mark.parametrize("figure, needle", [(404, "has no load endpoint"), (401, "give the server's API key")])
