@@ -232,6 +232,8 @@ class Watched(object):
         r.setdefault("pid", self.state.get("pid"))
         r.setdefault("log_path", self.state.get("log_path"))
         r.setdefault("attempt", self.state.get("attempt"))
+        r.setdefault("fingerprint", self.state.get("fingerprint"))
+        r.setdefault("port", self.state.get("port"))
         r.update(log_offset=line_start_before(self.fd, size), log_watched_from=self.start,
                  health_polls=self.health.summary())
         if "log_tail" not in r:

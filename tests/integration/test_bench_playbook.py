@@ -154,17 +154,19 @@ class CmdlineWatch(threading.Thread):
 
 def test_bad_settings_are_refused_before_anything_runs(host, converged):
     before = run_state(host)
+    reports_before = report_dirs(host)
     run = host["play"]("-e", sweep_arg([4, 1, 4]))
     assert run.rc != 0
     assert any("names a concurrency twice" in m for m in run.failure_msgs()), run
     run = host["play"]("-e", sweep_arg([1]), "-e", "sglang_server_model_path=%s" % host["prefix"])
     assert run.rc != 0
     assert any("holds neither tokenizer.json nor tokenizer_config.json" in m for m in run.failure_msgs()), run
-    assert run_state(host)["pid"] == before["pid"] and report_dirs(host) == []
+    assert run_state(host)["pid"] == before["pid"] and report_dirs(host) == reports_before
 
 
 def test_check_mode_runs_no_client_and_restarts_nothing(host, converged):
     before = run_state(host)
+    reports_before = report_dirs(host)
     run = host["play"]("--check", "-e", sweep_arg())
     assert run.rc == 0, run
     said = run.result("Say what the benchmark would do")["msg"]
@@ -172,11 +174,26 @@ def test_check_mode_runs_no_client_and_restarts_nothing(host, converged):
     assert "pid %d" % before["pid"] in said and "restart it with speculative decoding off" in said
     assert "write the report under %s" % host["reports"] in said
     assert run.results("Run SGLang's benchmark client") == [] and run.results("Show where the report is") == []
-    assert run_state(host)["pid"] == before["pid"] and report_dirs(host) == []
+    assert run_state(host)["pid"] == before["pid"] and report_dirs(host) == reports_before
+
+
+def test_the_checks_run_whatever_tags_are_skipped_and_a_routed_replica_is_refused(host, converged):
+    before = run_state(host)
+    reports_before = report_dirs(host)
+    run = host["play"]("--check", "--skip-tags", "sglang_bench_preflight", "-e", sweep_arg())
+    assert run.rc == 0, run
+    assert run.results("Ask the supervisor whether our server serves"), "the preflight's watch did not run"
+    assert run.results("Refuse when the running server is not the inventory's"), run
+    run = host["play"]("-e", sweep_arg([1]), "-e", "sglang_fleet_router_url=http://127.0.0.1:9")
+    assert run.rc != 0
+    assert any("is a replica behind the router http://127.0.0.1:9" in m for m in run.failure_msgs()), run
+    assert run.results("Run SGLang's benchmark client") == []
+    assert run_state(host)["pid"] == before["pid"] and report_dirs(host) == reports_before
 
 
 def test_bench_end_to_end(host, converged):
     before = run_state(host)
+    reports_before = report_dirs(host)
     logs_before = {p: os.path.getsize(p) for p in glob.glob(os.path.join(host["prefix"], "var/log/sglang/*_r*.log"))}
     watch = CmdlineWatch(API_KEY)
     watch.start()
@@ -197,7 +214,11 @@ def test_bench_end_to_end(host, converged):
     proof = run.result("Prove that the deployment is as it was")
     assert proof["msg"].startswith("the deployment is as it was: fingerprint %s" % before["fingerprint"][:16])
 
-    (out,) = report_dirs(host)
+    (out,) = sorted(set(report_dirs(host)) - set(reports_before))
+    # The play prints the sweep as a table (the README's), one line per concurrency and the crossover.
+    table = run.result("Show the sweep's figures")["msg"]
+    assert table[0].startswith("concurrency  speculative tok/s  off tok/s  speed-up  accept length")
+    assert len(table) == len(SWEEP) + 2 and table[-1].startswith("crossover: "), table
     with open(os.path.join(out, "bench.json")) as f:
         bench = json.load(f)
     with open(os.path.join(out, "summary.json")) as f:

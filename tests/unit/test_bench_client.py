@@ -135,3 +135,20 @@ def test_a_client_past_its_timeout_is_reported():
     out = bench_client.run(request(timeout=5), runner=FakeClient(timeout=True, out=b"half way %s" % KEY.encode()),
                            clock=iter([0.0, 5.0]).__next__)
     assert not out["ok"] and out["error"] == "the client did not finish within 5 s" and out["console"] == "half way ***"
+
+
+def test_a_failure_of_the_runner_itself_is_still_one_json_answer_with_the_key_masked(monkeypatch, capsys):
+    """The task that runs the runner hides its output (the key is in its input): its own crash must come back as
+    JSON that says what failed, never as a bare traceback."""
+    import io
+    key = "sk-runner-crash-0123456789"
+    monkeypatch.setattr(bench_client.sys, "stdin", io.StringIO(json.dumps({"api_key": key, "side": "baseline"})))
+    bench_client.main()  # the request lacks its fields: run() raises KeyError
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] is False and out["side"] == "baseline"
+    assert out["error"].startswith("the benchmark runner failed: Traceback") and "KeyError" in out["error"]
+    assert key not in json.dumps(out)
+    monkeypatch.setattr(bench_client.sys, "stdin", io.StringIO("not json"))
+    bench_client.main()
+    out = json.loads(capsys.readouterr().out)
+    assert out["ok"] is False and "JSONDecodeError" in out["error"]

@@ -82,6 +82,17 @@ def test_crossover_is_the_first_concurrency_below_one_in_ascending_order():
     assert "faster up to concurrency 4 and slower from concurrency 16 on" in report.verdict_words(rows, 16)
 
 
+def test_the_text_table_is_the_sweep_the_play_prints():
+    data = bench((4, 220.0, 200.0), (1, 150.0, 100.0), (16, 280.0, None))
+    rows = report.speedups(data)
+    assert report.text_table(data, rows, report.crossover(rows)) == [
+        "concurrency  speculative tok/s  off tok/s  speed-up  accept length  (emulated)",
+        "          1              150.0      100.0     1.50x           2.50",
+        "          4              220.0      200.0     1.10x           2.50",
+        "         16              280.0          -         -           2.50",
+        "crossover: none"]
+
+
 def test_no_crossover_when_speculation_wins_everywhere_and_one_at_the_lowest_when_it_never_does():
     wins = report.speedups(bench((1, 150.0, 100.0), (8, 410.0, 400.0)))
     assert report.crossover(wins) is None

@@ -25,6 +25,7 @@ import subprocess
 import sys
 import tempfile
 import time
+import traceback
 
 # The client's result line (sglang/benchmark/serving.py, benchmark(): `result`), by name; the same in 0.5.17 and 0.5.23.
 FIGURES = ("output_throughput", "request_throughput", "median_ttft_ms", "p99_ttft_ms", "median_itl_ms", "p99_itl_ms",
@@ -145,8 +146,19 @@ def run(req, python=sys.executable, runner=subprocess.run, clock=time.monotonic)
 
 
 def main():
-    req = json.load(sys.stdin)
-    print(json.dumps(run(req), sort_keys=True))
+    """One run; whatever goes wrong in this runner itself is still one JSON answer (the task that runs it hides its
+    output, the API key being in its input), with the traceback, the key masked."""
+    req = {}
+    try:
+        req = json.load(sys.stdin)
+        out = run(req)
+    except Exception:  # noqa: BLE001 - reported, not hidden
+        secrets = [req.get("api_key") or ""] if isinstance(req, dict) else []
+        out = {"ok": False, "figures": None, "server": None, "console": "",
+               "error": "the benchmark runner failed: " + mask(traceback.format_exc(), secrets)[-CONSOLE_KEEP:]}
+        if isinstance(req, dict):
+            out.update(side=req.get("side"), concurrency=req.get("concurrency"), num_prompts=req.get("num_prompts"))
+    print(json.dumps(out, sort_keys=True))
 
 
 if __name__ == "__main__":

@@ -98,6 +98,22 @@ def speedups(bench):
     return rows
 
 
+def text_table(bench, rows, cross):
+    """The sweep as text lines (the play prints them): per concurrency both sides' output tokens/s, the speed-up and
+    the speculative side's accept length; the crossover last."""
+    by = runs_by_side(bench)
+    label = (bench or {}).get("label")
+    lines = ["concurrency  speculative tok/s  off tok/s  speed-up  accept length%s"
+             % ("  (%s)" % label if label else "")]
+    for r in rows:
+        accept = num(((by.get(("speculative", r["concurrency"])) or {}).get("figures") or {}).get("accept_length"))
+        lines.append("%11d  %17s  %9s  %8s  %13s" % (
+            r["concurrency"], fmt(r["speculative_tok_s"], 1), fmt(r["baseline_tok_s"], 1),
+            "-" if r["speedup"] is None else "%.2fx" % r["speedup"], fmt(accept, 2)))
+    lines.append("crossover: %s" % ("none" if cross is None else cross))
+    return lines
+
+
 def crossover(rows):
     """The first concurrency (rows ascending) whose speed-up is below 1.0, or None."""
     for row in rows:
@@ -521,14 +537,16 @@ def main(argv):
         sys.stderr.write("usage: sglang_report.py DIR\n")
         return 2
     out = argv[0]
-    page, summary = render(_load(os.path.join(out, "bench.json")), _load(os.path.join(out, "timeline.json")))
+    bench = _load(os.path.join(out, "bench.json"))
+    page, summary = render(bench, _load(os.path.join(out, "timeline.json")))
     with open(os.path.join(out, "report.html"), "w", encoding="utf-8") as handle:
         handle.write(page)
     with open(os.path.join(out, "summary.json"), "w", encoding="utf-8") as handle:
         json.dump(summary, handle, indent=1, sort_keys=True)
         handle.write("\n")
     print(json.dumps({"report": os.path.join(out, "report.html"), "crossover": summary["crossover"],
-                      "verdict": summary["verdict"]}))
+                      "verdict": summary["verdict"],
+                      "table": text_table(bench, summary["rows"], summary["crossover"]) if bench else []}))
     return 0
 
 

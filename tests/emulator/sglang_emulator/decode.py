@@ -73,7 +73,7 @@ class DecodeModel:
 class Request:
     """One generation in the batch."""
 
-    __slots__ = ("rid", "ids", "prompt_tokens", "stream", "emitted", "sent", "verify_ct", "prefilled")
+    __slots__ = ("rid", "ids", "prompt_tokens", "stream", "emitted", "sent", "verify_ct")
 
     def __init__(self, rid, ids, prompt_tokens, stream):
         self.rid = rid
@@ -83,7 +83,6 @@ class Request:
         self.emitted = 0                # tokens produced so far
         self.sent = 0                   # tokens handed out so far (a stream gets them per step)
         self.verify_ct = 0              # verify steps (speculative decoding only)
-        self.prefilled = False
 
 
 class DecodeBatch:
@@ -127,15 +126,12 @@ class DecodeBatch:
         left = []
         produced = 0
         for req in self.running:
-            if not req.prefilled:
-                req.prefilled = True
-                got = 1
-            else:
-                if self.model.speculative:
-                    req.verify_ct += 1
-                got = self.model.tokens(req.verify_ct) if self.model.speculative else 1
-            got = min(got, len(req.ids) - req.emitted)
-            if self.model.speculative and req.verify_ct and req.prefilled and got:
+            # its first step is the prefill (one token); under speculation every later one is a verify step
+            verify = self.model.speculative and req.emitted > 0
+            if verify:
+                req.verify_ct += 1
+            got = min(self.model.tokens(req.verify_ct) if verify else 1, len(req.ids) - req.emitted)
+            if verify and got:
                 self.accept_tokens += got
                 self.forward_ct += 1
             req.emitted += got

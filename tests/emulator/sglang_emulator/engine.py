@@ -238,8 +238,6 @@ class Engine:
     def loads(self, query):
         """The body of GET /v1/loads (raises loads.LoadsError for what SGLang refuses)."""
         load = loads_mod.snapshot(len(self.in_flight()), self.cfg)
-        if self.sglang_version is None:
-            self.sglang_version = installed_sglang_version()
         return loads_mod.answer(load, query, self.sglang_version, self.args.tp_size)
 
     def children_alive(self):

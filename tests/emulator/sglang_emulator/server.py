@@ -65,7 +65,7 @@ def meta_info(engine, rid, out, max_new, start, finished=True):
     if engine.cfg["speculative"] and verify_ct > 0:
         proposed = verify_ct * (draft_tokens - 1)
         correct = max(0, out["completion_tokens"] - 1 - verify_ct)
-        meta.update({"spec_accept_rate": correct / proposed, "spec_accept_length": out["completion_tokens"] / verify_ct,
+        meta.update({"spec_accept_rate": correct / proposed if proposed else 0.0, "spec_accept_length": out["completion_tokens"] / verify_ct,
                      "spec_num_correct_drafts": correct, "spec_num_proposed_drafts": proposed,
                      "spec_verify_ct": verify_ct})
     return meta
