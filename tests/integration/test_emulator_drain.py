@@ -15,7 +15,8 @@ from emulator_proc import FAST, READY, Emulator, session_left
 
 KEY = "drain-test-key-0123456789"
 AUTH = {"Authorization": "Bearer " + KEY}
-SLOW = ["--api-key", KEY, "--emulator-step-ms", "500", "--emulator-drain-interval", "0.2"]
+# A decode step of 1 s: a 4-token request is held for 4 s, long enough for the steps of a test on a busy machine.
+SLOW = ["--api-key", KEY, "--emulator-step-ms", "1000", "--emulator-drain-interval", "0.2"]
 
 
 @pytest.fixture
@@ -39,7 +40,7 @@ def running(emu):
     return load["num_running_reqs"], load["num_waiting_reqs"]
 
 
-def until(predicate, timeout=5.0):
+def until(predicate, timeout=20.0):
     deadline = time.monotonic() + timeout
     while time.monotonic() < deadline:
         if predicate():
@@ -71,7 +72,7 @@ def test_loads_count_the_requests_running_and_need_the_api_key(start):
     until(lambda: running(emu) == (2, 0))
     assert emu.request("/health_generate")[0] == 200  # a long decode holds no health check
     for thread in threads:
-        thread.join(10)
+        thread.join(30)
     assert [status for status, _ in results] == [200, 200]
     assert running(emu) == (0, 0)
     assert emu.request("/v1/loads?include=bogus", headers=AUTH)[0] == 400
@@ -91,9 +92,9 @@ def test_sigterm_answers_health_503_finishes_the_requests_held_then_exits_0(star
     # A new request is still taken, as SGLang 0.5.23 takes it.
     assert emu.request("/generate", {"text": "late", "sampling_params": {"max_new_tokens": 2}}, headers=AUTH,
                        timeout=10)[0] == 200
-    thread.join(10)
+    thread.join(30)
     assert results[0][0] == 200 and results[0][1]["meta_info"]["completion_tokens"] == 4
-    assert emu.wait_exit(5) == 0
+    assert emu.wait_exit(20) == 0
     text = emu.text()
     assert "Health check request received during shutdown. Returning 503." in text
     assert "Gracefully exiting... Remaining number of requests 1. Remaining requests remaining_rids=['" in text
@@ -109,8 +110,8 @@ def test_sigterm_to_the_whole_group_kills_the_children_and_ends_the_drain(start)
     thread = generate_in_background(emu, results)
     until(lambda: running(emu) == (1, 0))
     os.killpg(emu.pid, signal.SIGTERM)  # what a stop of the whole tree sends (wait_for_model, systemd)
-    assert emu.wait_exit(5) == 0
-    thread.join(10)
+    assert emu.wait_exit(20) == 0
+    thread.join(30)
     assert results[0][0] == "no answer", results  # the held request never got its answer
     assert "drain: the child processes are gone" in emu.text()
     assert session_left(emu.pid) == []
