@@ -24,6 +24,7 @@ RANK0_ADDR = V["sglang_server_dist_init_host"]
 DIST = "%s:%d" % (RANK0_ADDR, V["sglang_server_dist_init_port"])
 RANKS = {"eagle-mn-1": 0, "eagle-mn-2": 1}
 LOG = hostcheck.LOG_DIR + "/sglang.log"
+UNIT = "sglang-sglang.service"
 
 HTTP = r"""
 import sys, urllib.request, urllib.error
@@ -55,6 +56,16 @@ def test_each_node_runs_its_server_recorded_as_ours(host, state, procs):
     assert state["pid"] in {p["pid"] for p in procs}
     argv = next(p["argv"] for p in procs if p["pid"] == state["pid"])
     assert any(a.endswith("sglang-emulator") for a in argv)
+
+
+def test_each_nodes_server_runs_in_its_enabled_notify_unit(host, state):
+    out = host.check_output("systemctl show %s" % UNIT)
+    u = dict(line.split("=", 1) for line in out.splitlines() if "=" in line)
+    assert (u["LoadState"], u["ActiveState"], u["SubState"]) == ("loaded", "active", "running")
+    assert (u["UnitFileState"], u["Type"]) == ("enabled", "notify")
+    # the recorded server is in the unit's own cgroup (a child of the host watcher, the unit's main process)
+    assert UNIT in host.file("/proc/%d/cgroup" % state["pid"]).content_string
+    assert host.file("/etc/systemd/system/" + UNIT).contains("^# Written by eagle-deploy")
 
 
 def test_rank0_waited_for_the_other_node_at_its_dist_init_address(host):
