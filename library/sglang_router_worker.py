@@ -72,7 +72,7 @@ options:
   min_healthy_others:
     description:
       - With O(state=absent), refuse to take the worker out (nothing is deleted) unless the router lists at least this
-        many other healthy workers: a rollout, or two at once, never takes the last serving replicas out.
+        many other healthy workers, so that a rollout, or two at once, never takes the last serving replicas out.
       - 0 lets the last worker go (a fleet of one).
     type: int
     default: 0
