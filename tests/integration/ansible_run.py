@@ -119,6 +119,17 @@ def local_hosts(kind, names):
     return workdir, hosts
 
 
+def write_inventory(path, servers):
+    """An inventory at ``path`` whose group ``sglang_servers`` is ``servers`` (its body: ``{"hosts": ...}`` or
+    ``{"children": ...}``), with inventory/local's group vars (the rehearsal settings)."""
+    os.makedirs(path, exist_ok=True)
+    link = os.path.join(path, "group_vars")
+    if not os.path.islink(link):
+        os.symlink(os.path.join(REPO, "inventory", "local", "group_vars"), link)
+    with open(os.path.join(path, "hosts.yml"), "w") as handle:
+        json.dump({"all": {"children": {"sglang_servers": servers}}}, handle, indent=1)
+
+
 def run_playbook(playbook, inventory, *extra, timeout=600):
     """``ansible-playbook playbooks/<playbook> -i <inventory> <extra>`` from the repo with the json callback: a Play."""
     env = dict(os.environ, PATH=BIN + os.pathsep + os.environ.get("PATH", ""),

@@ -23,9 +23,8 @@ import urllib.request
 
 import pytest
 
-from ansible_run import free_port, local_hosts, run_playbook
+from ansible_run import free_port, local_hosts, run_playbook, write_inventory
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 API_KEY = "local-rehearsal-key"  # inventory/local's sglang_server_api_key
 NODES = ("node0", "node1")
 GROUP = "kimi_a"
@@ -44,15 +43,6 @@ def node_vars(prefix, port, dist_port, extra_command=(), **extra):
                  "sglang_server_dist_init_port": dist_port, "sglang_server_join_timeout": 20,
                  "sglang_server_tp_size": 2, "sglang_server_command": command,
                  "sglang_install_pip_extra_args": "--no-compile"}, **extra)
-
-
-def write_inventory(path, hosts):
-    os.makedirs(path, exist_ok=True)
-    link = os.path.join(path, "group_vars")
-    if not os.path.islink(link):
-        os.symlink(os.path.join(REPO, "inventory", "local", "group_vars"), link)
-    with open(os.path.join(path, "hosts.yml"), "w") as handle:
-        json.dump({"all": {"children": {"sglang_servers": {"children": {GROUP: {"hosts": hosts}}}}}}, handle, indent=1)
 
 
 def http_status(url, key=None, timeout=5):
@@ -90,7 +80,7 @@ def pair():
         for name, n in nodes.items():
             extra = dict(per_node.get(name) or {})
             hosts[name] = node_vars(n["prefix"], n["port"], dist_port, **extra)
-        write_inventory(path, hosts)
+        write_inventory(path, {"children": {GROUP: {"hosts": hosts}}})
         return path
 
     play = run_playbook

@@ -33,9 +33,8 @@ import urllib.request
 import pytest
 
 import sglang_router_src
-from ansible_run import free_port, local_hosts, run_playbook
+from ansible_run import free_port, local_hosts, run_playbook, write_inventory
 
-REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 API_KEY = "local-rehearsal-key"  # inventory/local's sglang_server_api_key
 ADMIN_KEY = "router-admin-key-0123456789abcdef"
 REPLICAS = ("replica1", "replica2", "replica3")
@@ -176,16 +175,6 @@ class Clients:
             thread.join(120)
 
 
-def write_inventory(path, hosts):
-    """An inventory of the replicas, with inventory/local's group vars (the rehearsal settings)."""
-    os.makedirs(path, exist_ok=True)
-    link = os.path.join(path, "group_vars")
-    if not os.path.islink(link):
-        os.symlink(os.path.join(REPO, "inventory", "local", "group_vars"), link)
-    with open(os.path.join(path, "hosts.yml"), "w") as handle:
-        json.dump({"all": {"children": {"sglang_servers": {"hosts": hosts}}}}, handle, indent=1)
-
-
 def replica_vars(prefix, port, **extra):
     command = ["{{ sglang_install_venv }}/bin/sglang-emulator", "--emulator-scenario", "{{ sglang_emulator_scenario }}",
                "--emulator-load-seconds", "1", "--emulator-capture-seconds", "0.2",
@@ -206,7 +195,7 @@ def fleet():
     play = run_playbook
 
     base = os.path.join(workdir, "inventory-now")
-    write_inventory(base, {n: replica_vars(r["prefix"], r["port"]) for n, r in replicas.items()})
+    write_inventory(base, {"hosts": {n: replica_vars(r["prefix"], r["port"]) for n, r in replicas.items()}})
     router = None
     state = {"workdir": workdir, "replicas": replicas, "play": play, "inventory": base}
     try:
@@ -268,7 +257,7 @@ def test_a_crashing_new_version_stops_the_rollout_with_no_client_error(fleet):
     new = os.path.join(fleet["workdir"], "inventory-new")
     hosts = {n: replica_vars(r["prefix"], r["port"], sglang_server_context_length=65536) for n, r in replicas.items()}
     hosts["replica2"].update(sglang_patch_enabled=False, sglang_emulator_scenario="eagle")
-    write_inventory(new, hosts)
+    write_inventory(new, {"hosts": hosts})
 
     clients = Clients(router.url)
     try:
