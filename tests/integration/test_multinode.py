@@ -205,20 +205,40 @@ def _failed_pair(pair, run, crash_words):
     assert not left, "still running after the failure: %s" % left
 
 
+def batches(run, play="Restart the replicas, a batch at a time"):
+    """The hosts of each batch of a serial play, in order (the json callback starts a play entry for each batch)."""
+    return [sorted({h for task in p["tasks"] for h in task["hosts"]}) for p in run.out["plays"]
+            if p["play"]["name"] == play]
+
+
 def test_a_rolling_restart_takes_the_pair_as_one_replica(pair):
-    """No router: rolling_restart.yml only restarts, a batch at a time. A batch that splits the pair is refused by the
-    first play before anything is touched; one that holds both nodes restarts them together."""
+    """No router: rolling_restart.yml only restarts, a batch at a time. Its serial counts replicas: at the default of 1
+    replica a batch the pair restarts together, in one batch. A pair whose nodes are not next to each other in the
+    play's host order is refused by the first play, before anything is touched."""
     nodes = pair["nodes"]
     converge(pair)
     pids = {name: run_state(n)["pid"] for name, n in nodes.items()}
-    split = pair["play"]("rolling_restart.yml", pair["base"], "-e", "sglang_fleet_serial=1")
-    assert split.rc != 0, split
-    for name in NODES:
-        assert "fall into batches 0, 1 of sglang_fleet_serial=1" in split.failures()[name], split.failures()
+    # a third replica of its own between the two nodes (it runs no server: the refusal comes before it is looked at)
+    apart = os.path.join(pair["workdir"], "inventory-apart")
+    hosts = {name: node_vars(n["prefix"], n["port"], 1) for name, n in nodes.items()}
+    solo = {"ansible_connection": "local", "ansible_python_interpreter": "{{ ansible_playbook_python }}",
+            "eagle_deploy_prefix": os.path.join(pair["workdir"], "solo"), "sglang_server_port": free_port()}
+    write_inventory(apart, {"hosts": {"node0": hosts["node0"], "solo": solo, "node1": hosts["node1"]}})
+    with open(os.path.join(apart, "hosts.yml")) as handle:
+        tree = json.load(handle)
+    tree["all"]["children"][GROUP] = {"hosts": {"node0": None, "node1": None}}
+    with open(os.path.join(apart, "hosts.yml"), "w") as handle:
+        json.dump(tree, handle)
+    refused = pair["play"]("rolling_restart.yml", apart)
+    assert refused.rc != 0, refused
+    assert ("multi-node server kimi_a: its nodes node0, node1 are not next to each other in the play's host order "
+            "(node0, solo, node1)") in " ".join(refused.failures().values()), refused.failures()
+    assert batches(refused) == []
     assert {name: run_state(n)["pid"] for name, n in nodes.items()} == pids
     assert all(alive(p) for p in pids.values())
-    whole = pair["play"]("rolling_restart.yml", pair["base"], "-e", "sglang_fleet_serial=2")
+    whole = pair["play"]("rolling_restart.yml", pair["base"])
     assert whole.rc == 0, whole
+    assert batches(whole) == [["node0", "node1"]]
     for name in NODES:
         assert whole.result(name, LAUNCH)["changed"], name
     after = {name: run_state(n)["pid"] for name, n in nodes.items()}

@@ -263,12 +263,13 @@ def test_a_crashing_new_version_stops_the_rollout_with_no_client_error(fleet):
     try:
         until("client traffic through the router", lambda: clients.ok >= 10)
         # A long request already on replica1 when the rollout begins: it must finish before the server stops (the
-        # drain), or the stop cuts it and the client sees an error.
-        clients.held(replicas["replica1"]["url"], 25)
+        # drain), or the stop cuts it and the client sees an error. 60 s: still running when the drain begins, after
+        # the first play's checks and replica1's look, leave and router poll, on a machine busy with other jobs.
+        clients.held(replicas["replica1"]["url"], 60)
         until("the long request running", lambda: loads(replicas["replica1"])[0] >= 1)
         run = fleet["play"]("rolling_restart.yml", new, "-e", "sglang_fleet_router_url=" + router.url,
                             "-e", "sglang_fleet_router_api_key=" + ADMIN_KEY, "-e", "sglang_fleet_poll_interval=0.25",
-                            "-e", "sglang_fleet_drain_timeout=60")
+                            "-e", "sglang_fleet_drain_timeout=120")
         served_during = clients.ok
         time.sleep(2)  # traffic goes on a moment after the run, on the two replicas left in the router
     finally:
