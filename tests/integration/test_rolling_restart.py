@@ -298,9 +298,15 @@ def test_a_crashing_new_version_stops_the_rollout_with_no_client_error(fleet):
     workers = router.workers()
     assert workers[r1["url"]]["is_healthy"] is True and workers[r1["url"]]["id"] != before["replica1"]["worker"]
 
-    # replica2: out of the router, its crashed server gone.
+    # replica2: out of the router, its crashed server gone; its note says the rollout took it out of this router (the
+    # next run accepts that the router does not list it: test_check_mode_...). replica1's note went when it came back.
     assert replicas["replica2"]["url"] not in workers
     assert run.result("replica2", "Take this replica out of the router")["changed"] is True
+    note = os.path.join(replicas["replica2"]["prefix"], "var/lib/eagle-deploy/run/sglang.fleet-out.json")
+    assert os.stat(note).st_mode & 0o077 == 0
+    with open(note) as handle:
+        assert json.load(handle) == {"router_url": router.url, "worker_url": replicas["replica2"]["url"]}
+    assert not os.path.exists(os.path.join(r1["prefix"], "var/lib/eagle-deploy/run/sglang.fleet-out.json"))
 
     # replica3: never touched. Same process, same config, the same router id all along.
     r3 = replicas["replica3"]
@@ -325,6 +331,8 @@ def test_a_crashing_new_version_stops_the_rollout_with_no_client_error(fleet):
 
 
 def test_check_mode_changes_nothing_and_says_what_it_would_do(fleet):
+    """After the crashed rollout: replica2 is out of the router, by the rollout's own note; the re-run's check passes
+    (the router not listing replica2 is accepted for it) and says what it would do, changing nothing."""
     replicas, router = fleet["replicas"], fleet["router"]
     before = {name: run_state(r)["pid"] for name, r in replicas.items() if os.path.exists(
         os.path.join(r["prefix"], "var/lib/eagle-deploy/run/sglang.json"))}
@@ -338,6 +346,24 @@ def test_check_mode_changes_nothing_and_says_what_it_would_do(fleet):
     left = run.result("replica1", "Take this replica out of the router")
     assert left["changed"] and left["msg"].startswith("would remove worker %s" % replicas["replica1"]["url"])
     assert run.result("replica1", "Launch SGLang and wait for health")["changed"] is True  # would restart
+    if replicas["replica2"]["url"] in workers:
+        return  # run alone: replica2 was never taken out
+    assert run.result("replica2", "Read the note of the rollout that took this replica out").get("content")
+    # A note of another worker (or router) is not this one's: the check refuses it, nothing touched.
+    note = os.path.join(replicas["replica2"]["prefix"], "var/lib/eagle-deploy/run/sglang.fleet-out.json")
+    with open(note) as handle:
+        kept = handle.read()
+    with open(note, "w") as handle:
+        json.dump({"router_url": router.url, "worker_url": replicas["replica3"]["url"]}, handle)
+    try:
+        refused = fleet["play"]("rolling_restart.yml", fleet["inventory"], "--check",
+                                "-e", "sglang_fleet_router_url=" + router.url, "-e", "sglang_fleet_router_api_key=" + ADMIN_KEY)
+    finally:
+        with open(note, "w") as handle:
+            handle.write(kept)
+    assert refused.rc != 0
+    assert refused.failures()["replica2"].startswith("the router does not list %s" % replicas["replica2"]["url"])
+    assert router.workers() == workers
 
 
 def test_bad_input_fails_before_anything_is_touched(fleet):
