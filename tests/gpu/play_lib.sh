@@ -4,7 +4,8 @@
 # The caller sets, before sourcing: T0, budget (seconds of the call), P (the checkout), EV (the evidence dir), RUNDIR,
 # CONSOLE_DIR and RESULTS_DIR (where each run's console, nvidia-smi and ps go), SHOW_RE (console lines echoed after a
 # run), PS_RE (processes kept in the ps listing), PLAY_EXTRA (an array of ansible-playbook arguments every run gets),
-# and defines pack (packs the evidence into $OUT).
+# and defines pack (packs the evidence into $OUT). PLAY_INV (an array) may replace the inventory arguments (default:
+# inventory/h200 with the device as its host localhost).
 
 left() { python3 -c "import time; print(int($budget - (time.time() - $T0)))"; }
 log() { echo "[$(date -u +%H:%M:%S.%N | cut -c1-12) left $(left) s] $*" | tee -a "$EV/driver.log"; }
@@ -14,6 +15,7 @@ server_pid() { cat "$RUNDIR/sglang.pid" 2>/dev/null | tr -d ' \n' || true; }
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 export PYTHONUNBUFFERED=1 LC_ALL=C.UTF-8 LANG=C.UTF-8 ANSIBLE_FORCE_COLOR=0 ANSIBLE_NOCOLOR=1
 export ANSIBLE_CONFIG="$P/ansible.cfg"
+[[ -v PLAY_INV ]] || PLAY_INV=(-i inventory/h200 -i tests/gpu/inventory-h200 --limit localhost)
 
 # play NAME PLAYBOOK [ansible-playbook args...]: one run of the playbook on the device itself (ansible-core from
 # /opt/eagle-ctl), its console stamped per line into $CONSOLE_DIR/NAME.console.txt, a line of $EV/runs.jsonl (rc,
@@ -28,13 +30,13 @@ play() {
     t0=$(date +%s.%N)
     (cd "$P" && timeout --signal=TERM "$limit" python3 -c \
         'import sys; sys.path.insert(0, "/opt/eagle-ctl"); sys.argv[0] = "ansible-playbook"; from ansible.cli.playbook import main; main()' \
-        "$book" -i inventory/h200 -i tests/gpu/inventory-h200 --limit localhost -v "${PLAY_EXTRA[@]}" "$@" 2>&1) \
+        "$book" "${PLAY_INV[@]}" -v "${PLAY_EXTRA[@]}" "$@" 2>&1) \
         | python3 -u -c 'import sys, time
 for line in sys.stdin:
     sys.stdout.write("%.3f %s" % (time.time(), line)); sys.stdout.flush()' > "$console"
     rc=${PIPESTATUS[0]}
     t1=$(date +%s.%N)
-    recap=$(grep -E "localhost +: ok=" "$console" | tail -1 | sed 's/^[0-9.]* //')
+    recap=$(grep -E "^[0-9.]+ [^ ]+ +: ok=" "$console" | sed 's/^[0-9.]* //; s/  */ /g' | paste -sd ';' -)
     log "run $name: rc=$rc in $(python3 -c "print(round($t1 - $t0, 1))") s; $recap; server pid $(server_pid); GPU $(gpu_mib) MiB"
     grep -E "$SHOW_RE" "$console" | cut -c1-400 | head -20
     python3 - "$name" "$rc" "$t0" "$t1" "$pid0" "$(server_pid)" "$mib0" "$(gpu_mib)" "$recap" >> "$EV/runs.jsonl" <<'PY'

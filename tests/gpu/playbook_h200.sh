@@ -20,10 +20,18 @@
 #      would hit the incident's AttributeError before the server ever reports healthy).
 #   c: on a fresh machine: c_install (the install role only), the variant, c_incident_off with
 #      tests/gpu/incident-sync.yml (also --disable-overlap-schedule, so that the first decode is the smoke's), c_stop.
+# On a lent host of two or more GPUs (kind nvidia-h200-x2 or larger; never run yet: no such kind was lent), with
+# run(..., kind="nvidia-h200-x2"):
+#   t: tp 2 with EAGLE-3 and CUDA graphs: t_fresh, t_noop (changed=0), t_arg (one restart, every GPU's memory back
+#      first), then kill -9 of TP rank 1's scheduler while serving: the supervisor's verdict (class) and the rank's
+#      process named in its status file, every rank stopped, every GPU at 0 MiB (t_after_kill.txt); t_stop.
+#   n: two ranks as two nodes on one host (tests/gpu/inventory-h200-pair: node0 and node1, one GPU each, --nnodes 2):
+#      n_fresh, n_noop, then n_rank1_dies: a forced restart during which rank 1's server is killed while it loads
+#      (its log shows the load begun): the run fails at once naming rank 1, both ranks stopped (n_after.txt); n_stop.
 # Evidence (console of each run stamped per line, server logs stamped per line by a 2 ms poller, nvidia-smi, pids,
 # runs.jsonl) is packed into $OUT/evidence_<part>.tar.gz after every run, so a timeout still returns it.
 set -uo pipefail
-part=${1:?usage: playbook_h200.sh a|b|c|w}
+part=${1:?usage: playbook_h200.sh a|b|c|w|t|n}
 T0=$(date +%s.%N)
 budget=${PLAYBOOK_H200_BUDGET_S:-575}
 P=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)   # the checkout the device tool sent
@@ -169,6 +177,81 @@ PY
     log "watcher run: real SGLang under the watcher program"
     timeout "$(( $(left) - 20 ))" python3 "$P/tests/gpu/watcher_h200.py" "$EV" "$P" "$RUNDIR" "$LOGDIR" "$KEY" 2>&1 | tee "$EV/watcher_driver.txt" | tail -60
     pgrep -u sglang -a > "$EV/w_after.txt" || echo "(no process of user sglang)" >> "$EV/w_after.txt"
+    ;;
+t)
+    # Tensor parallel 2 on one host (issue: the playbook on several GPUs, item 1). GPUs 0 and 1.
+    TP=(-e sglang_server_tp_size=2)
+    gpus_mib() { nvidia-smi --query-gpu=index,memory.used --format=csv,noheader,nounits | tr -d ' ' | paste -sd ';' -; }
+    rm -rf "$EV"; mkdir -p "$EV"
+    setup || { pack; exit 1; }
+    log "GPUs: $(nvidia-smi --query-gpu=index,name,memory.used,memory.total --format=csv,noheader | paste -sd ';' -)"
+    start_stamper
+    play t_fresh playbooks/serve_eagle3.yml "${TP[@]}" || { diagnose_imports; pack; exit 1; }
+    play t_noop playbooks/serve_eagle3.yml "${TP[@]}"
+    [ "$(left)" -gt 200 ] && play t_arg playbooks/serve_eagle3.yml "${TP[@]}" "${ARG[@]}"
+    log "GPU MiB by index while serving: $(gpus_mib)"
+    ps -eo pid,ppid,args | grep -E "sglang::" | grep -v grep | tee "$EV/t_ranks.txt"
+    victim=$(pgrep -u sglang -f 'sglang::scheduler.*TP1' | head -1)
+    [ -n "$victim" ] || victim=$(pgrep -u sglang -f 'sglang::scheduler' | sort -n | sed -n 2p)
+    log "kill -9 of TP rank 1's scheduler: pid ${victim:-none}"
+    if [ -n "$victim" ]; then
+        kill -9 "$victim"
+        t_kill=$(date +%s.%N)
+        for _ in $(seq 1 240); do
+            verdict=$(python3 -c "import json; print(json.load(open('$RUNDIR/sglang.status.json')).get('verdict'))" 2>/dev/null)
+            [ -n "$verdict" ] && [ "$verdict" != ready ] && [ "$verdict" != None ] && break
+            sleep 0.25
+        done
+        log "verdict ${verdict:-none} $(python3 -c "import time; print(round(time.time() - $t_kill, 2))") s after the kill"
+        cp "$RUNDIR/sglang.status.json" "$EV/t_status_after_kill.json" 2>/dev/null
+        for _ in $(seq 1 120); do
+            pgrep -u sglang > /dev/null || break
+            sleep 0.5
+        done
+        sleep 2
+        { echo "seconds after the kill: $(python3 -c "import time; print(round(time.time() - $t_kill, 2))")";
+          echo "GPU MiB by index: $(gpus_mib)"; nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv;
+          echo "processes of user sglang:"; pgrep -u sglang -a || echo "(none)"; } | tee "$EV/t_after_kill.txt"
+    fi
+    play t_stop playbooks/stop.yml "${TP[@]}"
+    ;;
+n)
+    # Two ranks as two nodes on one host (issue: the playbook on several GPUs, item 2): inventory-h200-pair.
+    PLAY_INV=(-i inventory/h200 -i tests/gpu/inventory-h200 -i tests/gpu/inventory-h200-pair --limit h200_pair)
+    RUNDIR=/var/lib/eagle-deploy/run-node0
+    pack() { tar -czf "$OUT/evidence_$part.tar.gz" -C / "${EV#/}" var/log/sglang-node0 var/log/sglang-node1 2>/dev/null; }
+    rm -rf "$EV"; mkdir -p "$EV"
+    setup || { pack; exit 1; }
+    LOGDIR=/var/log/sglang-node1 start_stamper
+    stamper1=$STAMPER
+    LOGDIR=/var/log/sglang-node0 start_stamper
+    play n_fresh playbooks/serve_eagle3.yml || { pack; exit 1; }
+    play n_noop playbooks/serve_eagle3.yml
+    # Rank 1's server killed while it loads, in a forced restart of the pair: the run must fail at once naming rank 1.
+    # (the attempt's new log file, newer than the mark; its leader is the launch_server of node1's config)
+    touch "$EV/n_mark"
+    ( for _ in $(seq 1 1200); do
+          f=$(find /var/log/sglang-node1 -name 'sglang_r*.log' -newer "$EV/n_mark" 2>/dev/null | head -1)
+          if [ -n "$f" ] && grep -q "Load weight begin" "$f" 2>/dev/null; then
+              pid=$(pgrep -u sglang -f 'sglang.launch_server --config /etc/sglang-node1/' | head -1)
+              [ -n "$pid" ] && kill -9 "$pid" && echo "$(date +%s.%N) killed rank 1's server $pid ($f)" >> "$EV/n_kill.txt"
+              break
+          fi
+          sleep 0.1
+      done ) &
+    killer=$!
+    mark=$(date +%s.%N)
+    play n_rank1_dies playbooks/serve_eagle3.yml -e sglang_server_force_restart=true
+    log "n_rank1_dies ended rc=$? (a failure naming rank 1 is what this run must show)"
+    kill "$killer" 2>/dev/null
+    cat "$EV/n_kill.txt" 2>/dev/null
+    grep -E "rank 1|node1|never joined|crash class" "$EV/n_rank1_dies.console.txt" | cut -c1-300 | head -12
+    sleep 2
+    { echo "since the run began: $(python3 -c "import time; print(round(time.time() - $mark, 2))") s";
+      nvidia-smi --query-gpu=index,memory.used --format=csv; echo "processes of user sglang:"; pgrep -u sglang -a || echo "(none)"; } \
+        | tee "$EV/n_after.txt"
+    play n_stop playbooks/stop.yml
+    kill "$stamper1" 2>/dev/null
     ;;
 c)
     # The incident with the synchronous scheduler, on a fresh machine: install only, the variant, then patch off.
