@@ -29,7 +29,10 @@ be in this run; each node first asks its module in check mode whether it would r
 node restarts (``force_restart``); then the steps run, each node's word on the board between them. The task ends
 ``ok`` on every node only when every node is ready (rank 0: its ``/health_generate``; a follower: its own load done).
 When a node fails (its crash, the load barrier, a node that never joins within ``timeout``), every other node is
-stopped (rank 0 first: a follower waits up to ``FOLLOWER_WAIT`` s for rank 0's stop) and fails naming that node.
+stopped (rank 0 first: a follower waits up to ``FOLLOWER_WAIT`` s for rank 0's stop) and fails naming that node. A
+node whose own crash is an NCCL error (``sglang_join.CONSEQUENCE_CLASSES``: what a peer's death does to the others)
+names the group's first other failure: it waits until every other node has had its say after its error, at most a
+step, a stop and ``CONSEQUENCE_SLACK`` s.
 """
 from __future__ import annotations
 
@@ -48,6 +51,7 @@ STEP_TIME = 10.0  # seconds a step waits on the host before it answers "pending"
 PRINT_EVERY = 30.0  # a line at least this often while the server loads
 PLUGIN_ARGS = ("progress",)
 FOLLOWER_WAIT = 30.0  # a follower stopped after another node's failure waits this long for rank 0's stop first
+CONSEQUENCE_SLACK = 5.0  # beyond a step and a stop, for another node's word after this node's NCCL error
 BOARD_POLL = 0.25  # seconds between two reads of the board while this node waits on the others
 
 
@@ -317,11 +321,16 @@ class ActionModule(ActionBase):
         out["failed"] = True
         words = sj.current(ctx["board"].read(), ctx["nodes"], ctx["round"])
         if res.get("crash_class") in sj.CONSEQUENCE_CLASSES:
-            # most often what another node's death did to this one: give that node's word a moment to come in
-            until = self._clock() + ctx["step_time"] + 2.0
+            # most often what another node's death did to this one: wait until every other node has had its say after
+            # this failure (its step that was under way ended: a step that saw its own server die ends failed, after
+            # stopping that tree), for at most one step and one stop of its own
+            since = float((words.get(ctx["host"]) or {}).get("at", 0) or 0)
+            until = self._clock() + ctx["step_time"] + float(ctx["args"].get("stop_timeout") or 30) + CONSEQUENCE_SLACK
             while self._clock() < until:
                 first = sj.group_failure(words, ctx["nodes"])
                 if first and first[0] != ctx["host"]:
+                    break
+                if sj.heard_since(words, ctx["nodes"], ctx["host"], since):
                     break
                 self._sleep(BOARD_POLL)
                 words = sj.current(ctx["board"].read(), ctx["nodes"], ctx["round"])

@@ -195,6 +195,18 @@ def group_failure(words, nodes):
     return host, nodes.index(host), word
 
 
+def heard_since(words, nodes, host, since):
+    """Whether every node but ``host`` has had its say after ``since``: its word is final (ready, failed, stopped) or
+    was written later (a step of its own ended after that moment, and it reported what that step found)."""
+    for other in nodes:
+        if other == host:
+            continue
+        w = words.get(other) or {}
+        if w.get("state") not in FINAL and float(w.get("at", 0) or 0) <= since:
+            return False
+    return True
+
+
 def joined(word):
     """A node has joined once its load began (past ``launching``), or it is ready (kept or loaded)."""
     if not word:

@@ -245,6 +245,67 @@ def test_this_nodes_nccl_error_names_the_other_nodes_earlier_failure(tmp_path):
     assert "first failure in the group: rank 1 (node-1) failed: scheduler died [crash class killed]" in res["msg"]
 
 
+def test_this_nodes_nccl_error_waits_for_a_slow_peer_that_is_still_in_its_step(tmp_path):
+    """The peer's own crash reaches the board 12 s after this node's NCCL error (its step stopped its tree first):
+    this node still names the peer, because the peer had not had its say since the error."""
+    own = {"failed": True, "msg": "server crashed", "crash_class": "nccl"}
+    other = {"msg": "the server crashed", "crash_class": "cuda_oom"}
+    state = {}
+
+    def peer(board, now):
+        if not state:
+            board.begin("node-1", 1)
+            board.put("node-1", state="planned", restart=True)
+            state["pending"] = now
+            board.put("node-1", state="pending", phase="loading_weights")
+        elif now >= 1012.0 and "failed" not in state:
+            state["failed"] = now
+            board.put("node-1", state="failed", failure=other, failed_at=now)
+    n = Node(tmp_path, [RESTART_PLAN, (own, 0.5)], peer=peer)
+    n.clock.now = 1000.0
+    res = n.run()
+    assert res["failed"] and res["failed_rank"] == 1 and res["group_failure"] == other, res["msg"]
+    assert "first failure in the group: rank 1 (node-1) failed: the server crashed [crash class cuda_oom]" in res["msg"]
+
+
+def test_this_nodes_nccl_error_is_its_own_once_the_peer_has_reported_a_step_without_failure(tmp_path):
+    own = {"failed": True, "msg": "server crashed", "crash_class": "nccl"}
+    state = {"n": 0}
+
+    def peer(board, now):
+        state["n"] += 1
+        if state["n"] == 1:
+            board.begin("node-1", 1)
+            board.put("node-1", state="planned", restart=True)
+        elif state["n"] == 6:  # its step ended after this node's failure: its server was alive
+            board.put("node-1", state="pending", phase="loading_weights")
+    n = Node(tmp_path, [RESTART_PLAN, (own, 0.5)], peer=peer)
+    res = n.run()
+    assert res["failed"] and res["failed_rank"] == 0 and "group_failure" not in res
+    assert "first failure" not in res["msg"]
+    assert n.clock.now - 1000.0 < 5.0, n.clock.now  # no longer than the peer took to have its say
+
+
+def test_this_nodes_nccl_error_is_its_own_after_a_step_and_a_stop_when_the_peer_says_nothing(tmp_path):
+    own = {"failed": True, "msg": "server crashed", "crash_class": "nccl"}
+    n = Node(tmp_path, [RESTART_PLAN, (own, 0.5)],
+             peer=follower("begin", {"state": "planned", "restart": True}))
+    start = n.clock.now
+    res = n.run()
+    assert res["failed"] and res["failed_rank"] == 0
+    waited = n.clock.now - start
+    assert 2 + 30 + plugin_mod.CONSEQUENCE_SLACK <= waited <= 2 + 30 + plugin_mod.CONSEQUENCE_SLACK + 2, waited
+
+
+def test_heard_since_counts_a_final_word_or_a_later_one():
+    words = {"n0": word("failed", at=10.0), "n1": word("pending", at=9.0), "n2": word("stopped", at=1.0)}
+    assert not sj.heard_since(words, ["n0", "n1", "n2"], "n0", 10.0)
+    words["n1"] = word("pending", at=10.5)
+    assert sj.heard_since(words, ["n0", "n1", "n2"], "n0", 10.0)
+    words["n1"] = None
+    assert not sj.heard_since(words, ["n0", "n1", "n2"], "n0", 10.0)
+
+
 def test_text_from_a_host_is_escaped_in_the_message(tmp_path):
     failure = {"msg": "bad\x1b[31m line\nforged", "crash_class": "python_exception"}
     n = Node(tmp_path, [RESTART_PLAN, pending()],
