@@ -22,8 +22,9 @@ An entry holds the verdict and everything it was computed from:
   16 MiB its identity);
   ``stat``: every other module file the probe had imported and every file it had mapped (the standard library,
   torch, its shared objects), by identity;
-  ``dirs``: every directory the probe listed or searched for an import (``sys.path``, package dirs), by identity: a
-  package installed or removed there (an entry added or removed) shows.
+  ``dirs``: every directory the probe listed or searched for an import (``sys.path``, package dirs), by its place,
+  mode, owner and the names it holds (:func:`dir_identity`): a package installed or removed there (an entry added or
+  removed) shows; a ``__pycache__`` that an import wrote there does not.
   A file's identity is its device, inode, size, mode, mtime and ctime (ns): writing a file or putting another in its
   place changes the ctime, which no program can set back.
 
@@ -42,7 +43,7 @@ import stat
 
 from ansible.module_utils import sglang_proc
 
-FORMAT = 1
+FORMAT = 2
 SUFFIX = ".argcheck.json"
 # Files read for the key up to this size are hashed; a bigger one (a shared object) is taken by its identity.
 HASH_LIMIT = 16 << 20
@@ -99,6 +100,18 @@ def identity(path):
     return digest([st.st_dev, st.st_ino, st.st_size, st.st_mode, st.st_mtime_ns, st.st_ctime_ns])[:16]
 
 
+def dir_identity(path):
+    """A short digest of a directory as an import sees it: device, inode, mode, owner, group and the names it holds
+    (``__pycache__`` left out: Python writes bytecode there as it imports, which adds or removes no module), or
+    ``absent``. Not its mtime: a bytecode cache written into it changes nothing an import finds."""
+    try:
+        st = os.stat(path)
+        names = sorted(n for n in os.listdir(path) if n != "__pycache__") if stat.S_ISDIR(st.st_mode) else None
+    except OSError as e:
+        return "absent" if e.errno in (errno.ENOENT, errno.ENOTDIR) else "error %d" % e.errno
+    return digest([st.st_dev, st.st_ino, st.st_mode, st.st_uid, st.st_gid, names])[:16]
+
+
 def content(path):
     """SHA-256 of a regular file's bytes (up to HASH_LIMIT), else ``id:<identity>`` or ``absent``. Decided on the
     opened descriptor (O_NONBLOCK: a FIFO put there cannot block the open), and never more than HASH_LIMIT bytes
@@ -144,7 +157,7 @@ def record(hashed=(), by_identity=(), dirs=()):
         head, tail = os.path.split(path)
         grouped.setdefault(head, {})[tail] = identity(path)
     return {"sha256": dict((p, content(p)) for p in sorted(set(hashed))), "stat": grouped,
-            "dirs": dict((d, identity(d)) for d in sorted(set(dirs)))}
+            "dirs": dict((d, dir_identity(d)) for d in sorted(set(dirs)))}
 
 
 def _moved(label, path, then, now):
@@ -158,7 +171,7 @@ def _moved(label, path, then, now):
 def first_change(files, label=lambda p: p):
     """The first recorded file or directory that is not as recorded, in words; None when all are."""
     for path, then in files["dirs"].items():
-        now = identity(path)
+        now = dir_identity(path)
         if now != then:
             return "directory " + _moved(label, path, then, now)
     for head, names in files["stat"].items():

@@ -228,7 +228,9 @@ CHANGES = {
                                                                  "0.5.23+local"),
                                   "sglang/__init__.py changed"),
     "an imported module elsewhere, reinstalled": (lambda lay, mp, spec: _same_bytes_again(lay.argparse),
-                                                  "/lib changed"),  # its directory, searched by the import
+                                                  "lib/argparse.py changed"),  # a new inode and ctime
+    "a module added where imports are searched": (lambda lay, mp, spec: _new_file(os.path.join(lay.lib, "zlib.py")),
+                                                  "/lib changed"),
     "an imported module elsewhere, its mtime set": (lambda lay, mp, spec: _touch(lay.argparse),
                                                     "lib/argparse.py changed"),
     "a mapped shared object gone": (lambda lay, mp, spec: os.unlink(lay.libso), "so/libfake.so is gone"),
@@ -254,6 +256,30 @@ def test_each_input_of_the_verdict_changing_checks_again_and_keeps_the_new_pass(
     assert probe.calls == 2, "a miss runs the check fresh"
     kept = check(**extra)
     assert kept["cached"] is True and probe.calls == 2, kept.get("cache_miss")
+
+
+def test_bytecode_written_where_imports_are_searched_keeps_the_verdict(check, lay, probe):
+    """Another Python importing from the same directories writes ``__pycache__`` there (a directory's mtime moves):
+    what an import finds is the same, and the verdict is used."""
+    assert not check().get("failed")
+    dirs = entry(lay)["files"]["dirs"]
+    for d in (lay.site, lay.lib, os.path.join(lay.pkg, "srt", "arg_groups", "fields")):
+        assert d in dirs
+        cache = os.path.join(d, "__pycache__")
+        if os.path.isdir(cache):
+            shutil.rmtree(cache)
+        os.makedirs(cache)
+        _new_file(os.path.join(cache, "mod.cpython-311.pyc"))
+        _touch(d)
+    again = check()
+    assert again["cached"] is True and probe.calls == 1, again.get("cache_miss")
+
+
+def test_a_searched_directory_made_writable_by_others_checks_again(check, lay, probe):
+    assert not check().get("failed")
+    os.chmod(lay.lib, 0o777)
+    again = check()
+    assert again["cached"] is False and "lib changed" in again["cache_miss"] and probe.calls == 2
 
 
 def test_the_ast_method_keeps_its_pass_without_the_environment_and_reads_no_source_on_a_hit(check, lay, probe,
