@@ -6,7 +6,9 @@ run installs and starts the server; not timed), then times N unchanged re-runs a
 empty play on the same inventory in the same process (ansible's start-up cost), alternating the two so
 that machine noise hits both alike; stops the server at the end and removes the prefix, unless stop.yml
 failed (then the prefix, which holds the run state that finds the server, is left and the error printed).
-Prints figures; asserts nothing.
+Also times, alternated with those, a play of two `ansible.builtin.ping` tasks (the floor of a no-op of two module
+calls, whatever the modules do). Prints figures; asserts nothing.
+Second-last line: two_pings_over_empty=<f> two_pings_s=<f>
 Last line exactly: noop_over_empty=<f> noop_s=<f> tasks=<n> module_calls=<n>
 (tasks: the tasks that ran, skipped ones not counted; module_calls: those of them that ran a module on the host,
 the tasks the controller answers alone (assert, debug, include_tasks, argument validation, ...) not counted.)
@@ -30,6 +32,8 @@ BIN = os.path.dirname(sys.executable)
 CONTROLLER_ONLY = frozenset("ansible.builtin." + a for a in (
     "assert", "debug", "fail", "set_fact", "meta", "include_tasks", "import_tasks", "include_role", "validate_argument_spec"))
 EMPTY_PLAY = "- name: Empty play\n  hosts: sglang_servers\n  gather_facts: false\n  tasks: []\n"
+TWO_PINGS = ("- name: Two module calls and nothing else\n  hosts: sglang_servers\n  gather_facts: false\n  tasks:\n"
+             "    - name: One\n      ansible.builtin.ping:\n    - name: Two\n      ansible.builtin.ping:\n")
 
 
 def free_port():
@@ -51,6 +55,9 @@ def main():
     empty = os.path.join(prefix, "empty.yml")
     with open(empty, "w") as f:
         f.write(EMPTY_PLAY)
+    pings = os.path.join(prefix, "two_pings.yml")
+    with open(pings, "w") as f:
+        f.write(TWO_PINGS)
 
     def play(playbook):
         cmd = [os.path.join(BIN, "ansible-playbook"), playbook, "-i", "inventory/local",
@@ -71,15 +78,18 @@ def main():
     try:
         first, _, _ = play("playbooks/serve_eagle3.yml")
         print("converge_s=%.2f (not timed below)" % first)
-        noop, empty_s, tasks, calls = [], [], 0, 0
+        noop, empty_s, pings_s, tasks, calls = [], [], [], 0, 0
         for i in range(args.n):
             t, (tasks, calls), changed = play("playbooks/serve_eagle3.yml")
             if changed:
                 raise SystemExit("re-run %d was not a no-op: changed %s" % (i + 1, changed))
             noop.append(t)
             empty_s.append(play(empty)[0])
-            print("run %d: noop_s=%.2f empty_s=%.2f tasks=%d module_calls=%d" % (i + 1, noop[-1], empty_s[-1], tasks, calls))
-        med_noop, med_empty = statistics.median(noop), statistics.median(empty_s)
+            pings_s.append(play(pings)[0])
+            print("run %d: noop_s=%.2f empty_s=%.2f two_pings_s=%.2f tasks=%d module_calls=%d"
+                  % (i + 1, noop[-1], empty_s[-1], pings_s[-1], tasks, calls))
+        med_noop, med_empty, med_pings = statistics.median(noop), statistics.median(empty_s), statistics.median(pings_s)
+        print("two_pings_over_empty=%.2f two_pings_s=%.2f" % (med_pings / med_empty, med_pings))
         print("noop_over_empty=%.2f noop_s=%.2f tasks=%d module_calls=%d" % (med_noop / med_empty, med_noop, tasks, calls))
     finally:
         stop = subprocess.run([os.path.join(BIN, "ansible-playbook"), "playbooks/stop.yml", "-i", "inventory/local",
