@@ -16,6 +16,14 @@ export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVL
 export PYTHONUNBUFFERED=1 LC_ALL=C.UTF-8 LANG=C.UTF-8 ANSIBLE_FORCE_COLOR=0 ANSIBLE_NOCOLOR=1
 export ANSIBLE_CONFIG="$P/ansible.cfg"
 [[ -v PLAY_INV ]] || PLAY_INV=(-i inventory/h200 -i tests/gpu/inventory-h200 --limit localhost)
+# inventory/h200 asks 120000 MiB free of GPU 0 (an H200 has 143771). The device may lend an H100 (81559 MiB) for an
+# H200: there every run asks 85 % of the card instead (the preflight's check is the same, its threshold fits the card;
+# the driver log says so). Nothing else of the inventory changes.
+CARD_MIB=$(nvidia-smi --query-gpu=memory.total --format=csv,noheader,nounits 2>/dev/null | head -1 | tr -d ' ')
+CARD_EXTRA=()
+if [[ "$CARD_MIB" =~ ^[0-9]+$ ]] && (( CARD_MIB < 130000 )); then
+    CARD_EXTRA=(-e "sglang_server_min_free_gpu_memory_mib=$(( CARD_MIB * 85 / 100 ))")
+fi
 
 # play NAME PLAYBOOK [ansible-playbook args...]: one run of the playbook on the device itself (ansible-core from
 # /opt/eagle-ctl), its console stamped per line into $CONSOLE_DIR/NAME.console.txt, a line of $EV/runs.jsonl (rc,
@@ -26,11 +34,11 @@ play() {
     limit=$(( $(left) - 15 ))
     if (( limit < 30 )); then log "run $name: not started, ${limit} s left"; return 124; fi
     pid0=$(server_pid); mib0=$(gpu_mib)
-    log "run $name: $book $* (server pid ${pid0:-none}, GPU ${mib0} MiB)"
+    log "run $name: $book ${CARD_EXTRA[*]} $* (server pid ${pid0:-none}, GPU ${mib0} MiB)"
     t0=$(date +%s.%N)
     (cd "$P" && timeout --signal=TERM "$limit" python3 -c \
         'import sys; sys.path.insert(0, "/opt/eagle-ctl"); sys.argv[0] = "ansible-playbook"; from ansible.cli.playbook import main; main()' \
-        "$book" "${PLAY_INV[@]}" -v "${PLAY_EXTRA[@]}" "$@" 2>&1) \
+        "$book" "${PLAY_INV[@]}" -v "${CARD_EXTRA[@]}" "${PLAY_EXTRA[@]}" "$@" 2>&1) \
         | python3 -u -c 'import sys, time
 for line in sys.stdin:
     sys.stdout.write("%.3f %s" % (time.time(), line)); sys.stdout.flush()' > "$console"
