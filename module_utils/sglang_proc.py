@@ -362,8 +362,17 @@ def why_not_ours(state):
         return "recorded before a reboot"
     if proc_start_time(pid) != state.get("start_time"):
         return "PID %d was reused by another process (start time differs)" % pid
-    if state.get("cmdline") and proc_cmdline(pid) != state.get("cmdline"):
-        return "PID %d runs a different command line than the one we launched" % pid
+    if state.get("cmdline"):
+        cmdline = proc_cmdline(pid)
+        if not cmdline:
+            # Nothing to read: the process exited since (no /proc/PID), or it is exiting (its memory, argv included,
+            # is already released; it is no zombie yet). Asked again: gone is "not running"; the same PID with the
+            # same start time is still the process we launched, on its way out.
+            if not pid_alive(pid) or proc_start_time(pid) != state.get("start_time"):
+                return "PID %d is not running" % pid
+            return None
+        if cmdline != state.get("cmdline"):
+            return "PID %d runs a different command line than the one we launched" % pid
     return None
 
 

@@ -304,3 +304,55 @@ def test_clear_state_never_follows_a_swapped_path(tmp_path):
 ])
 def test_safe_name_is_anchored_at_both_ends(name, ok):
     assert sp.safe_name(name) is ok
+
+
+# ------------------------------------------------------------------ is the recorded leader ours (a fake /proc)
+def _fake_proc(root, pid, state="S", start=4242, cmdline=b"python\x00-m\x00sglang.launch_server\x00"):
+    d = root / str(pid)
+    d.mkdir()
+    fields = [state, "1", str(pid), str(pid)] + ["0"] * 15 + [str(start)] + ["0"] * 20
+    (d / "stat").write_text("%d (python) %s\n" % (pid, " ".join(fields)))
+    if cmdline is not None:
+        (d / "cmdline").write_bytes(cmdline)
+
+
+def _launched(pid, start=4242):
+    return {"pid": pid, "start_time": start, "cmdline": ["python", "-m", "sglang.launch_server"]}
+
+
+@pytest.fixture
+def proc(tmp_path, monkeypatch):
+    monkeypatch.setattr(sp, "PROC", str(tmp_path))
+    return tmp_path
+
+
+def test_the_leader_we_launched_is_ours(proc):
+    _fake_proc(proc, 700)
+    assert sp.why_not_ours(_launched(700)) is None
+
+
+def test_a_leader_that_is_exiting_is_still_ours_not_foreign(proc):
+    # Its memory is released (cmdline reads empty) but it is no zombie yet: the same PID and start time.
+    _fake_proc(proc, 701, state="R", cmdline=b"")
+    assert sp.why_not_ours(_launched(701)) is None
+
+
+def test_a_leader_gone_between_the_reads_is_not_running_not_foreign(proc, monkeypatch):
+    _fake_proc(proc, 702, cmdline=None)  # stat read, then the process is gone when cmdline is read
+    reads = {"n": 0}
+    real = sp._stat_fields
+
+    def stat_then_gone(pid):
+        reads["n"] += 1
+        return real(pid) if reads["n"] <= 2 else None
+    monkeypatch.setattr(sp, "_stat_fields", stat_then_gone)
+    assert sp.why_not_ours(_launched(702)) == "PID 702 is not running"
+
+
+@pytest.mark.parametrize("cmdline, start, why", [
+    (b"bash\x00-c\x00sleep 1000\x00", 4242, "runs a different command line"),
+    (b"python\x00-m\x00sglang.launch_server\x00", 4243, "was reused by another process"),
+])
+def test_another_process_under_the_pid_is_not_ours(proc, cmdline, start, why):
+    _fake_proc(proc, 703, start=start, cmdline=cmdline)
+    assert why in sp.why_not_ours(_launched(703))
