@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# playbooks/bench.yml on the lent H200 against real SGLang 0.5.17 (TEST-ONLY; runs on the device as root). Not run yet.
+# playbooks/bench.yml on the lent H200 (or the H100 the device gives for it) against real SGLang 0.5.17 (TEST-ONLY; runs
+# on the device as root). Ran on an H100: tests/data/h100-bench/.
 #
 # Here first:  bash tests/gpu/build_playbook_carry.sh CHECKOUT     (the server's carry, .sgl)
 #              bash tests/gpu/build_bench_carry.sh CHECKOUT        (the benchmark's carry, .sglb)
@@ -19,7 +20,7 @@
 # says so on every figure (sglang_bench_label "random weights", sglang_bench_note).
 #
 # What comes back ($OUT/h200-bench/, also packed into $OUT/evidence_bench.tar.gz after every run, so a timeout still
-# returns it), to be copied to tests/data/h200-bench/ with a README of what it shows:
+# returns it), to be copied to tests/data/<card>-bench/ (the card the device gave: tests/data/h100-bench/) with a README:
 #   reports/localhost/<time>/{bench.json,summary.json,timeline.json,report.html}   the raw figures and the report
 #   console/<run>.console.txt   each run's console, stamped per line;   runs.jsonl   rc, seconds, PIDs, GPU MiB
 #   nvidia-smi and ps after each run; the API key grep (the runs set one: it must be in no file that came back).

@@ -364,6 +364,22 @@ def test_check_mode_changes_nothing_and_says_what_it_would_do(fleet):
     assert refused.rc != 0
     assert refused.failures()["replica2"].startswith("the router does not list %s" % replicas["replica2"]["url"])
     assert router.workers() == workers
+    # The right note, but written by a user that is neither root nor the one the play runs as (its directory his too,
+    # neither writable by others): not trusted, nothing touched.
+    run_dir = os.path.dirname(note)
+    owner = os.stat(run_dir)
+    os.chown(note, 65534, 65534)
+    os.chown(run_dir, 65534, 65534)
+    try:
+        untrusted = fleet["play"]("rolling_restart.yml", fleet["inventory"], "--check",
+                                  "-e", "sglang_fleet_router_url=" + router.url,
+                                  "-e", "sglang_fleet_router_api_key=" + ADMIN_KEY)
+    finally:
+        os.chown(run_dir, owner.st_uid, owner.st_gid)
+        os.chown(note, owner.st_uid, owner.st_gid)
+    assert untrusted.rc != 0
+    assert untrusted.failures()["replica2"].startswith("the router does not list %s" % replicas["replica2"]["url"])
+    assert router.workers() == workers
 
 
 def test_bad_input_fails_before_anything_is_touched(fleet):

@@ -238,3 +238,41 @@ def test_main_writes_the_page_and_the_summary(tmp_path, capsys):
                                       (0, [0.0, 1.0])])
 def test_axis_ticks_are_round_and_cover_the_top(top, ticks):
     assert report.nice_ticks(top) == ticks
+
+
+# -- the benchmark that ran against real SGLang 0.5.17 on a lent GPU (tests/data/h100-bench) ----------------------
+GPU_RUN = os.path.join(REPO, "tests", "data", "h100-bench", "reports", "localhost", "20261205T164036.969523Z")
+
+
+def _kept(name):
+    with open(os.path.join(GPU_RUN, name)) as handle:
+        return handle.read() if name.endswith(".html") else json.load(handle)
+
+
+def test_the_gpu_runs_figures_give_its_summary_speedups_and_crossover():
+    data, summary = _kept("bench.json"), _kept("summary.json")
+    assert data["label"] == "random weights" and data["client"]["module"] == "sglang.benchmark.serving"
+    assert {(r["side"], r["concurrency"]) for r in data["runs"] if r["ok"]} == {
+        (side, c) for side in ("speculative", "baseline") for c in (1, 4, 16, 64)}
+    # SGLang's own accept length, from /server_info and the stream: a random draft is never accepted.
+    for r in data["runs"]:
+        if r["side"] == "speculative":
+            assert r["server"]["avg_spec_accept_length"] == 1.0 and r["figures"]["accept_length"] == 1.0
+            assert r["server"]["speculative_algorithm"] == "EAGLE3" and r["server"]["version"] == "0.5.17"
+        else:
+            assert r["server"]["speculative_algorithm"] is None and r["figures"]["accept_length"] is None
+    rows = report.speedups(data)
+    assert [(r["concurrency"], round(r["speedup"], 4)) for r in rows] == [
+        (s["concurrency"], round(s["speedup"], 4)) for s in summary["rows"]]
+    assert report.crossover(rows) == summary["crossover"] == 1
+    assert data["deployment"]["fingerprint_before"] == data["deployment"]["fingerprint_after"]
+
+
+def test_the_gpu_runs_page_has_its_marks_and_says_what_the_figures_are():
+    page = Marks(_kept("report.html"))
+    assert len(page.having("circle", "speedup-point")) == 4
+    assert len(page.having("line", "crossover-line")) == 1 and len(page.having("text", "crossover-label")) == 1
+    text = " ".join(page.text)
+    assert "random weights" in text and "accept length is about 1" in text
+    assert not any(t == "script" for t, _ in page.tags)  # self-contained, nothing to run or fetch
+    assert not any(a.get("src", "").startswith("http") or a.get("href", "").startswith("http") for _, a in page.tags)
