@@ -362,18 +362,27 @@ def why_not_ours(state):
         return "recorded before a reboot"
     if proc_start_time(pid) != state.get("start_time"):
         return "PID %d was reused by another process (start time differs)" % pid
-    if state.get("cmdline"):
-        cmdline = proc_cmdline(pid)
-        if not cmdline:
-            # Nothing to read: the process exited since (no /proc/PID), or it is exiting (its memory, argv included,
-            # is already released; it is no zombie yet). Asked again: gone is "not running"; the same PID with the
-            # same start time is still the process we launched, on its way out.
-            if not pid_alive(pid) or proc_start_time(pid) != state.get("start_time"):
-                return "PID %d is not running" % pid
-            return None
-        if cmdline != state.get("cmdline"):
-            return "PID %d runs a different command line than the one we launched" % pid
+    other = command_line_differs(pid, state.get("start_time"), state.get("cmdline"))
+    if other == "gone":
+        return "PID %d is not running" % pid
+    if other:
+        return "PID %d runs a different command line than the one we launched" % pid
     return None
+
+
+def command_line_differs(pid, start_time, cmdline):
+    """Whether PID (alive, of ``start_time``) no longer runs the recorded ``cmdline``: None when it does (or nothing
+    was recorded), "gone" when it exited meanwhile, "other" when another command line runs under it.
+
+    Nothing to read is no evidence of another program: the process exited since (no /proc/PID), or it is exiting (its
+    memory, argv included, already released; no zombie yet). Asked again: gone is "gone"; the same PID with the same
+    start time is still the process recorded, on its way out."""
+    if not cmdline:
+        return None
+    now = proc_cmdline(pid)
+    if not now:
+        return "gone" if not pid_alive(pid) or proc_start_time(pid) != start_time else None
+    return "other" if now != cmdline else None
 
 
 def state_is_alive_and_ours(state):
@@ -597,7 +606,7 @@ def recorded_process(state, key):
         return None
     if proc.get("start_time") is None or proc_start_time(pid) != proc.get("start_time"):
         return None
-    if proc.get("cmdline") and proc_cmdline(pid) != proc.get("cmdline"):
+    if command_line_differs(pid, proc.get("start_time"), proc.get("cmdline")):
         return None
     return pid
 

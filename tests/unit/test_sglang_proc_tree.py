@@ -356,3 +356,13 @@ def test_a_leader_gone_between_the_reads_is_not_running_not_foreign(proc, monkey
 def test_another_process_under_the_pid_is_not_ours(proc, cmdline, start, why):
     _fake_proc(proc, 703, start=start, cmdline=cmdline)
     assert why in sp.why_not_ours(_launched(703))
+
+
+def test_the_recorded_supervisor_exiting_is_still_found_and_another_program_is_not(proc):
+    # The same identity check as the leader's: the supervisor on its way out (argv released) is still the one recorded
+    # (waited for or signalled through its pidfd), another command line under its PID is not.
+    _fake_proc(proc, 704, state="R", cmdline=b"")
+    _fake_proc(proc, 705, cmdline=b"bash\x00-c\x00sleep 1000\x00")
+    watcher = {"start_time": 4242, "cmdline": ["python", "-m", "sglang.launch_server"]}
+    assert sp.recorded_process({"watcher": dict(watcher, pid=704)}, "watcher") == 704
+    assert sp.recorded_process({"watcher": dict(watcher, pid=705)}, "watcher") is None
