@@ -187,6 +187,31 @@ options:
         description: Where the role writes the unit.
         type: path
         default: /etc/systemd/system
+  keep:
+    description:
+      - Whether M(ansible.legacy.wait_for_model) with O(ignore:state=started) would keep the running server as it is,
+        asked of that module's own code in check mode (nothing is written or signalled; its run lock is taken shared),
+        the recorded server is ours, its fingerprint is the one these options give, its supervisor program is current
+        and watching, and it answers its health check; see RV(keep).
+      - The options of M(ansible.legacy.wait_for_model) for the launch, exactly as that module takes them and checked
+        against its own argument spec, less O(ignore:argv), O(ignore:fingerprint_files), O(ignore:fingerprint_data) and
+        the secrets (O(keep_api_key), O(keep_secret_environment), O(keep_redact)); instead C(command) (the server's
+        command, a list), C(config_path) (its C(--config) file) and C(expected_version) (the SGLang version when the
+        argument check found none). argv is C(command), C(--config config_path) and the options the installed SGLang
+        refuses in its config file (RV(args_check.config_argv)); the fingerprint covers C(config_path), the
+        C(eagle_worker_v2.py) found and the SGLang version, as the server role gives them to wait_for_model.
+      - Needs O(args_check) and its kept verdict (RV(args_check.cached)); without it RV(keep.kept) is false.
+    type: dict
+  keep_api_key:
+    description: O(keep)'s O(ignore:api_key) (the health check's bearer token), a no_log option.
+    type: str
+  keep_secret_environment:
+    description: O(keep)'s O(ignore:secret_environment) (part of the fingerprint), a no_log option.
+    type: dict
+  keep_redact:
+    description: O(keep)'s O(ignore:redact) (part of the fingerprint), a no_log option.
+    type: list
+    elements: str
 notes:
   - Read-only; runs the same in check mode.
   - O(requirements), O(user) and O(paths) let one call tell whether an installation is already as wanted
@@ -343,6 +368,16 @@ unit:
   returned: when O(unit) is given
   type: dict
   sample: {launcher: systemd, in_place: true, exists: true, loaded: true, enabled: true, sha256: 9b1e}
+keep:
+  description:
+    - Whether M(ansible.legacy.wait_for_model) would keep the running server as it is (O(keep)). C(kept) - true when
+      it would, with nothing to change (not even its supervisor program); C(why) - why not, in the module's own words
+      (C(not running), C(fingerprint changed - argv), a refusal); C(pid), C(fingerprint), C(launcher), C(log_path),
+      C(attempt) of the recorded server as the module reads them.
+  returned: when O(keep) is given
+  type: dict
+  sample: {kept: true, pid: 4242, fingerprint: 7eeafe32, launcher: detached, log_path: /var/log/sglang/sglang_r1.log,
+           attempt: 1}
 """
 
 import grp
@@ -359,7 +394,9 @@ from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
 from ansible.module_utils.early_init import PATCH_OPTIONS
 from ansible.module_utils.sglang_args import ARGUMENT_SPEC, model_dir_state
 from ansible.module_utils.sglang_gpus import LOOK_OPTIONS
-from ansible.module_utils.sglang_look import UNIT_OPTIONS, look_args, look_gpus, look_patch, look_unit
+from ansible.module_utils.sglang_look import (
+    KEEP_SECRETS, UNIT_OPTIONS, look_args, look_gpus, look_keep, look_patch, look_unit,
+)
 from ansible.module_utils import sglang_model
 from ansible.module_utils.sglang_paths import (
     PACKAGE, SITE_DIRS_SCRIPT, canonical_name, find_distribution, locate, venv_of, venv_site_dirs,
@@ -657,6 +694,10 @@ def main():
             gpus=dict(type="dict", options=LOOK_OPTIONS),
             unit=dict(type="dict", options=UNIT_OPTIONS),
             models=dict(type="dict"),
+            keep=dict(type="dict"),
+            keep_api_key=dict(type="str", no_log=True),
+            keep_secret_environment=dict(type="dict", no_log=True),
+            keep_redact=dict(type="list", elements="str", no_log=True),
         ),
         mutually_exclusive=[("venv", "python")],
         required_one_of=[("venv", "python")],
@@ -687,6 +728,9 @@ def main():
     if p["unit"] is not None:
         result["unit"] = look_unit(p["unit"], lambda *args: module.run_command(
             [module.get_bin_path("systemctl", required=True)] + list(args)))
+    if p["keep"] is not None:
+        secrets = {name: p["keep_" + name] for name in KEEP_SECRETS}
+        result["keep"] = look_keep(module, p["keep"], secrets, result.get("args_check") or {})
     module.exit_json(changed=False, **result)
 
 

@@ -20,6 +20,7 @@ from ansible.module_utils.early_init import PatchError, plan
 from ansible.module_utils.sglang_args import SGLangArgsChecker
 from ansible.module_utils.sglang_gpus import GpuFacts
 from ansible.module_utils.sglang_proc import safe_name
+from ansible.module_utils.sglang_wait_options import argument_spec
 from ansible.module_utils.sglang_unit import (
     CHECK_PROPS, UNIT_DIRS, enable_problem, parse_show, read_regular, systemd_here, unit_facts, unit_files_on_disk,
     unit_loaded, unit_name, unit_refusal,
@@ -168,4 +169,105 @@ def look_unit(spec, systemctl, booted=systemd_here, euid=os.geteuid, unit_dirs=N
         out["why"] = "the unit is not there, not loaded as it is on disk, or not enabled"
     else:
         out["in_place"] = True  # as far as the look can tell: the role also compares sha256 with its template
+    return out
+
+
+# What the role gives the look for the keep (the server role's _sglang_server_keep_request): wait_for_model's options
+# for its launch, less argv and the fingerprint's files and data, which follow from the argument check (below).
+KEEP_EXTRA = dict(
+    command=dict(type="list", elements="str", required=True),
+    config_path=dict(type="path", required=True),
+    expected_version=dict(type="str", required=True),
+)
+# wait_for_model's no_log options come as sglang_info's own no_log options (keep_<name>), masked from the start.
+KEEP_SECRETS = ("api_key", "secret_environment", "redact")
+
+
+def keep_params(module, spec, secrets, args):
+    """keep_options checked against wait_for_model's argument spec and KEEP_EXTRA, with their defaults: (params, None),
+    or (None, what is wrong)."""
+    from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
+
+    given = dict(spec, **{k: v for k, v in secrets.items() if v is not None})
+    extra = ArgumentSpecValidator(KEEP_EXTRA).validate({k: given.pop(k, None) for k in KEEP_EXTRA})
+    if extra.error_messages:
+        return None, "keep: %s" % "; ".join(extra.error_messages)
+    given.update(keep_options(extra.validated_parameters, args))
+    checked = ArgumentSpecValidator(argument_spec()).validate(given)
+    module.no_log_values.update(checked._no_log_values)  # pylint: disable=protected-access
+    if checked.error_messages:
+        return None, "keep: %s (the options of wait_for_model)" % "; ".join(checked.error_messages)
+    return checked.validated_parameters, None
+
+
+def keep_options(spec, args):
+    """wait_for_model's options (state started) for the server the role would launch, given the look's argument check
+    ``args``: argv is the command, ``--config`` and what SGLang refuses in its config file; the fingerprint covers the
+    config file, the patched eagle_worker_v2.py and the SGLang version (the server role's _sglang_server_argv,
+    _sglang_server_fingerprint_files and _sglang_server_fingerprint_data, which read the same argument check)."""
+    config = spec["config_path"]
+    return dict(
+        state="started",
+        argv=list(spec["command"]) + ["--config", config] + list(args.get("config_argv") or []),
+        fingerprint_files=[config] + ([args["eagle_worker_v2"]] if args.get("eagle_worker_v2") else []),
+        fingerprint_data={"sglang_version": args.get("sglang_version") or spec["expected_version"]},
+    )
+
+
+class _CheckModeModule(object):
+    """What ModelWaiter uses of an AnsibleModule, in check mode: the look's module for commands and warnings."""
+
+    check_mode = True
+
+    def __init__(self, module, params):
+        self.params = params
+        self._module = module
+        self.warnings = []
+
+    def warn(self, text):
+        self.warnings.append(text)
+
+    def run_command(self, *args, **kwargs):
+        return self._module.run_command(*args, **kwargs)
+
+    def get_bin_path(self, *args, **kwargs):
+        return self._module.get_bin_path(*args, **kwargs)
+
+
+def look_keep(module, spec, secrets, args, waiter=None):
+    """Whether wait_for_model would keep the running server as it is, asked of its own code (ModelWaiter) in check
+    mode: ours, the same fingerprint, its supervisor program current and watching, and answering its health check.
+    ``kept: false`` with ``why`` otherwise (the role's own wait_for_model call then decides, and refuses, as always).
+    Never a failure, never a signal, nothing written. ``spec``: the role's keep request (sglang_info's O(keep)), with
+    ``secrets`` (its no_log options, by wait_for_model's names), checked against wait_for_model's own options;
+    ``args``: this look's argument check, whose kept verdict gives argv."""
+    from ansible.module_utils.sglang_inputs import WaitError
+    from ansible.module_utils.sglang_progress import operator_text
+    from ansible.module_utils import sglang_waiter
+
+    out = {"kept": False}
+    if not args.get("cached"):
+        out["why"] = "the argument check's verdict is not kept for these inputs"
+        return out
+    params, wrong = keep_params(module, spec, secrets, args)
+    if wrong:
+        out["why"] = wrong
+        return out
+    w = (waiter or sglang_waiter.ModelWaiter)(_CheckModeModule(module, params))
+    try:
+        result = w.run()
+    except (WaitError, OSError) as exc:
+        out["why"] = operator_text("wait_for_model would refuse: %s" % exc)
+        return out
+    finally:
+        w.runlock.unlock()
+    facade = w.module
+    # A warning is something the run would say or do (put a supervisor program back): not nothing to do.
+    kept = (not result.get("changed") and not result.get("failed") and result.get("phase") == "ready"
+            and result.get("restart_reason") is None and result.get("supervisor") != "gone" and not facade.warnings)
+    out.update(kept=kept, pid=result.get("pid"), fingerprint=result.get("fingerprint"),
+               launcher=result.get("launcher"), log_path=result.get("log_path"), attempt=result.get("attempt"))
+    if not kept:
+        out["why"] = operator_text(result.get("msg") or result.get("restart_reason") or "; ".join(facade.warnings)
+                                   or "its supervisor program would be brought up to date")
     return out

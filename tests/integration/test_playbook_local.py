@@ -258,10 +258,15 @@ def test_second_run_changes_nothing(host, converged):
     assert run.rc == 0, run
     assert run.stats["changed"] == 0, run.changed_tasks()
     assert run_state(host)["pid"] == before["pid"]
-    # Two module calls on the host: the play's one look and the server's keep.
-    assert run.module_calls() == [LOOK, LAUNCH], run.module_calls()
+    # One module call on the host: the play's one look, which also asked wait_for_model's own code (check mode)
+    # whether it would keep the server: ours, the same fingerprint, its supervisor watching, answering health.
+    assert run.module_calls() == [LOOK], run.module_calls()
     look = run.result(LOOK)
     assert look["in_place"] is True and look["patch"]["in_place"] is True, look
+    assert look["keep"]["kept"] is True and look["keep"]["pid"] == before["pid"], look["keep"]
+    assert look["keep"]["fingerprint"] == before["fingerprint"]
+    assert run.result("Install, patch, fetch the weights, configure and run the server").get("skipped") is True
+    assert API_KEY not in json.dumps(run.out)
     # The look found the argument check's verdict kept for these very inputs, and the config file as the template
     # would write it: the check and the template are skipped. The file's hash went to the module as a no_log option;
     # it is nowhere in the output.
@@ -298,7 +303,8 @@ def test_check_diff_on_the_converged_host_is_clean(host, converged):
     assert run.rc == 0, run
     assert run.stats["changed"] == 0, run.changed_tasks()
     assert run_state(host)["pid"] == before["pid"]
-    assert run.module_calls() == [LOOK, LAUNCH], run.module_calls()
+    assert run.module_calls() == [LOOK], run.module_calls()
+    assert run.result(LOOK)["keep"]["kept"] is True
 
 
 def test_an_argument_sglang_does_not_know_is_refused_by_a_fresh_check_and_nothing_restarts(host, serving):

@@ -275,6 +275,15 @@ class Prober(object):
         return self.w.probe_rc, self.w.probe_output
 
 
+def world_tools(world):
+    """ModelWaiter's injectable tools (clock, launcher, HTTP, /proc, ...) in the fake world."""
+    popener = Popener(world)
+    return dict(clock=world.clock, sleep=world.sleep, popener=popener, supervisors=popener, http=world.http,
+                procs=Procs(world), wall=lambda: 0.0, cgroups=NoCgroups(), prober=Prober(world),
+                background_health=False, booted=lambda: (False, "no /run/systemd/system (unit test)"),
+                caller_gone=lambda: False)
+
+
 def run(world, check_mode=False, inject=None, **args):
     params = {
         "argv": [sys.executable, "-m", "sglang.launch_server", "--config", "/etc/sglang.yaml"],
@@ -293,11 +302,7 @@ def run(world, check_mode=False, inject=None, **args):
     if check_mode:
         params["_ansible_check_mode"] = True
     with patch_module_args(params):
-        popener = Popener(world)
-        kw = dict(clock=world.clock, sleep=world.sleep, popener=popener, supervisors=popener, http=world.http,
-                  procs=Procs(world),
-                  wall=lambda: 0.0, cgroups=NoCgroups(), prober=Prober(world), background_health=False,
-                  booted=lambda: (False, "no /run/systemd/system (unit test)"), caller_gone=lambda: False)
+        kw = world_tools(world)
         kw.update(inject or {})
         try:
             wfm.main(**kw)

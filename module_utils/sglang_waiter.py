@@ -1,0 +1,215 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, eagle-deploy contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""wait_for_model's work, module side: the ModelWaiter that launches, keeps, watches and stops the server. Here, not in the module file, so that the play's one look (sglang_info with O(keep))
+asks the very same code, in check mode, whether a run would keep the server as it is.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import pwd
+import time
+
+from ansible.module_utils import sglang_proc
+from ansible.module_utils import sglang_progress
+from ansible.module_utils.sglang_inputs import Inputs, Prober, WaitError
+from ansible.module_utils.sglang_launch import Cgroups, Popener, Supervision, Supervisors
+from ansible.module_utils.sglang_lock import RunLock
+from ansible.module_utils import sglang_plan as plan
+from ansible.module_utils.sglang_status_client import StatusWait, Verdicts
+from ansible.module_utils.sglang_stop import GpuRelease, Stopper
+from ansible.module_utils.sglang_unit_check import UnitGuard
+from ansible.module_utils.sglang_unit import CallerWatch, Systemctl, systemd_here
+from ansible.module_utils import sglang_watched
+from ansible.module_utils.sglang_watch import ProcView, http_status
+
+
+def _sleep(seconds):
+    """time.sleep looked up when called (not bound at import): the unit-test guard that forbids sleeping sees it."""
+    time.sleep(seconds)
+
+
+# ------------------------------------------------------------------------------ the work
+class ModelWaiter(object):
+    """Launch / attach / wait / stop. Clock, sleep, process launch, HTTP, /proc, cgroups and the lock are injectable."""
+
+    def __init__(self, module, clock=time.monotonic, sleep=None, popener=None, http=http_status,
+                 procs=None, wall=time.time, cgroups=None, locker=fcntl.flock, prober=None, background_health=True,
+                 systemctl=None, booted=systemd_here, caller_gone=None, unit_dirs=None, events=True, supervisors=None,
+                 gpu_smi=None):
+        self.module = module
+        self.events = events  # False: the wait polls every poll_interval (no Waker; the benches' baseline)
+        self.supervisors = supervisors or Supervisors()
+        self.unit_dirs = unit_dirs  # where systemd reads units (default: unit_dir + UNIT_DIRS), see check_unit
+        self.unit_before = None  # our unit file's text before this run (None: there was none), set by check_unit
+        self.caller_gone = caller_gone or CallerWatch()
+        self.systemctl = systemctl or Systemctl(module)
+        self.booted = booted  # () -> (systemd runs this host?, why not)
+        self.launcher = None  # "systemd" | "detached", set by validate()
+        # The action plugin's step protocol (_step_time, _resume_attempt) under the names the run reads.
+        self.p = dict(module.params, step_time=module.params.get("_step_time") or 0.0,
+                      resume_attempt=module.params.get("_resume_attempt"))
+        self.background_health = background_health  # False: health requests run inline (unit tests' fake clock)
+        self.clock = clock
+        self.sleep = sleep or _sleep
+        self.real_sleep = sleep is None  # the real clock: a wait may end early on an event (see wait())
+        self.popener = popener or Popener()
+        self.http = http
+        self.procs = procs or ProcView()
+        self.wall = wall
+        self.cgroups = cgroups or Cgroups()
+        self.locker = locker
+        self.user = None
+        self.user_pw = pwd.getpwuid(os.geteuid())
+        self.missing_files = []
+        self.prober = prober or Prober()
+        self.exec_program = None  # what runs in the end (argv[0] or its last #! interpreter), set by validate()
+        self.key_source = None  # systemd launcher with api_key: {"path", "key"} of the --config file that holds it
+        self.port = None  # the rest is set by validate()
+        self.run_dir = None
+        self.fresh = False
+        self.result = {"changed": False}
+        # the run's parts, each a module_utils file of one job
+        self.inputs = Inputs(self)  # every option checked, before anything is touched
+        self.runlock = RunLock(self)  # <run_dir>/<name>.lock
+        self.sup = Supervision(self)  # asking the supervisor program to start (detached), or putting one back
+        self.stopper = Stopper(self)  # asking it (or systemd) to stop
+        self.release = GpuRelease(self, gpu_smi)  # after that stop, before the launch: the GPU memory back
+        self.status = StatusWait(self)  # waiting on its status file
+        self.verdicts = Verdicts(self)  # its verdict as the module's result
+        self.unit = UnitGuard(self)  # launcher systemd: the unit of our name is this deployment's, or refused
+
+    def warn(self, text):
+        """A module warning, its control characters escaped: it may quote the server's log (a client's prompt)."""
+        self.module.warn(sglang_progress.operator_text(text))
+
+    def headers(self):
+        h = {}
+        if self.p["api_key"]:
+            h["Authorization"] = "Bearer %s" % self.p["api_key"]
+        return h
+
+    def run(self):
+        self.inputs.validate()
+        if self.fresh and self.p["state"] == "stopped":
+            self.result["msg"] = "nothing to stop: %s does not exist" % self.run_dir
+            return self.result
+        if self.module.check_mode and self.p["state"] == "started" and (self.fresh or self.missing_files):
+            self.result.update(changed=True, restart_reason="not running", msg="would start the server (%s)" % (
+                "fresh host: %s does not exist yet" % self.p["log_dir"] if self.fresh
+                else "fingerprint files not written yet: %s" % ", ".join(self.missing_files)))
+            return self.result
+        if self.fresh:
+            raise WaitError("no server of ours is recorded in %s (name %s): nothing to watch" % (self.run_dir, self.p["name"]))
+        self.runlock.lock()
+        try:
+            if self.p["state"] == "stopped":
+                return self.stopper.stop_only()
+            if self.p["state"] == "watched":
+                return self.watch()
+            return self.start()
+        finally:
+            self.runlock.unlock()
+
+    def watch(self):
+        """``state: watched``: the supervisor's word on the recorded server for ``watch_time`` s (sglang_watched)."""
+        return sglang_watched.watch_recorded(self)
+
+    def _existing(self):
+        """(state, ours?) of the recorded server; applies on_foreign_pid for a reused PID."""
+        state, ours, stale = plan.existing(self.run_dir, self.p["name"], self.p["on_foreign_pid"])
+        if stale:
+            self.result["stale_state"] = stale
+        return state, ours
+
+    def start(self):
+        p = self.p
+        parts, fp = plan.fingerprint(p, self.launcher)
+        self.result["fingerprint"] = fp
+        state, ours = self._existing()
+        resuming = plan.resuming(p, state, ours)
+        action, reason = plan.start_plan(p, state, ours, fp, parts)
+        if action == plan.KEEP:
+            kept = self.keep(state, resuming)
+            if kept is not None:
+                return kept
+            reason = plan.GONE  # nothing watches it and it does not answer: restarted under a supervisor
+        if p["resume_attempt"] is not None and not resuming:
+            ended = plan.ended_between_steps(p, self.status.read_status())
+            if ended is not None:  # a later step of a launch that ended meanwhile: its verdict is the answer
+                self.result["restart_reason"] = None
+                if ended["verdict"] == "stopped":
+                    return self.verdicts.service_stopped(ended, {})
+                return self.verdicts.service_failed(ended, {})
+        self.result["restart_reason"] = reason
+        plan.refuse_foreign_port(self.port, state, ours)  # before anything is touched
+        self.result["changed"] = True
+        if self.module.check_mode:
+            if p["prove_launch"]:
+                self.inputs.prove_it_runs()
+            self.result["msg"] = "would %s the server (%s)" % ("restart" if ours else "start", reason)
+            return self.result
+        self.inputs.prove_it_runs()
+        if state is not None or self.stopper.unit_active():
+            release = self.release.check()  # nvidia-smi lists the selected GPUs, before anything is stopped
+            self.stopper._stop(state or {"pid": None, "unverified": True})
+            if release:
+                self.release.wait()
+        if self.launcher == "systemd":
+            return self.sup.launch_unit(parts, fp)
+        return self.sup.launch(parts, fp)
+
+    def keep(self, state, resuming):
+        """Our server with the same fingerprint: the supervisor program brought up to date (no restart), then ready
+        when it answers, else its supervisor's word (a later step's verdict, or an attach). A detached one whose
+        supervisor is gone is given one back (``--adopt``) when it answers; None when it does not: the module
+        watches no server itself, so it is restarted."""
+        p = self.p
+        if (self.launcher == "systemd" or state.get("watcher")) and self.sup.install_watcher()[1]:
+            self.result["changed"] = True  # the supervisor program brought up to date (its next start uses it)
+        systemd = state.get("launcher") == "systemd"
+        alone = not systemd and not self.sup.supervisor_alive(state)
+        code = self.http(p["health_url"], self.headers(), p["health_timeout"])
+        self.result.update(pid=state["pid"], log_path=state.get("log_path"), attempt=state.get("attempt"),
+                           restart_reason=None, tree_tracking=state.get("tree_tracking", "session"))
+        if sglang_proc.log_writer_of(state) is not None:
+            # a run state of an eagle-deploy older than the supervisor: its server's output goes through a log writer
+            # process, recorded as `log_writer` (stop_tree ends it last), kept and reported, and stopped cleanly.
+            self.result["log_writer_pid"] = state["log_writer"]["pid"]
+        if alone and code != 200:
+            self.result["supervisor"] = "gone"
+            return None
+        supervisor = None if systemd else (lambda: None if self.sup.supervisor_alive(state) else -1)
+        if alone:
+            self.sup.supervisor_gone(state, healthy=True)
+        elif resuming and not self.module.check_mode:
+            # A later step of the launch this task started: its supervisor's verdict (and the load's times) is the
+            # answer, also when our own probe was answered first.
+            return self.status.wait_service(None, attached=False, attempt=state.get("attempt"), supervisor=supervisor)
+        if code == 200:
+            return self.ready_now(state, resuming)
+        if self.module.check_mode:
+            self.result["msg"] = "server with the same fingerprint is running but not healthy yet; would wait for it"
+            return self.result
+        # its supervisor decides: wait on its status file
+        return self.status.wait_service(None, attached=not resuming, attempt=state.get("attempt"),
+                                        supervisor=supervisor)
+
+    def ready_now(self, state, resuming):
+        """Our kept server answered: ready, with its log's tail and end (the smoke watch's mark)."""
+        tail, offset = self.verdicts.tail_of(state)
+        self.result.update(elapsed=0.0, phases=[], phase="ready", log_tail=tail, log_offset=offset)
+        st = {"verdict": "ready", "phase": "ready", "attempt": state.get("attempt"), "started_at": state.get("started_at")}
+        if resuming and state.get("launcher") != "systemd":
+            # the launch a previous step waited for answered between two steps: its load is done
+            try:
+                prior = self.status.read_status() or {}
+            except WaitError:
+                prior = {}
+            if prior.get("attempt") == state.get("attempt"):
+                st.update(phases=prior.get("phases") or [], shards=prior.get("shards"))
+                self.status.record_load(state, st)
+        self.result["progress"] = self.status.progress_of(st, state.get("launcher") or "detached")
+        return self.result
