@@ -9,8 +9,8 @@
 #                      sglang_install_extra_packages in tests/gpu/inventory-h200/hosts.yml, downloaded with
 #                      `pip download --no-deps` (binary, cp312, manylinux_2_34..1 x86_64) and slimmed of what this
 #                      run never loads (FA3 flash_ops, flashmla/infllm/sm100 kernel libraries of sglang-kernel,
-#                      xgrammar's static archive, SGLang's Rust extensions, deep_gemm's CUDA headers for its JIT,
-#                      bytecode); each slimmed wheel keeps its name, its RECORD lists what is left, and it is
+#                      xgrammar's static archive, SGLang's Rust extensions, deep_gemm's CUDA headers for its JIT, jedi's
+#                      typeshed stubs, bytecode); each slimmed wheel keeps its name, its RECORD lists what is left, and it is
 #                      stored uncompressed so that xz packs the whole house;
 #                      controller/: ansible-core and resolvelib, for the controller (the device runs the play on
 #                      itself; its python3 has jinja2, PyYAML and packaging);
@@ -51,7 +51,7 @@ platforms=(--platform manylinux_2_34_x86_64 --platform manylinux_2_28_x86_64 --p
     2> >(grep -v "^WARNING: Location .* is ignored" >&2)
 
 # Rebuilt only when the pins or the slimming change (bump slim_version with the drop list below).
-slim_version=1
+slim_version=2
 stamp="$(printf '%s\n' "${pins[@]}" "${controller[@]}" "slim ${slim_version}" | sha256sum | cut -d' ' -f1)"
 if [[ -s "${carry}/wheelhouse.tar.xz" && "$(cat "${carry}/.wheelhouse.stamp" 2>/dev/null)" == "${stamp}" ]]; then
     echo "wheelhouse ${carry}/wheelhouse.tar.xz up to date"
@@ -63,10 +63,10 @@ mkdir -p "${stage}/wheelhouse" "${stage}/controller"
 import base64, glob, hashlib, os, re, sys, zipfile
 cache, stage, npins, reqs = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4:]
 norm = lambda s: re.sub(r"[-_.]+", "_", s).lower()
-# What this run never loads (same slimming as tests/gpu/build_carry.sh, plus deep_gemm's JIT headers).
+# What this run never loads (same slimming as tests/gpu/build_carry.sh, plus deep_gemm's JIT headers and jedi's typeshed stubs).
 drop = [r"^sgl_kernel/(flash_ops|flashmla_ops|infllm_ops)[^/]*\.so$", r"^sgl_kernel/sm100/",
         r"^xgrammar/lib/libxgrammar\.a$", r"^sglang/srt/(grpc|server|multimodal)/_core\.[^/]*\.so$",
-        r"^deep_gemm/include/", r"/__pycache__/", r"\.pyc$"]
+        r"^deep_gemm/include/", r"^jedi/third_party/typeshed/", r"/__pycache__/", r"\.pyc$"]
 dropped = 0
 for i, req in enumerate(reqs):
     name, version = req.split("==")
