@@ -52,6 +52,16 @@ def _package_files():
     return files
 
 
+def _sources_stamp():
+    """SHA-256 of the path, size and mtime of every file the wheel is built from, and of this file."""
+    digest = hashlib.sha256()
+    paths = [os.path.join(ROOT, "pyproject.toml"), os.path.abspath(__file__)] + [p for _, p in _package_files()]
+    for path in paths:
+        st = os.stat(path)
+        digest.update(("%s %d %d\n" % (path, st.st_size, st.st_mtime_ns)).encode("utf-8", "surrogateescape"))
+    return digest.hexdigest()
+
+
 def _metadata(project):
     lines = ["Metadata-Version: 2.1", "Name: %s" % project["name"], "Version: %s" % project["version"],
              "Summary: %s" % project["description"], "Requires-Python: %s" % project["requires-python"],
@@ -124,6 +134,17 @@ def main(argv):
     atomically, so concurrent builds never show a half-written wheel."""
     out = os.path.abspath(argv[1])
     os.makedirs(out, exist_ok=True)
+    # The inventory asks on every run: sources unchanged since the last build (their paths, sizes and mtimes, and
+    # this file's) and its wheel still there, the path is printed without building again.
+    stamp = os.path.join(out, ".built-" + _sources_stamp())
+    try:
+        with open(stamp, encoding="utf-8") as handle:
+            built = handle.read().strip()
+    except OSError:
+        built = ""
+    if built and "/" not in built and os.path.isfile(os.path.join(out, built)):
+        print(os.path.join(out, built))
+        return 0
     tmp = tempfile.mkdtemp(prefix=".build-", dir=out)
     try:
         name = build_wheel(tmp)
@@ -132,6 +153,12 @@ def main(argv):
         for left in os.listdir(tmp):
             os.unlink(os.path.join(tmp, left))
         os.rmdir(tmp)
+    for old in os.listdir(out):
+        if old.startswith(".built-"):
+            os.unlink(os.path.join(out, old))
+    with open(stamp + ".tmp", "w", encoding="utf-8") as handle:
+        handle.write(name + "\n")
+    os.replace(stamp + ".tmp", stamp)
     print(os.path.join(out, name))
     return 0
 
