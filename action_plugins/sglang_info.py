@@ -31,6 +31,9 @@ from ansible.utils.vars import merge_hash
 display = Display()
 
 CACHE_DIR = os.path.join("~", ".ansible", "eagle-deploy", "ansiballz")
+# The project's module_utils: module_utils/ next to action_plugins/ here, plugins/module_utils/ next to
+# plugins/action/ in the collection.
+PROJECT_MODULE_UTILS = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "module_utils")
 KEEP = 16  # entries kept (one per module source seen)
 SUFFIX = ".payload"
 
@@ -123,7 +126,7 @@ class PayloadCache(object):
     """The kept payload of one module (``module_path``) for this run: ``restore()`` before the module call,
     ``keep()`` after it. Both do nothing (and say why at -vvv) where the key cannot be made."""
 
-    def __init__(self, module_path, task_vars, cache_dir=CACHE_DIR, run_cache=None):
+    def __init__(self, module_path, task_vars, cache_dir=CACHE_DIR, run_cache=None, project_module_utils=None):
         self.entry = None
         self.run_cache = run_cache or os.path.join(C.DEFAULT_LOCAL_TMP, "ansiballz_cache")
         self.leaf = os.path.splitext(os.path.basename(module_path))[0]
@@ -133,13 +136,9 @@ class PayloadCache(object):
             from ansible._internal._ansiballz import _builder  # ansible-core 2.19: the payload's extensions
 
             extensions = _builder.ExtensionManager.create(task_vars=task_vars).extension_names
-            project_module_utils = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))),
-                                                "module_utils")
-            if not os.path.isdir(project_module_utils):  # the collection: plugins/action next to plugins/module_utils
-                project_module_utils = os.path.join(os.path.dirname(os.path.abspath(__file__)), os.pardir,
-                                                    "module_utils")
-            key = payload_key(module_path, os.path.normpath(project_module_utils),
-                              os.path.dirname(basic.__file__), __version__, C.DEFAULT_MODULE_COMPRESSION, extensions)
+            key = payload_key(module_path, project_module_utils or PROJECT_MODULE_UTILS,
+                              os.path.dirname(basic.__file__), __version__,
+                              C.config.get_config_value("DEFAULT_MODULE_COMPRESSION", variables=task_vars), extensions)
         except Exception as exc:  # pylint: disable=broad-except - any surprise: the call as without the cache
             display.vvv("sglang_info: AnsiballZ payload not kept between runs: %s" % exc)
             return
