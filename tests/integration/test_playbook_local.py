@@ -20,6 +20,7 @@ import json
 import os
 import stat
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -305,6 +306,42 @@ def test_check_diff_on_the_converged_host_is_clean(host, converged):
     assert run_state(host)["pid"] == before["pid"]
     assert run.module_calls() == [LOOK], run.module_calls()
     assert run.result(LOOK)["keep"]["kept"] is True
+
+
+def _wait_gone(pid, start_time, timeout=10.0):
+    deadline = time.monotonic() + timeout
+    while _same_process(pid, start_time):
+        assert time.monotonic() < deadline, "PID %d still there" % pid
+        time.sleep(0.05)
+
+
+def test_what_the_look_does_not_keep_the_roles_put_right(host, serving):
+    """The one-call re-run is taken only where wait_for_model would keep the server: a killed supervisor program
+    (the run puts one back, the server kept) and a killed server (restarted) each send the host through the roles."""
+    before = serving
+    sup = before["watcher"]
+    os.kill(sup["pid"], signal.SIGKILL)
+    _wait_gone(sup["pid"], sup["start_time"])
+    run = host["play"]()
+    assert run.rc == 0, run
+    look = run.result(LOOK)["keep"]
+    assert look["kept"] is False and "without its supervisor program" in look["why"], look
+    assert LAUNCH in run.module_calls(), run.module_calls()
+    after = run_state(host)
+    assert after["pid"] == before["pid"] and after["watcher"]["pid"] != sup["pid"]  # adopted, not restarted
+    assert _same_process(after["watcher"]["pid"], after["watcher"]["start_time"])
+    again = host["play"]()  # and now nothing is to change: the one look
+    assert again.rc == 0 and again.module_calls() == [LOOK], again.module_calls()
+
+    os.kill(after["pid"], signal.SIGKILL)
+    _wait_gone(after["pid"], after["start_time"])
+    run = host["play"]()
+    assert run.rc == 0, run
+    look = run.result(LOOK)["keep"]
+    assert look["kept"] is False, look
+    assert run.result(LAUNCH)["changed"] is True
+    assert run_state(host)["pid"] != after["pid"]
+    assert get(host, "/health")[0] == 200
 
 
 def test_an_argument_sglang_does_not_know_is_refused_by_a_fresh_check_and_nothing_restarts(host, serving):
