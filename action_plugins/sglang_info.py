@@ -139,7 +139,8 @@ class PayloadCache(object):
             key = payload_key(module_path, project_module_utils or PROJECT_MODULE_UTILS,
                               os.path.dirname(basic.__file__), __version__,
                               C.config.get_config_value("DEFAULT_MODULE_COMPRESSION", variables=task_vars), extensions)
-        except Exception as exc:  # pylint: disable=broad-except - any surprise: the call as without the cache
+        # Any surprise (another ansible-core): the call as without the cache.
+        except Exception as exc:  # pylint: disable=broad-except
             display.vvv("sglang_info: AnsiballZ payload not kept between runs: %s" % exc)
             return
         cache = own_dir(os.path.expanduser(cache_dir), create=True)
@@ -156,7 +157,7 @@ class PayloadCache(object):
         data = read_own_file(self.entry)
         if data is None:
             return False
-        name, _, payload = data.partition(b"\n")
+        name, dummy, payload = data.partition(b"\n")
         name = name.decode("utf-8", "replace")
         if not name or os.sep in name or name.startswith("."):
             return False

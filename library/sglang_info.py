@@ -198,9 +198,9 @@ options:
         the secrets (O(keep_api_key), O(keep_secret_environment), O(keep_redact)); instead C(command) (the server's
         command, a list), C(config_path) (its C(--config) file) and C(expected_version) (the SGLang version when the
         argument check found none). argv is C(command), C(--config config_path) and the options the installed SGLang
-        refuses in its config file (RV(args_check.config_argv)); the fingerprint covers C(config_path), the
+        refuses in its config file (C(config_argv) of RV(args_check)); the fingerprint covers C(config_path), the
         C(eagle_worker_v2.py) found and the SGLang version, as the server role gives them to wait_for_model.
-      - Needs O(args_check) and its kept verdict (RV(args_check.cached)); without it RV(keep.kept) is false.
+      - Needs O(args_check) and its kept verdict (C(cached) of RV(args_check)); without it C(kept) of RV(keep) is false.
     type: dict
   keep_api_key:
     description: O(keep)'s O(ignore:api_key) (the health check's bearer token), a no_log option.

@@ -1,8 +1,9 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, eagle-deploy contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""wait_for_model's work, module side: the ModelWaiter that launches, keeps, watches and stops the server. Here, not in the module file, so that the play's one look (sglang_info with O(keep))
-asks the very same code, in check mode, whether a run would keep the server as it is.
+"""wait_for_model's work, module side: the ModelWaiter that launches, keeps, watches and stops the server. Here,
+not in the module file, so that the play's one look (sglang_info with O(keep)) asks the very same code, in check
+mode, whether a run would keep the server as it is.
 """
 
 from __future__ import annotations
