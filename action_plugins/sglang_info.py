@@ -113,11 +113,17 @@ def write_atomic(path, data, mode=0o600):
 
 
 def prune(cache, keep=KEEP):
-    entries = sorted((e for e in os.scandir(cache) if e.name.endswith(SUFFIX)),
-                     key=lambda e: e.stat().st_mtime_ns, reverse=True)
-    for entry in entries[keep:]:
+    """The newest ``keep`` entries stay (another run may prune at the same time: what is gone is gone)."""
+    entries = []
+    for entry in os.scandir(cache):
+        if entry.name.endswith(SUFFIX):
+            try:
+                entries.append((entry.stat().st_mtime_ns, entry.path))
+            except OSError:
+                continue
+    for dummy, path in sorted(entries, reverse=True)[keep:]:
         try:
-            os.unlink(entry.path)
+            os.unlink(path)
         except OSError:
             pass
 
@@ -151,9 +157,17 @@ class PayloadCache(object):
         self.cache = cache
 
     def restore(self):
-        """A payload kept under this key, put where ansible-core looks for this run's: True when it was."""
+        """A payload kept under this key, put where ansible-core looks for this run's: True when it was. Never a
+        failure: another run's prune, a full disk, ... and ansible-core builds the payload as without the cache."""
         if self.entry is None:
             return False
+        try:
+            return self._restore()
+        except OSError as exc:
+            display.vvv("sglang_info: kept payload not used: %s" % exc)
+            return False
+
+    def _restore(self):
         data = read_own_file(self.entry)
         if data is None:
             return False
@@ -173,25 +187,28 @@ class PayloadCache(object):
         return True
 
     def keep(self):
-        """After the call: this run's payload of the module, kept under the key (when it was not already)."""
-        if self.entry is None or os.path.exists(self.entry):
+        """After the call: this run's payload of the module, kept under the key (when it was not already). Never a
+        failure: the module's result is what the task returns."""
+        if self.entry is None:
             return
         try:
-            names = [n for n in os.listdir(self.run_cache)
-                     if n.split("-", 1)[0].rsplit(".", 1)[-1] == self.leaf and not n.endswith((".lock", "-part"))
-                     and ".tmp" not in n]
-        except OSError:
+            self._keep()
+        except OSError as exc:
+            display.vvv("sglang_info: payload not kept: %s" % exc)
+
+    def _keep(self):
+        if os.path.exists(self.entry):
             return
+        names = [n for n in os.listdir(self.run_cache)
+                 if n.split("-", 1)[0].rsplit(".", 1)[-1] == self.leaf and not n.endswith((".lock", "-part"))
+                 and ".tmp" not in n]
         if len(names) != 1:
             return
         data = read_own_file(os.path.join(self.run_cache, names[0]))
         if data is None:
             return
-        try:
-            write_atomic(self.entry, names[0].encode("utf-8") + b"\n" + data)
-            prune(self.cache)
-        except OSError as exc:
-            display.vvv("sglang_info: payload not kept: %s" % exc)
+        write_atomic(self.entry, names[0].encode("utf-8") + b"\n" + data)
+        prune(self.cache)
 
 
 class ActionModule(ActionBase):

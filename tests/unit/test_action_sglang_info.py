@@ -143,3 +143,25 @@ def test_only_the_newest_entries_are_kept(tree):
 
 def test_the_project_module_utils_are_found_next_to_the_plugins_dir():
     assert plugin.PROJECT_MODULE_UTILS == os.path.join(REPO, "module_utils")
+
+
+def test_an_entry_gone_while_it_is_put_back_is_no_failure(tree, monkeypatch):
+    cache = cache_for(tree)
+    built(tree)
+    cache.keep()
+
+    def gone(path, *args, **kwargs):
+        raise FileNotFoundError(2, "pruned by another run", path)
+    monkeypatch.setattr(plugin.os, "utime", gone)
+    run2 = str(tree["tmp"] / "run2" / "ansiballz_cache")
+    assert cache_for(tree, run=run2).restore() is False  # as without the cache: ansible-core builds or reads it
+
+
+def test_pruning_skips_what_another_run_removed_meanwhile(tree):
+    os.makedirs(tree["cache"], mode=0o700)
+    os.symlink(os.path.join(tree["cache"], "nowhere"), os.path.join(tree["cache"], "%064d%s" % (0, plugin.SUFFIX)))
+    for i in range(1, plugin.KEEP + 2):
+        with open(os.path.join(tree["cache"], "%064d%s" % (i, plugin.SUFFIX)), "wb") as fh:
+            fh.write(b"x")
+    plugin.prune(tree["cache"])
+    assert len([n for n in os.listdir(tree["cache"]) if os.path.exists(os.path.join(tree["cache"], n))]) == plugin.KEEP
