@@ -28,6 +28,8 @@ options:
   router_url:
     description:
       - Base URL of the router, such as C(http://router.example.internal:30000).
+      - A C(user:password@) in it is sent as HTTP basic authentication and never shown; the module's messages and
+        the invocation Ansible prints at C(-vvv) have C(********) in its place.
     type: str
     required: true
   router_api_key:
@@ -40,6 +42,7 @@ options:
     description:
       - The worker's URL as the router reaches it (C(http://gpu-node-01.example.internal:30000)). Compared with the
         router's list with the scheme and host lowercased and without a trailing slash.
+      - A C(user:password@) in it is never shown (as in O(router_url)).
     type: str
     required: true
   api_key:
@@ -175,7 +178,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible.module_utils.sglang_json_http import HTTP_OPTIONS, JsonHttp, Unreachable, check_options
+from ansible.module_utils.sglang_json_http import HTTP_OPTIONS, JsonHttp, Unreachable, check_options, url_secrets
 from ansible.module_utils.sglang_progress import operator_text
 from ansible.module_utils.sglang_router_workers import RouterError, RouterWorkers
 
@@ -197,6 +200,7 @@ def main(clock=time.monotonic, sleep=time.sleep, opener=None):
         supports_check_mode=True,
     )
     p = module.params
+    module.no_log_values.update(url_secrets(p["router_url"], p["url"]))
     problem = check_options(p, urls=("router_url", "url"), positive=("timeout", "poll_interval"),
                             at_least_zero=("min_healthy_others",))
     if problem:

@@ -28,6 +28,8 @@ options:
     description:
       - The server's base URL as this host reaches it, such as C(http://127.0.0.1:30000); the module asks
         C(<url>/v1/loads).
+      - A C(user:password@) in it is sent as HTTP basic authentication and never shown; the module's messages and
+        the invocation Ansible prints at C(-vvv) have C(********) in its place.
     type: str
     required: true
   api_key:
@@ -151,7 +153,7 @@ import time
 
 from ansible.module_utils.basic import AnsibleModule
 
-from ansible.module_utils.sglang_json_http import HTTP_OPTIONS, JsonHttp, check_options
+from ansible.module_utils.sglang_json_http import HTTP_OPTIONS, JsonHttp, check_options, url_secrets
 from ansible.module_utils.sglang_loads import DrainError, DrainWait
 from ansible.module_utils.sglang_progress import operator_text
 
@@ -170,6 +172,7 @@ def main(clock=time.monotonic, sleep=time.sleep, opener=None):
         supports_check_mode=True,
     )
     p = module.params
+    module.no_log_values.update(url_secrets(p["url"]))
     problem = check_options(p, urls=("url",), positive=("poll_interval",), at_least_zero=("timeout",))
     if problem is None and p["quiet_samples"] < 1:
         problem = "quiet_samples must be 1 or more, got %s" % p["quiet_samples"]

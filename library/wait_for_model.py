@@ -15,9 +15,20 @@ description:
     log file, and blocks until the health URL answers 200, a crash is seen, or the deadline passes.
   - What acts is evidence that no client can write - the launched process exiting, a long-lived child
     of it (a scheduler, the detokenizer) dying while the parent lives on, neither log growth nor any
-    health answer for O(stall_timeout) seconds (a hang), not healthy by O(timeout); once it serves, the health
-    URL failing O(unhealthy_after) requests in a row. The supervisor program decides; the module follows neither the
-    log nor the processes itself (O(state=watched) waits on the supervisor's word).
+    health answer for O(stall_timeout) seconds (a hang), not healthy by O(timeout); once it serves, a server that
+    answers no health request and in which nothing moved for O(serve_stuck_seconds) (O(serve_stuck_action=restart)
+    only). Failed health while serving is never a death by itself - a busy server (requests running or waiting, the
+    log or the token counters moving) is kept serving and reported C(busy). The supervisor program decides; the
+    module follows neither the log nor the processes itself (O(state=watched) waits on the supervisor's word).
+  - Health never harms the server. SGLang 0.5.23 answers C(/health) and C(/health_generate) with a real one-token
+    request that waits up to C(SGLANG_HEALTH_CHECK_TIMEOUT) (20 s) for output, skips it while busy, and keeps a
+    request whose client gave up. So every health request of the supervisor and of this module goes through one
+    gate per deployment (C(flock) on the root-owned C(<run_dir>/<name>.probe.lock), with the last request's send
+    time in it) - never two in the server at once, none while an unanswered one may still be resident there; each is
+    given more than the server's window (O(health_timeout) is raised to C(SGLANG_HEALTH_CHECK_TIMEOUT) of
+    O(environment)/O(secret_environment) + 5 s, 25 s by default); while serving, a failed one is followed by no other
+    until C(/v1/loads) shows the server idle, and the questions that cost the server nothing (the processes, the log,
+    C(/v1/loads), C(/metrics) where enabled) say C(busy) or C(stuck).
   - The log explains and hurries; it never acts alone. Its crash signatures (C(module_utils/sglang_log.py),
     built against real SGLang logs) name the class, the hint, the deciding line and the traceback of a
     failure that evidence proved, and make the module ask the health URL at once. A crash the log shows
@@ -164,26 +175,50 @@ options:
       - Seconds one health request may take with O(state=watched), for the "already healthy?" check
         of O(state=started), and for the supervisor's requests to a serving server. A loaded server can answer
         C(/health_generate) slowly.
+      - Raised to the server's health window (C(SGLANG_HEALTH_CHECK_TIMEOUT) in O(environment) or
+        O(secret_environment), default 20 s) plus 5 s when lower - a request is never given up while the server may
+        still hold it.
     type: float
     default: 10.0
   unhealthy_after:
     description:
-      - A serving server (the supervisor's requests) or a watched one (O(state=watched), the watch's own
-        requests) is declared unhealthy only after this many failed health requests in a row (no answer, or not
-        200), at least 1 s apart; at the end of O(watch_time) the watch keeps asking until a request answers 200 or
-        this many have failed.
+      - A watched server (O(state=watched), the watch's own requests) is declared unhealthy only after this many
+        failed health requests in a row (no answer, or not 200), at least 1 s apart; at the end of O(watch_time) the
+        watch keeps asking until a request answers 200 or this many have failed. A request that waited out the
+        server's health window is followed by no other - the supervisor's word (C(busy) or C(stuck)) answers then.
+      - The supervisor does not count failures of a serving server - failed health there is a question
+        (O(serve_stuck_seconds)).
     type: int
     default: 3
   serve_health_interval:
     description:
       - Seconds between two health requests the supervisor program sends to a serving server (each
-        C(/health_generate) costs it a 1-token generation; both launchers). Each request is given O(health_timeout);
-        O(unhealthy_after) failures in a row fail it (exit 69; under systemd restarted by C(Restart=on-failure)).
-        While a crash line the log shows stands (neither proven nor cleared), it asks every O(health_interval) s
-        instead (a failed request at least 1 s after the last).
+        C(/health_generate) costs it a 1-token generation; both launchers). Raised to the server's health window
+        (C(SGLANG_HEALTH_CHECK_TIMEOUT), default 20 s) plus 5 s when lower. Each request is given O(health_timeout)
+        (raised likewise). A failed one is followed by no other until C(/v1/loads) shows the server idle (it has taken
+        our request out); meanwhile the server is C(busy) while something moves, C(stuck) once nothing moved for
+        O(serve_stuck_seconds).
       - Read by the watcher program when the unit starts; a change applies at the next (re)start of the server.
     type: float
     default: 10.0
+  serve_stuck_seconds:
+    description:
+      - A serving server whose health fails is C(stuck) once nothing moved for this many seconds - no log line, no
+        change in C(/v1/loads) (requests running, waiting) or in the token counters of C(/metrics) (where
+        C(--enable-metrics) is on), no health answer. Until then it is C(busy) (a long prefill skips health
+        requests) - kept serving, recorded in the supervisor's status (C(serving.activity)) and the unit's
+        C(STATUS=).
+      - Keep it no shorter than SGLang's C(--watchdog-timeout) (300 s), the first line for a hung forward pass.
+    type: float
+    default: 300.0
+  serve_stuck_action:
+    description:
+      - What a C(stuck) server gets. C(report) (no signal) - the supervisor's status and C(STATUS=) say C(stuck),
+        O(state=watched) fails with RV(crash_class=stuck). C(restart) - the supervisor ends it (verdict C(stuck), exit
+        69; under systemd restarted by C(Restart=on-failure)).
+    type: str
+    choices: [report, restart]
+    default: report
   log_offset:
     description:
       - With O(state=watched), the byte offset of the attempt log where the watch starts; a crash line the
@@ -560,6 +595,8 @@ class_uncertain:
       C(--log-requests) wrote prompts as they came, so a client can write any line there, a fake traceback included).
       The class is then that of the latest crash before the death, never an earlier one, and RV(hint) says why it is
       uncertain. Every string of the result, warnings included, has its control characters escaped (C(\x1b)).
+    - Such a class is shown flagged (C(class uncertain)) wherever it is shown - the message, the supervisor's status
+      line, the warning of a crash line a healthy server outlived; a crash in RV(log_crash) carries the same key.
   returned: on failure, when true
   type: bool
   sample: true

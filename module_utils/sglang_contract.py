@@ -41,7 +41,7 @@ LOCK = "%s.lock"
 
 # The wait's numbers the supervisor takes from the module's options.
 SETTINGS = ("health_interval", "health_timeout", "unhealthy_after", "child_grace", "settle_time", "stall_timeout",
-            "poll_interval", "serve_health_interval")
+            "poll_interval", "serve_health_interval", "serve_stuck_seconds", "serve_stuck_action")
 
 API_KEY_NAMES = ("api_key", "api-key")  # how SGLang's --config file may name the key (the role writes api-key)
 CONFIG_FILE_MAX = 1 << 20

@@ -64,6 +64,7 @@ RANGES = {
     "health_timeout": (0, 600, True),
     "unhealthy_after": (1, 1000, False),
     "serve_health_interval": (0, 86400, True),
+    "serve_stuck_seconds": (0, 7 * 86400, True),
     "child_grace": (0, 3600, False),
     "stop_timeout": (0, 3600, False),
     "gpu_release_below_mib": (0, 1 << 30, True),

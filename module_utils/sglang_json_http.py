@@ -16,7 +16,7 @@ import json
 from collections import namedtuple
 from http.client import HTTPException
 from urllib.error import HTTPError, URLError
-from urllib.parse import urlsplit, urlunsplit
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 from ansible.module_utils.urls import open_url
 
@@ -42,6 +42,38 @@ def check_options(params, urls=(), positive=(), at_least_zero=()):
         if params[name] < 0:
             return "%s must be 0 or more, got %s" % (name, params[name])
     return None
+
+
+def _authority(url):
+    """(scheme and ``//``, authority, rest) of ``url`` as written, without parsing it (nothing here raises)."""
+    scheme, sep, rest = str(url).partition("://")
+    if not sep:
+        return "", "", str(url)
+    end = min([i for i in (rest.find(c) for c in "/?#") if i >= 0] or [len(rest)])
+    return scheme + sep, rest[:end], rest[end:]
+
+
+def without_userinfo(url):
+    """``url`` without the ``user:password@`` of its authority: the form a URL is shown, returned and written in."""
+    head, authority, rest = _authority(url)
+    return head + authority.rsplit("@", 1)[-1] + rest if "@" in authority else url
+
+
+def url_secrets(*urls):
+    """What must never be shown of ``urls``: the ``user:password@`` of each (as written and percent-decoded), and its
+    password alone. A module adds them to ``AnsibleModule.no_log_values`` before anything else, so that its messages,
+    warnings and the invocation Ansible prints at -vvv show ``********`` in their place."""
+    found = set()
+    for url in urls:
+        authority = _authority(url or "")[1]
+        if "@" not in authority:
+            continue
+        userinfo = authority.rsplit("@", 1)[0]
+        password = userinfo.partition(":")[2]
+        found.update((userinfo, unquote(userinfo)))
+        found.update(p for p in (password, unquote(password)) if len(p) >= 4)
+    found.discard("")
+    return found
 
 
 class Unreachable(Exception):

@@ -20,7 +20,8 @@ import subprocess
 import sys
 
 from ansible.module_utils import (
-    sglang_contract, sglang_log, sglang_proc, sglang_progress, sglang_redact, sglang_watch, sglang_watcher,
+    sglang_contract, sglang_log, sglang_probe, sglang_proc, sglang_progress, sglang_redact, sglang_watch,
+    sglang_watcher,
 )
 from ansible.module_utils.sglang_unit import WATCHER_DIR, unit_name
 from ansible.module_utils.sglang_inputs import WaitError
@@ -30,7 +31,7 @@ def watcher_files():
     """{file name: source} of the host watcher program and the module_utils it imports."""
     return dict(("%s.py" % m.__name__.rsplit(".", 1)[-1], sglang_proc.module_source(m))
                 for m in (sglang_watcher, sglang_contract, sglang_watch, sglang_log, sglang_proc, sglang_redact,
-                          sglang_progress))
+                          sglang_progress, sglang_probe))
 
 
 class Popener(object):

@@ -236,10 +236,31 @@ def attached_words(who):
     return "attached to our server (same fingerprint, %s) and it became healthy" % who
 
 
+def not_answering_words(pid, polls, seconds, last, who):
+    """A kept server whose supervisor last said ready, and that answered none of this run's health requests."""
+    return ("the server (pid %s) is running but does not answer health: %d request(s) of this run, one at a time, "
+            "each given the server's whole health window, got %s (the last one %d s after the first); %s last said "
+            "ready, before this run. Not proven healthy; nothing was stopped. A busy server answers again once a long "
+            "prefill ends; one that never does is hung or stopped (look at its process state and log; restart it "
+            "with force_restart)" % (pid, polls, "no answer" if last is None else "no 200 (last %s)" % last, seconds,
+                                     who))
+
+
+UNCERTAIN = "class uncertain: its line follows a raw request echo, where a client can write any line"
+
+
+def class_words(crash):
+    """A crash's class as it is shown anywhere: flagged when it was taken from text a client can write (the crash's
+    ``class_uncertain``: its line comes at or after a raw request echo)."""
+    if crash.get("class_uncertain"):
+        return "%s (%s)" % (crash.get("class"), UNCERTAIN)
+    return "%s" % (crash.get("class"),)
+
+
 def set_aside_words(crash):
     """A crash line the server outlived (it is alive and answering): said, never acted on."""
     return "the log shows %s at line %s (%s), but the server is alive and answering: nothing was stopped" % (
-        crash.get("class"), crash.get("lineno"), (crash.get("line") or "").strip()[:160])
+        class_words(crash), crash.get("lineno"), (crash.get("line") or "").strip()[:160])
 
 
 def unit_failed_words(msg, unit, active, exit_status, permanent):

@@ -25,6 +25,8 @@ from __future__ import annotations
 import time
 from urllib.parse import quote, urlsplit
 
+from ansible.module_utils.sglang_json_http import without_userinfo
+
 PENDING_JOB = ("pending", "processing", "queued", "running")
 SECRET_KEYS = ("api_key", "apikey", "token", "authorization")
 
@@ -56,9 +58,11 @@ def normal_url(url):
 
 
 def shown(record):
-    """A worker record without anything secret in it, at any depth (the router returns none today; kept that way)."""
+    """A worker record without anything secret in it, at any depth (the router returns none today; kept that way),
+    its URL without a user:password@."""
     if isinstance(record, dict):
-        return dict((key, "********" if str(key).lower() in SECRET_KEYS else shown(value))
+        return dict((key, "********" if str(key).lower() in SECRET_KEYS
+                     else without_userinfo(value) if key == "url" and isinstance(value, str) else shown(value))
                     for key, value in record.items())
     if isinstance(record, list):
         return [shown(value) for value in record]
@@ -85,7 +89,7 @@ def find(workers, url):
 
 
 def listed_urls(workers):
-    return sorted(str(r.get("url")) for r in workers)
+    return sorted(without_userinfo(str(r.get("url"))) for r in workers)
 
 
 def progress(status, body):

@@ -43,6 +43,13 @@ UNIT_DIRS = ("/etc/systemd/system.control", "/run/systemd/system.control", "/run
              "/run/systemd/generator.early", "/etc/systemd/system", "/run/systemd/system", "/run/systemd/generator",
              "/usr/local/lib/systemd/system", "/usr/lib/systemd/system", "/lib/systemd/system",
              "/run/systemd/generator.late")
+# Where a distribution ships its units (systemd.unit(5)): a drop-in for every service there (<type>.d, such as
+# Fedora's /usr/lib/systemd/system/service.d/10-timeout-abort.conf) is accepted, named in a warning, when it sets only
+# HARMLESS_KEYS: keys that run no code and change nothing of the server's process (how a stop or start that timed out
+# ends, the documentation). Anything else that reaches our unit is refused, naming the file.
+VENDOR_DIRS = ("/usr/lib/systemd/system", "/lib/systemd/system")
+HARMLESS_KEYS = {"Service": ("TimeoutAbortSec", "TimeoutStopFailureMode", "TimeoutStartFailureMode"),
+                 "Unit": ("Documentation",)}
 # A line of the unit's header: which deployment (sglang_proc.deployment_name, the run dir's real path) owns it.
 DEPLOYMENT_PREFIX = "# eagle-deploy deployment: "
 
@@ -168,6 +175,80 @@ def unit_files_on_disk(unit, dirs):
     return found
 
 
+def vendor_dir(directory):
+    """Whether ``directory`` is where the distribution ships units: VENDOR_DIRS, or ``usr/lib/systemd/system`` under
+    another root directory (an image's tree)."""
+    d = os.path.normpath(directory)
+    return d in VENDOR_DIRS or d.endswith(VENDOR_DIRS[0])
+
+
+def harmless_keys(text):
+    """The ``section.key`` names a drop-in's text sets when it sets only HARMLESS_KEYS (an empty list: nothing), or
+    None when it sets anything else or is not plain ``key=value`` lines (a continued line, an ``.include``)."""
+    keys, section = [], None
+    for raw in text.splitlines():
+        line = raw.strip()
+        if not line or line[0] in "#;":
+            continue
+        if line.endswith("\\"):
+            return None
+        if line.startswith("[") and line.endswith("]"):
+            section = line[1:-1].strip()
+            continue
+        key, eq, _value = line.partition("=")
+        if not eq or key.strip() not in HARMLESS_KEYS.get(section, ()):
+            return None
+        keys.append("%s.%s" % (section, key.strip()))
+    return keys
+
+
+def vendor_dropin(unit, path):
+    """The keys of ``path`` when it is a distribution's drop-in for every unit of ``unit``'s type (``service.d`` in a
+    vendor_dir) that sets only HARMLESS_KEYS: a regular file (no link) of root's (or this user's) that nobody else
+    can write, in such a directory; else None."""
+    ddir = os.path.dirname(path)
+    if (os.path.basename(ddir) != dropin_dirs(unit)[-1] or not vendor_dir(os.path.dirname(ddir))
+            or not path.endswith(".conf")):
+        return None
+    try:
+        for what in (path, ddir):
+            st = os.lstat(what)
+            if st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
+                return None
+    except OSError:
+        return None
+    text = read_regular(path)
+    return harmless_keys(text) if text is not None else None
+
+
+def vendor_dropins(unit, show, found):
+    """[(path, keys)] of the drop-ins that reach ``unit`` (on disk: unit_files_on_disk(); or loaded: DropInPaths of
+    systemctl show) and are accepted as a distribution's harmless ones (vendor_dropin)."""
+    paths = [path for path, _text in found if is_dropin(path)] + (show.get("DropInPaths") or "").split()
+    out = []
+    for path in paths:
+        keys = vendor_dropin(unit, path)
+        if keys is not None and path not in dict(out):
+            out.append((path, keys))
+    return out
+
+
+def dropin_words(unit, path):
+    """Why a drop-in that reaches ``unit`` is refused."""
+    why = "%s is a drop-in for %s that eagle-deploy did not write (it writes none)" % (path, unit)
+    ddir = os.path.dirname(path)
+    if os.path.basename(ddir) == dropin_dirs(unit)[-1] and vendor_dir(os.path.dirname(ddir)):
+        why += (", and not a distribution's that sets only %s (a root-owned regular file nobody else can write)"
+                % ", ".join(sorted("%s.%s" % (sec, key) for sec, keys in HARMLESS_KEYS.items() for key in keys)))
+    return why
+
+
+def accepted_words(path, keys):
+    """The warning that names a distribution's harmless drop-in accepted for our unit."""
+    return ("%s, a distribution's drop-in for every service, reaches this unit too: accepted, it sets only %s (no code, "
+            "nothing of the server's process)" % (path, ", ".join(keys) or "nothing"))
+
+
 def is_dropin(path):
     """A drop-in file (in a ``*.d`` dir) or a drop-in dir itself."""
     return path.endswith(".d") or os.path.basename(os.path.dirname(path)).endswith(".d")
@@ -185,9 +266,12 @@ def unit_refusal(unit, show, found, our_path, deployment, run_dir):
     fix = "choose another name for this deployment (name), or remove that unit yourself"
     other = None
     ours_on_disk = False
+    accepted = dict(vendor_dropins(unit, show, found))  # a distribution's drop-in for every service, harmless
     for path, text in found:
+        if path in accepted:
+            continue
         if is_dropin(path):
-            problems[path] = "%s is a drop-in for %s that eagle-deploy did not write (it writes none)" % (path, unit)
+            problems[path] = dropin_words(unit, path)
             continue
         if path != our_path:
             problems[path] = "%s is a unit of that name that eagle-deploy did not write" % path
@@ -216,7 +300,8 @@ def unit_refusal(unit, show, found, our_path, deployment, run_dir):
         problems.setdefault(fragment or unit, "%s is %s but its file %s is gone: stop it yourself (systemctl stop %s)"
                             % (unit, show.get("ActiveState"), fragment or "?", unit))
     for path in (show.get("DropInPaths") or "").split():
-        problems.setdefault(path, "%s is a drop-in for %s that eagle-deploy did not write (it writes none)" % (path, unit))
+        if path not in accepted:
+            problems.setdefault(path, dropin_words(unit, path))
     if not problems:
         return None
     if other is not None and len(problems) == 1:

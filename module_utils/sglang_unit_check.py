@@ -56,6 +56,8 @@ class UnitGuard(object):
         why = unit_refusal(unit, show, found, path, *self.our_deployment())
         if why:
             raise WaitError(why)
+        for dropin, keys in sglang_unit.vendor_dropins(unit, show, found):
+            self.w.warn(sglang_unit.accepted_words(dropin, keys))
         self.w.unit_before = dict(found).get(path)  # our own unit's text (None: there is none)
         facts = unit_facts(p["name"], self.w.run_dir, p["unit_dir"], sys.executable)
         facts.update(exists=self.w.unit_before is not None, loaded=unit_loaded(show, path))

@@ -29,6 +29,8 @@ def argument_spec():
         health_timeout=dict(type="float", default=10.0),
         unhealthy_after=dict(type="int", default=3),
         serve_health_interval=dict(type="float", default=10.0),
+        serve_stuck_seconds=dict(type="float", default=300.0),
+        serve_stuck_action=dict(type="str", default="report", choices=["report", "restart"]),
         log_offset=dict(type="int", default=0),
         lock_timeout=dict(type="float", default=60.0),
         min_free_space_mib=dict(type="int", default=64),

@@ -13,7 +13,7 @@ import os
 import pwd
 import time
 
-from ansible.module_utils import sglang_proc
+from ansible.module_utils import sglang_probe, sglang_proc
 from ansible.module_utils import sglang_progress
 from ansible.module_utils.sglang_inputs import Inputs, Prober, WaitError
 from ansible.module_utils.sglang_launch import Cgroups, Popener, Supervision, Supervisors
@@ -57,7 +57,7 @@ class ModelWaiter(object):
         self.sleep = sleep or _sleep
         self.real_sleep = sleep is None  # the real clock: a wait may end early on an event (see wait())
         self.popener = popener or Popener()
-        self.http = http
+        self.raw_http = http  # every health request goes through http() (the probe gate)
         self.procs = procs or ProcView()
         self.wall = wall
         self.cgroups = cgroups or Cgroups()
@@ -85,6 +85,30 @@ class ModelWaiter(object):
     def warn(self, text):
         """A module warning, its control characters escaped: it may quote the server's log (a client's prompt)."""
         self.module.warn(sglang_progress.operator_text(text))
+
+    def http(self, url, headers, timeout):
+        """One request. To the health URL (a generation in SGLang 0.5.23): through the deployment's probe gate
+        (sglang_probe.ProbeGate, shared with the supervisor: never two of our requests in the server, none while an
+        unanswered one may still be resident there), waiting for it, with a client timeout that outlasts the server's
+        health window (its ``SGLANG_HEALTH_CHECK_TIMEOUT`` as configured, default 20 s). None: no answer."""
+        if url != self.p.get("health_url") or self.run_dir is None:
+            return self.raw_http(url, headers, timeout)
+        env = dict(self.p.get("environment") or {})
+        env.update(self.p.get("secret_environment") or {})
+        window = sglang_probe.health_window(env)
+        timeout = sglang_probe.probe_timeout(timeout, window)
+        gate = sglang_probe.ProbeGate(self.run_dir, self.p["name"], window, clock=self.clock)
+        ask = sglang_probe.gated(lambda t: self.raw_http(url, headers, t), gate, self.clock)
+        end = self.clock() + window + sglang_probe.MARGIN + timeout + 1.0  # an abandoned one's window, or one in flight
+        while True:
+            code = ask(timeout)
+            if code != sglang_probe.GATED:
+                return code
+            now = self.clock()
+            if now >= end:
+                return None
+            wait = gate.free_at - now if gate.free_at is not None else 0.5
+            self.sleep(max(0.05, min(wait, end - now)))
 
     def headers(self):
         h = {}
@@ -172,7 +196,11 @@ class ModelWaiter(object):
             self.result["changed"] = True  # the supervisor program brought up to date (its next start uses it)
         systemd = state.get("launcher") == "systemd"
         alone = not systemd and not self.sup.supervisor_alive(state)
-        code = self.http(p["health_url"], self.headers(), p["health_timeout"])
+        # A later step of the launch this task started, its supervisor there: the supervisor's word comes first, and
+        # its verdict ends the step at once. A request of ours before it would hold the step as long as the server
+        # holds it (one whose scheduler died holds /health_generate until SGLang ends its tree).
+        heeds_supervisor = resuming and not alone and not self.module.check_mode
+        code = None if heeds_supervisor else self.http(p["health_url"], self.headers(), p["health_timeout"])
         self.result.update(pid=state["pid"], log_path=state.get("log_path"), attempt=state.get("attempt"),
                            restart_reason=None, tree_tracking=state.get("tree_tracking", "session"))
         if sglang_proc.log_writer_of(state) is not None:
@@ -187,16 +215,41 @@ class ModelWaiter(object):
             self.sup.supervisor_gone(state, healthy=True)
         elif resuming and not self.module.check_mode:
             # A later step of the launch this task started: its supervisor's verdict (and the load's times) is the
-            # answer, also when our own probe was answered first.
-            return self.status.wait_service(None, attached=False, attempt=state.get("attempt"), supervisor=supervisor)
+            # answer, also when our own probe was answered first; its ready still needs an answer of this run's own.
+            return self.answered(state, code, self.status.wait_service(
+                None, attached=False, attempt=state.get("attempt"), supervisor=supervisor))
         if code == 200:
             return self.ready_now(state, resuming)
         if self.module.check_mode:
             self.result["msg"] = "server with the same fingerprint is running but not healthy yet; would wait for it"
             return self.result
         # its supervisor decides: wait on its status file
-        return self.status.wait_service(None, attached=not resuming, attempt=state.get("attempt"),
-                                        supervisor=supervisor)
+        return self.answered(state, code, self.status.wait_service(
+            None, attached=not resuming, attempt=state.get("attempt"), supervisor=supervisor))
+
+    def answered(self, state, code, result):
+        """The supervisor's ``ready`` taken only with an answer of this run's own: a health request this run sent
+        (after it began) answered 200. A standing ``ready`` is the supervisor's word from before; a server that
+        stopped answering since (its process stopped or hung) is never reported healthy. One request at a time,
+        through http() (the probe gate: each given more than the server's own health window), at most
+        ``unhealthy_after`` in all with the first one of keep(). None answered: the task fails, saying so; nothing
+        is stopped (a busy server answers health late, and is not a dead one)."""
+        if code == 200 or result.get("failed") or result.get("pending") or result.get("phase") != "ready":
+            return result
+        polls, last, t0 = 1, code, self.clock()
+        while polls < max(2, self.p["unhealthy_after"]):
+            last = self.http(self.p["health_url"], self.headers(), self.p["health_timeout"])
+            polls += 1
+            if last == 200:
+                result["health_polls"] = {"polls": polls, "failed_in_a_row": 0, "last": 200}
+                return result
+            if self.clock() - t0 < 1.0:
+                self.sleep(1.0)  # refused at once: at least 1 s between two requests
+        result["health_polls"] = {"polls": polls, "failed_in_a_row": polls, "last": last}
+        result.pop("msg", None)  # the supervisor's words ("became healthy"): not this run's finding
+        raise WaitError(sglang_progress.not_answering_words(
+            state.get("pid"), polls, round(self.clock() - t0), last,
+            self.verdicts.supervisor_words()))
 
     def ready_now(self, state, resuming):
         """Our kept server answered: ready, with its log's tail and end (the smoke watch's mark)."""

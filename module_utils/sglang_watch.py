@@ -28,9 +28,12 @@ import time
 from urllib.parse import urlparse
 
 try:
-    from ansible.module_utils import sglang_proc
+    from ansible.module_utils import sglang_proc, sglang_progress
+    from ansible.module_utils.sglang_probe import GATED
 except ImportError:  # the host watcher program: module_utils files side by side
     import sglang_proc
+    import sglang_progress
+    from sglang_probe import GATED
 
 _TLS = []
 
@@ -74,11 +77,16 @@ def _read_bytes(path):
         os.close(fd)
 
 
+PF_EXITING = 0x4  # /proc/<pid>/stat's flags: the process is in the kernel's exit (linux/sched.h)
+
+
 class ProcView(object):
     """What the waiter needs to know about processes. Injectable for tests."""
 
     def children(self, pid):
-        """{child_pid: start_time} of direct children, zombies excluded. (Raw reads: this runs at most every look.)"""
+        """{child_pid: start_time} of direct children, the dead excluded: zombies, and processes in the kernel's exit
+        (PF_EXITING: irreversible, and a process that held a GPU context can stay there for seconds before it is a
+        zombie). (Raw reads: this runs at most every look.)"""
         out = {}
         data = _read_bytes("/proc/%d/task/%d/children" % (pid, pid))
         if data is None:
@@ -91,7 +99,7 @@ class ProcView(object):
             if rpar < 0:
                 continue
             f = data[rpar + 2:].split()
-            if len(f) > 19 and f[0] not in (b"Z", b"X"):
+            if len(f) > 19 and f[0] not in (b"Z", b"X") and not int(f[6]) & PF_EXITING:
                 out[c] = int(f[19])
         return out
 
@@ -109,6 +117,7 @@ class ProcView(object):
 # multiprocessing spawn/forkserver children, and SGLang's setproctitle names.
 WORKER_RX = re.compile(r"multiprocessing\.(spawn|forkserver)|--multiprocessing-fork|^sglang::")
 PYTHON_RX = re.compile(r"^(?:python|pypy)[0-9.]*$")
+ACCESS_HEAD = re.compile(rb'(?:INFO|DEBUG|WARNING|ERROR)(?:\x1b\[[0-9;]*m)?: +[^ ]+ - "')  # uvicorn's access line
 
 
 def start_of_line(fd, offset):
@@ -143,8 +152,11 @@ class Candidate(object):
 
 # During a start, with a crash line standing, our own health request unanswered this long after the line was read is
 # evidence (``hung``): the dying server holds it. Asked at once when the line is read, so a crash is decided about
-# this long after its line, instead of when SGLang ends its tree (0.5.17: 10 s and more).
-HANG_BOUND = 3.0
+# this long after its line, instead of when SGLang ends its tree (0.5.17: 5 s and more, its SIGQUIT handler sleeping in
+# the event loop). Short: a start that fails has its tree stopped anyway, so giving up on our own request early harms
+# nothing. Never used while serving (a patient HealthWatch), where a request gets the server's whole window.
+HANG_BOUND = 1.5
+HELD_AFTER = 0.5  # s without an answer: a request that was taken in and held, not one refused at once
 CONFIRMED_BY_THE_LOG = ("ready", "unhealthy")  # verdicts given one more look at the log before they stand
 DEATHS = ("leader", "children")  # the process side: evidence no client can forge
 
@@ -169,8 +181,8 @@ def decide(candidates, now, watch, settle_time):
             return "crashed" if crash is not None else candidates[name].verdict
     if not watch and crash is not None and health is not None and health.verdict == "hung":
         return "crashed"  # a start whose own health request the crashed server holds (HealthWatch._hung)
-    if watch and health is not None and health.verdict == "unhealthy":
-        return "crashed" if crash is not None else "unhealthy"
+    if watch and health is not None and health.verdict in ("unhealthy", "stuck"):
+        return "crashed" if crash is not None else health.verdict
     if crash is not None:
         if answered_after(crash, health):
             # alive and answering after the crash line: the line acts on nothing; a watch still runs its window
@@ -213,6 +225,8 @@ class LogWatch(object):
         self.t0 = t0
         self.last_growth = t0
         self.woke = False  # this look saw the log reach warmup or ready, or a crash: health is asked at once
+        self.own_lines = 0  # lines of the server's own: not uvicorn's access lines (ours: health, /v1/loads,
+        # /metrics) nor SGLang's "Health check failed" (written because of our own requests)
 
     def dismiss(self):
         """The crash the classifier holds was outlived by the server: keep it aside, look for the next one."""
@@ -222,6 +236,8 @@ class LogWatch(object):
         data = self.follower.read()
         self.woke = False
         if data:
+            self.own_lines += sum(1 for line in data.split(b"\n") if line.strip() and not ACCESS_HEAD.search(line)
+                                  and b"Health check failed" not in line)
             before = (self.clf.phase, self.clf.ready is None, self.clf.crash is None)
             self.clf.feed(data)
             self.last_growth = now
@@ -395,11 +411,20 @@ class HealthWatch(object):
         self.last = None
         self.ok_sent = None  # when the request that last answered 200 was sent
         self.sent = None  # when the request under way was sent
-        self.unanswered = None  # (sent, ended) of the last request that got no answer at all
+        self.unanswered = None  # (sent, ended, kept_back then) of the last request that got no answer at all
         self.hang_bound = HANG_BOUND
         # Serving (Watch.serve): with a crash line standing, the next request comes after this many seconds (a failed
         # one at least 1 s after the last) instead of ``interval``, so the line is proven or cleared in seconds
         self.hurry = None
+        self.serving = False  # Watch.serve: a failed request holds the next one until the server is seen idle
+        self.held_since = None
+        self.kept_back = 0  # requests the probe gate kept back
+
+    def resume(self, now):
+        """Serving: the server was seen idle (or the hold is over): the next request may go."""
+        if self.next_at == float("inf"):
+            self.next_at = now
+            self.held_since = None
 
     def crash_since(self):
         """When the crash line that arms the hang rule was read, or None. A crash after a raw request echo may be a
@@ -429,22 +454,36 @@ class HealthWatch(object):
         self.send_due(now)
         if self.sent is not None and self.runner.done():
             code = self.runner.take()
+            if code == GATED:  # the gate kept it back (another request of ours is in the server): none was sent
+                self.sent = None
+                self.kept_back += 1
+                self.next_at = self.clock() + 1.0
+                return self._candidate()
             self.polls += 1
             self.last = code
             self.fails = 0 if code == 200 else self.fails + 1
             if code == 200:
                 self.ok_sent = self.sent
             if code is None:
-                self.unanswered = (self.sent, self.clock())  # refused (at once) or timed out (after its timeout)
+                # refused (at once) or timed out (after its timeout)
+                self.unanswered = (self.sent, self.clock(), self.kept_back)
             self.sent = None
             gap = self.interval if code == 200 or not self.patient else max(self.interval, 1.0)
             if self.hurry is not None and self.log.clf.crash is not None:
                 gap = self.hurry if code == 200 else max(self.hurry, 1.0)  # a crash line stands: hurry
             self.next_at = self.clock() + gap
+            if self.serving and code != 200:
+                # Serving: the server may still hold it (SGLang keeps a probe it gave up on): no next one until the
+                # server is seen idle (Watch.look resumes it) - the questions that cost it nothing meanwhile.
+                self.next_at = float("inf")
+                self.held_since = self.clock()
             if code is not None:
                 self.last_answer = self.clock()
         if crash_since is not None and self.hang_bound and self._hung(crash_since, now):
             return Candidate("hung", since=crash_since)
+        return self._candidate()
+
+    def _candidate(self):
         if self.polls and self.fails == 0:
             return Candidate("ready", since=self.ok_sent)
         if self.fails >= self.unhealthy_after:
@@ -455,11 +494,15 @@ class HealthWatch(object):
         """Our own request went unanswered for ``hang_bound`` s after the crash line was read: the request in flight
         (sent before or after the line), or the last one, which timed out without an answer. No client writes our
         request's fate, and a server whose scheduler died holds it (SGLang keeps a crashed scheduler around for
-        seconds before its tree ends)."""
+        seconds before its tree ends). A request that timed out (no answer for ``HELD_AFTER`` s and more, not one
+        refused at once) is held still while the probe gate keeps every later one back because of it and nothing
+        answered since: as far as anything of ours knows, the server has it."""
         if self.sent is not None:
             return now - max(self.sent, crash_since) >= self.hang_bound
         if self.unanswered is not None:
-            sent, ended = self.unanswered
+            sent, ended, kept_back = self.unanswered
+            if ended - sent >= HELD_AFTER and self.kept_back > kept_back and self.last_answer <= sent:
+                ended = now
             return ended - max(sent, crash_since) >= self.hang_bound
         return False
 
@@ -770,8 +813,12 @@ def evidence_text(verdict, rc, died, health, candidates, timeout, stall_timeout)
         return "the server's leader process exited%s" % (" (rc=%s)" % rc if rc is not None else "")
     hung = candidates.get("health")
     if verdict == "crashed" and hung is not None and hung.verdict == "hung" and health is not None:
-        return ("our health request got no answer for %.0f s after the crash line was read (the server holds it: "
+        return ("our health request got no answer for %g s after the crash line was read (the server holds it: "
                 "it cannot serve)" % health.hang_bound)
+    if hung is not None and hung.verdict == "stuck":
+        return ("health failed while serving (our request got no 200) and nothing moved since "
+                "(no line of the server's own, no change in /v1/loads or the token counters)%s" % (
+                    "" if verdict == "stuck" else " for an interval after the crash line"))
     if verdict in ("unhealthy", "crashed") and health is not None:
         return "the health URL failed %d requests in a row (last: %s)" % (
             health.fails, "no answer" if health.last is None else "HTTP %s" % health.last)
@@ -815,6 +862,8 @@ def explain(verdict, clf, state, elapsed, rc, died, attached, watch_mode=False, 
     if crash is not None:
         explained = {"class": crash["class"], "hint": crash["hint"], "line": crash["line"],
                      "lineno": crash["lineno"], "exception": crash.get("exception")}
+        if uncertain_class(clf, crash):
+            explained["class_uncertain"] = True  # shown flagged wherever it is shown (sglang_progress.class_words)
     if verdict == "ready":
         if watch_mode:
             r["msg"] = msg = "watched %.1f s: no crash, healthy" % elapsed
@@ -828,8 +877,7 @@ def explain(verdict, clf, state, elapsed, rc, died, attached, watch_mode=False, 
             explained["why"] = ("every server process stayed alive and the health URL answered 200 to a request "
                                 "sent after this line was read")
             r["log_crash"] = explained
-            note = ("the log shows %s at line %d (%s), but the server is alive and answering: nothing was stopped"
-                    % (crash["class"], crash["lineno"], crash["line"].strip()[:160]))
+            note = sglang_progress.set_aside_words(explained)
             r["msg"] = "%s; %s" % (msg or "healthy", note)
         return r, note
     if verdict == "crashed" or (crash is not None and verdict in ("exited", "child_died")):
@@ -847,6 +895,11 @@ def explain(verdict, clf, state, elapsed, rc, died, attached, watch_mode=False, 
     elif verdict == "unhealthy":
         cls = "unhealthy"
         hint = "the server is running but its health URL does not answer 200: read log_tail"
+    elif verdict == "stuck":
+        cls = "stuck"
+        hint = ("the serving server answers no health request and nothing moved for serve_stuck_seconds: restarted "
+                "(serve_stuck_action: restart). SGLang's own --watchdog-timeout is the first line for a hung forward "
+                "pass: read log_tail")
     elif verdict == "stalled":
         cls = "stalled"
         hint = ("no log output and no HTTP answer for %d s in phase '%s': the server looks hung"
@@ -871,11 +924,14 @@ def explain(verdict, clf, state, elapsed, rc, died, attached, watch_mode=False, 
         lead = "timed out after %d s in phase '%s'" % (timeout, s["phase"])
     else:
         detail = r.get("crash_exception")
-        lead = "%s: %s%s" % ({"unhealthy": "server unhealthy", "stalled": "server hung"}.get(verdict, "server crashed"),
-                             cls, " (%s)" % detail[:200] if detail else "")
+        words = {"unhealthy": "server unhealthy", "stalled": "server hung", "stuck": "server stuck"}
+        lead = "%s: %s%s" % (words.get(verdict, "server crashed"),
+                             sglang_progress.class_words({"class": cls, "class_uncertain": r.get("class_uncertain")}),
+                             " (%s)" % detail[:200] if detail else "")
     r["msg"] = "%s — %s (evidence: %s; see log_tail, %s)" % (lead, hint, r["evidence"], state["log_path"])
     if crash is not None and "deciding_line" not in r:
-        r["msg"] += " — the log shows %s at line %d: %s" % (crash["class"], crash["lineno"], crash["line"].strip()[:200])
+        r["msg"] += " — the log shows %s at line %d: %s" % (sglang_progress.class_words(explained), crash["lineno"],
+                                                           crash["line"].strip()[:200])
     r["failed"] = True
     return r, None
 
@@ -910,8 +966,16 @@ class Watch(object):
         self.watchers = (("log", self.log), ("leader", self.leader), ("children", self.children),
                          ("health", self.health), ("clock", self.clockwatch))
         self.candidates = {}
+        self.background = background
+        self.activity = None  # serving: sglang_probe.Activity (Watch.serve)
+        self.stuck_action = "report"
+        self.sampler = None
+        self.sample_sent = None
+        self.server_lines = None
+        self.serve_state = None  # serving: None (health answers), "busy" or "stuck" (see question())
+        self.serve_state_since = None
 
-    def serve(self, interval):
+    def serve(self, interval, activity=None, stuck_action="report", sample_every=5.0):
         """The start is over (verdict ``ready``): from now on this is a watch of a serving server with no end. Deaths
         still decide at once; health failing ``unhealthy_after`` requests in a row (each given its full timeout, one
         every ``interval`` s: each ``/health_generate`` costs the server a generation) decides too; the clock no
@@ -920,7 +984,12 @@ class Watch(object):
         that the line is proven (``unhealthy_after`` failures) or cleared (a 200) in seconds, not minutes."""
         self.watching = True
         self.children.serving()
-        self.health.hurry = self.health.interval
+        self.health.hurry = None if activity is not None else self.health.interval
+        self.health.serving = activity is not None
+        self.activity, self.stuck_action, self.sample_every = activity, stuck_action, sample_every
+        if activity is not None:
+            ask = lambda _timeout: activity.sample(self.clock())  # noqa: E731 - /v1/loads, /metrics: no generation
+            self.sampler = BackgroundAsk(ask) if self.background else InlineAsk(ask)
         self.health.patient = True
         self.health.interval = interval
         self.health.deadline = float("inf")
@@ -940,6 +1009,8 @@ class Watch(object):
             candidates[name] = watcher.poll(now)
             if name == "children":
                 self.children_at = now
+        if self.watching and self.activity is not None:
+            candidates["health"] = self.question(now, candidates.get("health"))
         if outlived(candidates) and self.watching:
             # The server answered after the crash line: the line was not its death. Set it aside (it is
             # reported as log_crash) so that a later crash is named by its own line.
@@ -951,6 +1022,52 @@ class Watch(object):
             verdict = decide(candidates, now, self.watching, self.settle_time)
         self.candidates = candidates
         return verdict
+
+    def question(self, now, health):
+        """Serving: failed health is a question, never a verdict. The answer costs the server nothing: the log's growth,
+        ``/v1/loads`` and ``/metrics`` (Activity, sampled every ``sample_every`` s in the background while health
+        fails).
+        ``busy``: something moved within ``serve_stuck_seconds``; ``stuck``: nothing did. Health held after a failure
+        (HealthWatch) is resumed once the server is seen idle (nothing running or waiting: it has taken our probe
+        out) or, with no figures to read, once the window of the held request is long over. The health candidate:
+        ``stuck`` with the action ``restart`` (a failure), else the same as before minus ``unhealthy``."""
+        act, hw = self.activity, self.health
+        # the server's own lines: not access lines (ours too: health, /v1/loads, /metrics) nor its words on our
+        # failed health requests
+        lines = self.log.own_lines
+        if lines != self.server_lines:
+            if self.server_lines is not None:
+                act.moved(self.log.last_growth)
+            self.server_lines = lines
+        if hw.polls and hw.fails == 0:
+            act.moved(hw.last_answer)  # the last request answered 200
+        failing = hw.fails > 0
+        sampler = self.sampler
+        if failing and sampler is not None:
+            in_flight = isinstance(sampler, BackgroundAsk) and sampler.worker is not None and not sampler.done()
+            if not in_flight and (self.sample_sent is None or now - self.sample_sent >= self.sample_every):
+                self.sample_sent = now
+                sampler.start(act.SAMPLE_TIMEOUT)
+                if not isinstance(sampler, BackgroundAsk):
+                    sampler.take()
+            held = hw.held_since
+            if held is not None and (act.loads == (0, 0) and act.loads_at is not None and act.loads_at >= held or
+                                     act.loads is None and now - held >= 3 * hw.interval):
+                hw.resume(now)
+        state = act.state(now, failing)
+        crash_since = hw.crash_since()
+        if (state == "busy" and crash_since is not None and hw.held_since is not None and hw.held_since >= crash_since
+                and now - act.moved_at >= hw.interval):
+            # a crash line stands, our own request sent after it waited out the server's window, and nothing moved
+            # for an interval since: the crash is the server's (no client writes our request's fate), stuck now
+            state = "stuck"
+        if state != self.serve_state:
+            self.serve_state, self.serve_state_since = state, now
+        if health is not None and health.verdict == "unhealthy":
+            health = None
+        if state == "stuck" and self.stuck_action == "restart":
+            return Candidate("stuck")
+        return health
 
     def pause(self, seconds, sleep, real, until=None):
         """Wait before the next look. With the real clock and a Waker (event waits): until a watched process exits,
@@ -1021,6 +1138,11 @@ class Watch(object):
         crash_since = None if health.patient else health.crash_since()
         if crash_since is not None and health.sent is not None and health.hang_bound:
             times.append(max(health.sent, crash_since) + health.hang_bound)  # a held request proves a hang then
+        if crash_since is not None:
+            # a start with a crash line standing: a look every poll. A worker in the kernel's exit is dead
+            # (ProcView.children) before its pidfd says so (a GPU context's teardown takes seconds), and a request the
+            # probe gate keeps back proves no hang at a time of its own (HealthWatch._hung)
+            times.append(self.last_look + self.poll_interval)
         future = [t for t in times if t > self.last_look]
         return min(future) if future else None
 

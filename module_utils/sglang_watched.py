@@ -28,7 +28,7 @@ from __future__ import annotations
 
 import os
 
-from ansible.module_utils import sglang_contract, sglang_progress
+from ansible.module_utils import sglang_contract, sglang_probe, sglang_progress
 from ansible.module_utils.sglang_inputs import WaitError, open_log
 from ansible.module_utils.sglang_log import tail_lines
 from ansible.module_utils.sglang_unit import unit_name
@@ -94,9 +94,11 @@ class WindowHealth(object):
     a unit test's fake clock). ``healthy()``: the last one answered 200; ``unhealthy()``: ``unhealthy_after`` failed
     in a row."""
 
-    def __init__(self, runner, clock, interval, timeout, unhealthy_after):
+    def __init__(self, runner, clock, interval, timeout, unhealthy_after, window=None):
         self.runner, self.clock = runner, clock
         self.interval, self.timeout, self.unhealthy_after = interval, timeout, unhealthy_after
+        self.window = window  # the server's health window: a failure that took this long may be resident (held)
+        self.held = False
         self.next_at = clock()
         self.sent = None
         self.polls = self.fails = 0
@@ -113,11 +115,17 @@ class WindowHealth(object):
         if self.sent is None or not self.runner.done():
             return
         code = self.runner.take()
+        took = self.clock() - self.sent
         self.sent = None
         self.polls += 1
         self.last = code
         self.fails = 0 if code == 200 else self.fails + 1
         self.next_at = self.clock() + (self.interval if code == 200 else max(self.interval, 1.0))
+        if code != 200 and self.window is not None and took >= self.window:
+            # it waited out the server's window: the server may still hold it (SGLang keeps a probe it gave up on),
+            # so this watch sends no other; the supervisor's word (busy or stuck) answers the question
+            self.held = True
+            self.next_at = float("inf")
 
     def healthy(self):
         return self.polls > 0 and self.fails == 0
@@ -148,7 +156,9 @@ class Watched(object):
         runner = BackgroundAsk(ask) if background else InlineAsk(ask)
         if self.waker is not None and background:
             runner.notify = self.waker.poke
-        self.health = WindowHealth(runner, clock, p["health_interval"], p["health_timeout"], p["unhealthy_after"])
+        self.health = WindowHealth(runner, clock, p["health_interval"], p["health_timeout"], p["unhealthy_after"],
+                                   window=sglang_probe.health_window(dict(p.get("environment") or {},
+                                                                          **(p.get("secret_environment") or {}))))
         self.start = None  # byte offset of the log where this watch starts (log_watched_from)
         self.notes = []
 
@@ -198,14 +208,21 @@ class Watched(object):
                     if self.mine(st) and st.get("verdict") not in (None, "ready"):
                         return self.fields(failure_fields(st, self.state, self.unit))
                     return self.fields(gone_fields(self.state, self.unit, during=True))
+            serving = st.get("serving") or {}
+            busy = (serving.get("activity") or {}).get("state")
+            if busy == "stuck":
+                return self.stuck(serving, now - t0)
+            if now >= end and self.health.held and busy == "busy" and serving.get("crash_pending") is None:
+                return self.busy(serving, now - t0)
             if now >= end or self.health.unhealthy():
                 if size_end is None:
                     size_end = os.fstat(self.fd).st_size  # what the supervisor must have read before a word on it
-                serving = st.get("serving") or {}
                 pending = serving.get("crash_pending")
                 read = serving.get("log_read", -1)
                 caught_up = read is None or read >= size_end
-                if self.health.unhealthy() and caught_up and pending is None:
+                if (self.health.unhealthy() or self.health.held and pending is not None) and caught_up:
+                    # failed in a row, or our own request sent after a crash line waited out the server's window (no
+                    # client writes its fate): the crash line that stands names it
                     return self.unhealthy(serving, now - t0)
                 if now >= end and caught_up and pending is None and self.health.healthy():
                     return self.ok(serving, now - t0)
@@ -249,12 +266,42 @@ class Watched(object):
         if aside:
             first = aside[0]
             r["log_crash"] = dict((k, first.get(k)) for k in ("class", "hint", "line", "lineno", "exception", "why"))
+            if first.get("class_uncertain"):
+                r["log_crash"]["class_uncertain"] = True
             r["log_crash"]["acted_on"] = False
             note = sglang_progress.set_aside_words(first)
             if len(aside) > 1:
                 note += " (%d more crash lines set aside since byte %d)" % (len(aside) - 1, self.start)
             r["msg"] += "; " + note
             self.notes.append(note)
+        return self.fields(r, elapsed)
+
+    def busy(self, serving, elapsed):
+        """Our request waited out the server's health window, and the supervisor says busy: requests run or wait,
+        the log or the token counters move. Not a failure: the server is kept serving, and the watch says so."""
+        act = serving.get("activity") or {}
+        note = ("the server is busy: health did not answer within its %s s window, but it is serving (%s running, %s "
+                "waiting, the log and counters move): nothing was stopped" % (
+                    serving.get("health_window", "?"), act.get("running", "?"), act.get("waiting", "?")))
+        self.notes.append(note)
+        return self.fields({"msg": "watched %.1f s: no crash, busy; %s" % (elapsed, note), "serving_state": "busy"},
+                           elapsed)
+
+    def stuck(self, serving, elapsed):
+        """The supervisor says stuck (health fails, nothing moved for serve_stuck_seconds) and its action is report:
+        the watch fails and says so; nothing is signalled."""
+        pending = serving.get("crash_pending")
+        r = {"failed": True, "crash_class": pending["class"] if pending else "stuck", "serving_state": "stuck",
+             "evidence": "the supervisor's health requests fail and nothing moved (log, /v1/loads, token counters) for "
+                         "%s s" % serving.get("serve_stuck_seconds", "?"),
+             "hint": "the server looks stuck; it was not restarted (serve_stuck_action: %s). Read log_tail, then "
+                     "restart it (state: started, force_restart: true) or set serve_stuck_action: restart"
+                     % serving.get("serve_stuck_action", "report")}
+        if pending:
+            r.update(deciding_line=pending.get("line"), deciding_lineno=pending.get("lineno"),
+                     crash_exception=pending.get("exception"))
+        r["msg"] = "server stuck — %s (evidence: %s; see log_tail, %s)" % (r["hint"], r["evidence"],
+                                                                           self.state.get("log_path"))
         return self.fields(r, elapsed)
 
     def unhealthy(self, serving, elapsed):
@@ -270,16 +317,18 @@ class Watched(object):
         if pending:
             r.update(deciding_line=pending.get("line"), deciding_lineno=pending.get("lineno"),
                      crash_exception=pending.get("exception"))
-        r["msg"] = "server unhealthy: %s — %s (evidence: %s; see log_tail, %s). %s asks health every %s s and ends " \
-                   "the server once it fails %s requests in a row" % (
-                       r["crash_class"], r["hint"], r["evidence"], self.state.get("log_path"),
+            if pending.get("class_uncertain"):
+                r["class_uncertain"] = True
+        r["msg"] = "server unhealthy: %s — %s (evidence: %s; see log_tail, %s). %s keeps it serving while it is " \
+                   "busy; once nothing moved for %s s it is stuck (serve_stuck_action: %s)" % (
+                       sglang_progress.class_words(dict(r, **{"class": r["crash_class"]})), r["hint"], r["evidence"], self.state.get("log_path"),
                        supervisor_words(self.state, self.unit).capitalize(),
-                       serving.get("serve_health_interval", "?"), serving.get("unhealthy_after", "?"))
+                       serving.get("serve_stuck_seconds", "?"), serving.get("serve_stuck_action", "report"))
         return self.fields(r, elapsed)
 
     def undecided(self, pending, read, size_end, elapsed):
-        why = ("the crash line at line %s (%s) is neither proven nor cleared" % (pending.get("lineno"), pending.get(
-            "class")) if pending else "it has read the log to byte %s of %s" % (read, size_end)
+        why = ("the crash line at line %s (%s) is neither proven nor cleared" % (pending.get("lineno"),
+            sglang_progress.class_words(pending)) if pending else "it has read the log to byte %s of %s" % (read, size_end)
             if read != -1 else "it wrote nothing about the serving server")
         return self.fields({"failed": True, "msg": "the watch cannot say: %s after %.0f s (%s). Read %s" % (
             supervisor_words(self.state, self.unit), elapsed, why, "journalctl -u %s" % self.unit if self.unit

@@ -49,7 +49,7 @@ if __name__ == "__main__":  # run as a program: its module_utils lie next to it 
     sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 try:
-    from ansible.module_utils import sglang_proc, sglang_progress, sglang_redact, sglang_watch
+    from ansible.module_utils import sglang_probe, sglang_proc, sglang_progress, sglang_redact, sglang_watch
     from ansible.module_utils.sglang_contract import (
         API_KEY_NAMES, CONFIG, EXIT_PERMANENT, EXIT_SETUP, EXIT_STOPPED, STATUS, exit_status,
         read_config_secret,
@@ -60,6 +60,7 @@ except ImportError:  # the installed program
         API_KEY_NAMES, CONFIG, EXIT_PERMANENT, EXIT_SETUP, EXIT_STOPPED, STATUS, exit_status,
         read_config_secret,
     )
+    import sglang_probe
     import sglang_proc
     import sglang_progress
     import sglang_redact
@@ -68,9 +69,10 @@ except ImportError:  # the installed program
 
 # The contract with wait_for_model (file names, exit statuses, the config's API key source): sglang_contract.
 PROGRAM_FILES = ("sglang_watcher.py", "sglang_contract.py", "sglang_watch.py", "sglang_log.py", "sglang_proc.py",
-                 "sglang_redact.py", "sglang_progress.py")
+                 "sglang_redact.py", "sglang_progress.py", "sglang_probe.py")
 SERVE_POLL = 0.5  # s between looks at a serving server's processes
-SERVE_HEALTH_INTERVAL = 10.0  # s between health requests to a serving server (each /health_generate is a generation)
+SERVE_HEALTH_INTERVAL = 10.0  # s between health requests to a serving server (each /health_generate is a generation);
+# never shorter than the server's health window plus sglang_probe.MARGIN (serve_numbers)
 EXTEND_EVERY = 5.0  # s at least between two EXTEND_TIMEOUT_USEC (each one counts from when it is received)
 READ_EVERY = 1.0  # s at least between two status writes that only move ``serving.log_read`` (a log that grows)
 
@@ -157,7 +159,10 @@ class ServingView(object):
         self.fd = log_fd  # the attempt log, read by position (pread), or None
         self.numbers = {"serve_health_interval": interval, "health_interval": settings.get("health_interval"),
                         "health_timeout": settings.get("health_timeout"),
-                        "unhealthy_after": settings.get("unhealthy_after")}
+                        "unhealthy_after": settings.get("unhealthy_after"),
+                        "health_window": settings.get("health_window"),
+                        "serve_stuck_seconds": settings.get("serve_stuck_seconds"),
+                        "serve_stuck_action": settings.get("serve_stuck_action")}
         self.known = (1, 0)  # (line number, byte offset) of a line start found last
         self.offsets = {}  # line number -> byte offset, of the lines asked for
         self.set_aside = []
@@ -193,13 +198,17 @@ class ServingView(object):
         self.offsets[lineno] = pos
         return pos
 
-    def entry(self, crash, why=None):
+    def entry(self, crash, why=None, clf=None):
+        """A crash line as a watch reads it; ``class_uncertain`` when it comes at or after a raw request echo of
+        ``clf`` (a client's prompt can have written it: its class is shown flagged)."""
         text = sglang_progress.operator_text
         out = {"class": crash["class"], "line": text(crash["line"])[:self.LINE_MAX], "lineno": crash["lineno"],
                "offset": self.offset_of(crash["lineno"]), "hint": crash.get("hint"),
                "exception": text(crash.get("exception") or "")[:self.LINE_MAX] or None}
         if why is not None:
             out["why"] = why
+        if clf is not None and getattr(clf, "crash_after_raw_echo", lambda c: None)(crash) is not None:
+            out["class_uncertain"] = True
         return out
 
     def update(self, w, now):
@@ -208,13 +217,14 @@ class ServingView(object):
         for kind, why in (("dismissed", OUTLIVED), ("superseded", SUPERSEDED)):
             found = getattr(clf, kind, None) or []
             for crash in found[self.taken[kind]:]:
-                self.set_aside = (self.set_aside + [self.entry(crash, why)])[-self.KEEP:]
+                self.set_aside = (self.set_aside + [self.entry(crash, why, clf)])[-self.KEEP:]
                 self.total += 1
             self.taken[kind] = len(found)
         pending = clf.crash
         view = {"set_aside": self.set_aside, "set_aside_total": self.total,
-                "crash_pending": self.entry(pending) if pending is not None else None,
-                "health": {"last": w.health.last, "failed_in_a_row": w.health.fails}}
+                "crash_pending": self.entry(pending, clf=clf) if pending is not None else None,
+                "health": {"last": w.health.last, "failed_in_a_row": w.health.fails},
+                "activity": activity_view(w)}
         view.update(self.numbers)
         read = w.log.follower.offset if self.fd is not None else None
         if view == self.view and (read == self.read or now - self.written_at < READ_EVERY):
@@ -223,10 +233,50 @@ class ServingView(object):
         return dict(view, log_read=read)
 
 
+def activity_view(w):
+    """``serving.activity``: ``state`` None (health answers), ``busy`` (health fails, something moves: kept serving)
+    or ``stuck`` (nothing moved for ``serve_stuck_seconds``), with the last ``/v1/loads`` figures."""
+    act = w.activity
+    if act is None:
+        return None
+    return {"state": w.serve_state, "running": act.loads[0] if act.loads else None,
+            "waiting": act.loads[1] if act.loads else None, "health_kept_back": w.health.kept_back}
+
+
+def serve_numbers(cfg):
+    """The settings with the serving health numbers made safe for the server: the health window (the server's
+    ``SGLANG_HEALTH_CHECK_TIMEOUT`` as configured, default 20 s), a client timeout and an interval no shorter than it
+    plus the margin, ``serve_stuck_seconds`` and ``serve_stuck_action``."""
+    settings = dict(cfg["settings"])
+    window = sglang_probe.health_window(cfg.get("env"))
+    settings["health_window"] = window
+    settings["health_timeout"] = sglang_probe.probe_timeout(settings.get("health_timeout"), window)
+    settings["serve_health_interval"] = sglang_probe.serve_interval(
+        settings.get("serve_health_interval", SERVE_HEALTH_INTERVAL), window)
+    settings["serve_stuck_seconds"] = float(settings.get("serve_stuck_seconds") or sglang_probe.STUCK_DEFAULT)
+    if settings.get("serve_stuck_action") not in sglang_probe.STUCK_ACTIONS:
+        settings["serve_stuck_action"] = "report"
+    return settings
+
+
+def serving_text(w, settings, ready_text):
+    """The unit's STATUS= while serving."""
+    act = w.activity
+    if w.serve_state == "busy":
+        running, waiting = act.loads if act.loads else ("?", "?")
+        return ("serving, busy: health did not answer in its %.0f s window; %s running, %s waiting (requests and the "
+                "log are followed; nothing is stopped)" % (settings["health_window"], running, waiting))
+    if w.serve_state == "stuck":
+        return ("serving, stuck: health fails and nothing moved for %.0f s (%s)" % (
+            settings["serve_stuck_seconds"], "restarting" if settings["serve_stuck_action"] == "restart" else
+            "reported, not restarted: serve_stuck_action is report"))
+    return ready_text
+
+
 # ------------------------------------------------------------------------------ the program
 class Watcher(object):
     def __init__(self, run_dir, name, notifier=None, clock=time.monotonic, wall=time.time, sleep=None, spawner=None,
-                 procs=None, http=None, serving=True, adopt=False):
+                 procs=None, http=None, serving=True, adopt=False, fetch=None):
         """Everything but ``run_dir`` and ``name`` is injectable for unit tests (a fake clock, a fake server, a fake
         /proc and HTTP): ``serving=False`` ends ``steps()`` at the verdict ``ready``."""
         self.run_dir, self.name = run_dir, name
@@ -237,6 +287,8 @@ class Watcher(object):
         self.spawner = spawner or self.spawn
         self.procs = procs or sglang_watch.ProcView()
         self.http = http or sglang_watch.http_status
+        # /v1/loads and /metrics while serving (no generation): an injected HTTP comes with its own fetch, or none
+        self.fetch = fetch if fetch is not None or http is not None else sglang_probe.http_get
         self.serving = serving
         self.adopt = adopt  # watch the recorded, serving server whose supervisor is gone (no new launch)
         self.w = None
@@ -247,6 +299,9 @@ class Watcher(object):
         self.proc = None
         self.state = None
         self.copy = None
+        self.gate = None
+        self.serve_shown = None  # the serving state last told (None: health answers)
+        self.ready_text = sglang_progress.status_text("ready", None, "ready")
 
     # ---------------------------------------------------------------- set-up
     def load_config(self):
@@ -397,11 +452,12 @@ class Watcher(object):
         headers = cfg.get("headers") or {}
         t0 = self.clock()
         follower = LogFollower(os.devnull)
+        settings = serve_numbers(cfg)
         self.w = w = sglang_watch.Watch(follower, LogClassifier(clock=lambda: self.clock() - t0), t0, t0 + 10 ** 9,
                                         self.clock, None, state["pid"], self.procs, state.get("start_time"),
-                                        lambda timeout: self.http(cfg["health_url"], headers, timeout), self.real,
+                                        self.health_ask(cfg, headers, settings), self.real,
                                         settings, events=settings.get("events", True))
-        w.serve(settings.get("serve_health_interval", SERVE_HEALTH_INTERVAL))
+        self.serve(w, cfg, headers, settings, t0)
         view = ServingView(None, settings, w.health.interval)  # its log is not followed: log_read stays None
         w.children.poll(t0)
         w.children.serving()  # every child alive now is part of the serving server
@@ -417,9 +473,23 @@ class Watcher(object):
             if verdict is not None and verdict != "ready":
                 self.code = self.failed(w, follower, state, verdict, self.clock() - t0, ready=True)
                 return
-            self.note_serving(view, w)
+            self.note_serving(view, w, settings)
             yield SERVE_POLL
         self.code = self.stopped(follower, w)
+
+    def health_ask(self, cfg, headers, settings):
+        """One health request, through the deployment's probe gate (sglang_probe.ProbeGate): never two of ours or the
+        module's in the server at once, none while an earlier unanswered one may still be resident."""
+        self.gate = sglang_probe.ProbeGate(self.run_dir, self.name, settings["health_window"], clock=self.clock)
+
+        def ask(timeout):
+            return self.http(cfg["health_url"], headers, timeout)
+        return sglang_probe.gated(ask, self.gate, clock=self.clock)
+
+    def serve(self, w, cfg, headers, settings, t0):
+        """Watch the serving server (Watch.serve) with the questions that cost it nothing (sglang_probe.Activity)."""
+        activity = sglang_probe.Activity(self.fetch, cfg["health_url"], headers, settings["serve_stuck_seconds"], t0)
+        w.serve(settings["serve_health_interval"], activity, settings["serve_stuck_action"])
 
     def steps(self):
         """The work as a generator: it yields the seconds to wait before its next look (``run`` waits them; a unit
@@ -428,7 +498,7 @@ class Watcher(object):
             yield from self.adopt_steps()
             return
         cfg = self.load_config()
-        settings = cfg["settings"]
+        settings = serve_numbers(cfg)
         user = self.user()
         self.signals()
         log_fd, log_path, attempt = self.open_attempt_log(user)
@@ -474,10 +544,7 @@ class Watcher(object):
         self.say("started %s (PID %d), attempt %d, log %s" % (cfg["argv"][0], self.proc.pid, attempt, log_path))
 
         headers = cfg.get("headers") or {}
-
-        def ask(timeout):
-            return self.http(cfg["health_url"], headers, timeout)
-
+        ask = self.health_ask(cfg, headers, settings)
         deadline = t0 + (cfg.get("timeout") or 10 ** 9)
         # The file we created, through our own descriptor: never a path the service user could swap meanwhile.
         log_read_fd = os.open("/proc/self/fd/%d" % log_fd, os.O_RDONLY | os.O_CLOEXEC)
@@ -520,20 +587,31 @@ class Watcher(object):
         if not self.serving:
             self.code = None  # a unit test's fake stops at the verdict
             return
-        w.serve(settings.get("serve_health_interval", SERVE_HEALTH_INTERVAL))
+        self.serve(w, cfg, headers, settings, self.clock())
         view = ServingView(log_read_fd, settings, w.health.interval)
         while not self.stopping:
             verdict = w.look(self.clock())
             if verdict is not None and verdict != "ready":
                 self.code = self.failed(w, follower, state, verdict, self.clock() - w.log.t0, ready=True)
                 return
-            self.note_serving(view, w)
+            self.note_serving(view, w, settings)
             yield SERVE_POLL
         self.code = self.stopped(follower, w)
 
-    def note_serving(self, view, w):
-        """The status's ``serving`` fields (ServingView), written when what a watch reads has changed."""
+    def note_serving(self, view, w, settings):
+        """The status's ``serving`` fields (ServingView), written when what a watch reads has changed; the status text
+        and the unit's STATUS= when the server turns busy or stuck, or answers again."""
         fields = view.update(w, self.clock())
+        shown = (w.serve_state, w.activity.loads if w.activity is not None else None)
+        if shown != self.serve_shown:
+            if (self.serve_shown or (None,))[0] is not None or w.serve_state is not None:
+                text = serving_text(w, settings, self.ready_text)
+                self.say(text)
+                self.notifier.send(STATUS=text)
+                self.status["status"] = text
+                if fields is None:
+                    fields = dict(view.view, log_read=view.read)
+            self.serve_shown = shown
         if fields is not None:
             self.write_status(serving=fields)
 
@@ -555,7 +633,7 @@ class Watcher(object):
         fields, note = sglang_watch.explain("ready", clf, state, elapsed, None, None, False)
         phases = [{"phase": ph["phase"], "at": round(ph["at"], 3)} for ph in clf.phases]
         total = round(elapsed, 3)
-        text = sglang_progress.status_text("ready", None, "ready", total)
+        text = self.ready_text = sglang_progress.status_text("ready", None, "ready", total)
         self.write_status(verdict="ready", phase="ready", status=text, phases=phases, ready_after=total, report=fields)
         try:
             sglang_progress.record_load(self.run_dir, self.name, {
@@ -577,7 +655,8 @@ class Watcher(object):
                                              tail_lines=self.cfg.get("tail_lines", 40))
         code = exit_status(verdict, ready)
         cls = fields.get("crash_class", verdict)
-        text = "%s: %s" % (sglang_progress.status_text(None, None, cls), fields.get("evidence", ""))
+        shown = sglang_progress.class_words({"class": cls, "class_uncertain": fields.get("class_uncertain")})
+        text = "%s: %s" % (sglang_progress.status_text(None, None, shown), fields.get("evidence", ""))
         fields["exit_status"] = code
         fields["after_ready"] = ready
         self.write_status(verdict=cls, status=text, report=fields)

@@ -29,13 +29,21 @@ where it must (a state that never comes) raises: side_effect fails, loudly.
   dropin      a foreign drop-in in /etc/systemd/system/sglang-sglang.service.d/ (daemon-reload done): a start (the
               role's unit tasks, and wait_for_model alone) and playbooks/stop.yml on `sglang` are refused naming it;
               the server serves on untouched. Removed afterwards.
+  vendor_dropin  a distribution's drop-in for every service, as Fedora ships it
+              (/usr/lib/systemd/system/service.d/10-timeout-abort.conf: TimeoutStopFailureMode=abort only; written
+              when the image lacks it, daemon-reload done): deployment `vendor` starts and serves beside it, systemd
+              applies it (DropInPaths), the run's warning names it. Then state=stopped; a written drop-in is removed.
+  planted_dropin  the same harmless text planted for our unit, in the prefix dir
+              /run/systemd/system/sglang-.service.d/ (daemon-reload done): a start of `sglang` (the role's unit tasks,
+              and wait_for_model alone) is refused naming it; the server serves on untouched. Removed afterwards.
   takeover    the unit of `sglang` as the module of an earlier eagle-deploy wrote it (its mark on the first line, the
               deployment line second; daemon-reload done): the playbook again takes it over (the role's template
               replaces it, the handler reloads systemd) without a restart (same MainPID, InvocationID, NRestarts).
-  unhealthy   deployment `unhealthy` (module_call.yml: health_timeout 2, unhealthy_after 2, serve_health_interval 1)
-              serving: the emulator's test control makes every health request take 15 s; the watcher fails the
-              serving server (status `unhealthy`, after_ready, exit 69, the journal's `sglang-watcher: failed:
-              unhealthy` line), systemd shows the unit `activating/auto-restart` with ExecMainStatus 69 (Restart=
+  unhealthy   deployment `unhealthy` (module_call.yml: SGLANG_HEALTH_CHECK_TIMEOUT 2 in its environment, so each
+              health request is given 7 s; serve_stuck_seconds 10, serve_stuck_action restart) serving: the
+              emulator's test control makes every health request take 15 s while nothing runs or moves; failed
+              health is only a question, but nothing moved for 10 s: the watcher fails the stuck serving server
+              (status `stuck`, after_ready, exit 69, the journal's `sglang-watcher: failed: stuck` line), systemd shows the unit `activating/auto-restart` with ExecMainStatus 69 (Restart=
               on-failure, RestartSec=10), no process of the old tree is left; the restart (a fresh emulator, no
               delay) serves again. Then state=stopped.
   stop_loading  deployment `stoploading` (a 120 s load), launched by module_call.yml in the background: `systemctl
@@ -412,6 +420,51 @@ def case_dropin(host):
     sh(host, "sh", "-c", "rm -rf %s && systemctl daemon-reload" % ddir)
 
 
+# Fedora's drop-in for every service (the systemd package's 10-timeout-abort.conf), its comments shortened.
+VENDOR_DROPIN = "/usr/lib/systemd/system/service.d/10-timeout-abort.conf"
+VENDOR_DROPIN_TEXT = ("# This file is part of the systemd package.\n"
+                      "# See https://fedoraproject.org/wiki/Changes/Shorter_Shutdown_Timer.\n\n"
+                      "[Service]\nTimeoutStopFailureMode=abort\n")
+VENDOR = ("vendor", 30022, 2, 2)
+
+
+def write_file(host, path, text):
+    """``text`` into ``path`` inside the host (0644, its directory made), then systemctl daemon-reload."""
+    r = subprocess.run(["podman", "exec", "-i", host.name, "sh", "-c", "mkdir -p %s && cat > %s && chmod 0644 %s && "
+                        "systemctl daemon-reload" % (os.path.dirname(path), path, path)],
+                       input=text.encode(), capture_output=True, timeout=120, check=False)
+    if r.returncode != 0:
+        raise CaseError("could not write %s: %s" % (path, r.stderr.decode(errors="replace")))
+
+
+def case_vendor_dropin(host):
+    shipped = file_state(host, VENDOR_DROPIN)
+    if shipped is None:
+        write_file(host, VENDOR_DROPIN, VENDOR_DROPIN_TEXT)
+    name, port = VENDOR[:2]
+    start = call(host, "vendor_dropin-start", emulator_deployment(VENDOR))
+    serving = host.until(name, port, 60, "ActiveState=active", "health_generate=200")[-1]
+    dropins = sh(host, "systemctl", "show", "-p", "DropInPaths", "--value", unit_of(name))[1].split()
+    stop = stop_deployment(host, "vendor_dropin-stop", VENDOR)
+    save("vendor_dropin", {"path": VENDOR_DROPIN, "shipped": shipped, "start": start, "serving": serving,
+                           "dropins": dropins, "stop": stop, "after_stop": host.show(name)})
+    if shipped is None:
+        sh(host, "sh", "-c", "rm -f %s && rmdir --ignore-fail-on-non-empty %s && systemctl daemon-reload"
+           % (VENDOR_DROPIN, os.path.dirname(VENDOR_DROPIN)))
+
+
+def case_planted_dropin(host):
+    path = "/run/systemd/system/sglang-.service.d/10-timeout-abort.conf"
+    write_file(host, path, VENDOR_DROPIN_TEXT)
+    before = dict(main_server(host), dropin=file_state(host, path))
+    args = dict(emulator_args("sglang", 30000), argv=["/bin/true", "changed"])
+    real = call(host, "planted_dropin-run", args)
+    module = call(host, "planted_dropin-module", dict(args, unit=False))
+    after = dict(main_server(host), dropin=file_state(host, path))
+    save("planted_dropin", {"path": path, "before": before, "run": real, "module": module, "after": after})
+    sh(host, "sh", "-c", "rm -rf %s && systemctl daemon-reload" % os.path.dirname(path))
+
+
 OLD_UNIT_MARK = "# Written by eagle-deploy (wait_for_model). Changes here are replaced on its next run."
 UNIT_MARK = "# Written by eagle-deploy (role sglang_server, tasks/unit.yml)."
 
@@ -458,10 +511,11 @@ def stop_deployment(host, label, deployment):
 
 def case_unhealthy(host):
     name, port = UNHEALTHY[:2]
-    # Small numbers: a request may take 2 s, one every 1 s while serving, 2 failures in a row fail it (the
-    # defaults, 10 s / 10 s / 3, would take about a minute).
-    start = call(host, "unhealthy-start", emulator_deployment(UNHEALTHY, health_timeout=2, unhealthy_after=2,
-                                                              serve_health_interval=1))
+    # Small numbers: the server's health window 2 s (a request is given 7 s, one every 7 s while serving), stuck once
+    # nothing moved for 10 s, and stuck is restarted (the defaults, 20 s / 300 s / report, would restart nothing).
+    start = call(host, "unhealthy-start", emulator_deployment(
+        UNHEALTHY, environment={"SGLANG_HEALTH_CHECK_TIMEOUT": "2"}, serve_stuck_seconds=10,
+        serve_stuck_action="restart"))
     if start["result"].get("failed"):
         raise CaseError("the start of %s failed: %s" % (name, start["result"].get("msg")))
     serving = host.until(name, port, 60, "ActiveState=active")[-1]
@@ -469,7 +523,8 @@ def case_unhealthy(host):
     tree = host.tree(name)
     if not tree["procs"]:
         raise CaseError("%s serves with no process in its unit: %s" % (unit_of(name), tree))
-    # Every health request from now on takes 15 s (> health_timeout): the server looks hung to the watcher.
+    # Every health request from now on takes 15 s (> the 7 s given), nothing runs, the server writes nothing of its own:
+    # the server looks stuck to the watcher.
     delay = host.probe("health-delay", port, 15, 1000)[0]
     log("health delay on %s: %s" % (unit_of(name), delay))
     # Port 0: the probe asks no health itself. The unit's restart state lasts RestartSec (10 s).
@@ -543,7 +598,8 @@ def _read_json(path):
 
 CASES = {"reboot": case_reboot, "ssh_drop": case_ssh_drop, "crash": case_crash, "crash_load": case_crash_load,
          "second_deployment": case_second_deployment, "foreign_unit": case_foreign_unit, "transient": case_transient,
-         "dropin": case_dropin, "takeover": case_takeover, "unhealthy": case_unhealthy,
+         "dropin": case_dropin, "vendor_dropin": case_vendor_dropin, "planted_dropin": case_planted_dropin,
+         "takeover": case_takeover, "unhealthy": case_unhealthy,
          "stop_loading": case_stop_loading}
 
 

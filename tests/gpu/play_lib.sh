@@ -27,7 +27,8 @@ fi
 
 # play NAME PLAYBOOK [ansible-playbook args...]: one run of the playbook on the device itself (ansible-core from
 # /opt/eagle-ctl), its console stamped per line into $CONSOLE_DIR/NAME.console.txt, a line of $EV/runs.jsonl (rc,
-# seconds, PIDs and GPU MiB before and after, the recap), nvidia-smi and ps after it, the evidence packed.
+# seconds, PIDs and GPU MiB before and after, the recap), nvidia-smi and ps after it, the supervisor's status file and
+# log as the run left them ($RESULTS_DIR/NAME.status.json, NAME.supervisor.log), the evidence packed.
 play() {
     local name=$1 book=$2; shift 2
     local pid0 mib0 t0 t1 rc recap limit console="$CONSOLE_DIR/$name.console.txt"
@@ -54,6 +55,10 @@ print(json.dumps({"run": n, "rc": int(rc), "start": float(t0), "end": float(t1),
                   "pid_before": p0 or None, "pid_after": p1 or None, "gpu_mib_before": m0, "gpu_mib_after": m1, "recap": recap}))
 PY
     nvidia-smi > "$RESULTS_DIR/$name.nvidia-smi.txt" 2>&1
+    # the supervisor's status (its verdict, written at `updated`) and its own lines, before the next run replaces them
+    # (never sglang.watcher.json: it holds the secrets)
+    cp "$RUNDIR/sglang.status.json" "$RESULTS_DIR/$name.status.json" 2>/dev/null || true
+    cp "$RUNDIR/sglang.supervisor.log" "$RESULTS_DIR/$name.supervisor.log" 2>/dev/null || true
     ps -eo user,pid,ppid,sid,etimes,rss,args --sort=pid | grep -E "$PS_RE" | grep -v grep > "$RESULTS_DIR/$name.ps.txt"
     pack
     return "$rc"

@@ -2,14 +2,20 @@
 
     python3 tests/gpu/playbook_figures.py tests/data/h200-playbook
 
-Reads runs.jsonl (one line per ansible-playbook run), console/<run>.console.txt (the console, every line prefixed
-with the wall clock when it was printed) and log_stamps.tsv (every server log line with the wall clock when a 2 ms
-poller saw it), and prints one JSON object per run:
+Reads runs.jsonl (one line per ansible-playbook run), console/<run>.console.txt (or <run>.console.txt, as
+playbook_h200.sh leaves them: the console, every line prefixed
+with the wall clock when it was printed), log_stamps.tsv (every server log line with the wall clock when a 2 ms
+poller saw it) and, where kept, <run>.status.json (the supervisor's status file after the run, in results/ or the
+top directory), and prints one JSON object per run:
   seconds            the whole ansible-playbook run (wall clock)
   changed, pid_*     PLAY RECAP's changed count, the server PID before and after
   launch             wait_for_model's `elapsed` for a (re)start: launch to ready (or to the crash verdict)
   ready_to_return    the server log's ready line -> the console line of the launch task's result
   crash_to_failure   the first line of the crash -> the run's last failed task (the launch, or the smoke's report)
+  crash_to_verdict   the first line of the crash -> the supervisor's verdict (its status file's `updated`, the wall
+                     clock when it wrote the verdict; from <run>.status.json, kept by play_lib.sh since it packs it)
+  verdict_to_result  the supervisor's verdict -> the console line of the launch task's result (a start that ended
+                     on a verdict of this attempt: ready or a failure)
   stop_old_s         the stop of the old server before a restart (SIGTERM to the whole tree until no process is
                      left): the launch's `stopped.seconds`, in the role's report line (older captures: the task
                      "Stop our old server")
@@ -52,6 +58,17 @@ def launch_result(lines):
     return None
 
 
+def status_of(root, run):
+    """The supervisor's status file as the run left it (play_lib.sh keeps it), or {}."""
+    for path in (os.path.join(root, "results", run + ".status.json"), os.path.join(root, run + ".status.json")):
+        try:
+            with open(path, encoding="utf-8") as handle:
+                return json.load(handle)
+        except (OSError, ValueError):
+            continue
+    return {}
+
+
 def stamps(path):
     out = []
     with open(path, encoding="utf-8") as handle:
@@ -67,7 +84,8 @@ def figures(root):
     with open(os.path.join(root, "runs.jsonl"), encoding="utf-8") as handle:
         runs = [json.loads(line) for line in handle if line.strip()]
     for run in runs:
-        lines = list(console(os.path.join(root, "console", run["run"] + ".console.txt")))
+        path = os.path.join(root, "console", run["run"] + ".console.txt")
+        lines = list(console(path if os.path.exists(path) else os.path.join(root, run["run"] + ".console.txt")))
         row = {"run": run["run"], "rc": run["rc"], "seconds": run["seconds"],
                "changed": int(re.search(r"changed=(\d+)", run["recap"]).group(1)),
                "pid_before": run["pid_before"], "pid_after": run["pid_after"],
@@ -100,6 +118,13 @@ def figures(root):
                 row["crash_to_failure"] = round(fatal[-1] - crash[0], 3)
                 row["crash_class"] = keys.get("crash_class") or next(
                     (t.split(": ", 1)[1] for _, t in lines if t.startswith("crash class: ")), None)
+            st = status_of(root, run["run"])
+            if (status in ("changed", "fatal") and st.get("verdict") and isinstance(st.get("updated"), (int, float))
+                    and str(st.get("attempt")) == keys.get("attempt", str(st.get("attempt")))):
+                row["verdict"] = st["verdict"]
+                row["verdict_to_result"] = round(stamp - st["updated"], 3)
+                if crash and st["verdict"] != "ready":
+                    row["crash_to_verdict"] = round(st["updated"] - crash[0], 3)
         rows.append(row)
     return rows
 

@@ -29,7 +29,8 @@
 #      n_fresh, n_noop, then n_rank1_dies: a forced restart during which rank 1's server is killed while it loads
 #      (its log shows the load begun): the run fails at once naming rank 1, both ranks stopped (n_after.txt); n_stop.
 # Evidence (console of each run stamped per line, server logs stamped per line by a 2 ms poller, nvidia-smi, pids,
-# runs.jsonl) is packed into $OUT/evidence_<part>.tar.gz after every run, so a timeout still returns it.
+# the supervisor's status file and log after each run, runs.jsonl; part b also figures.jsonl from
+# tests/gpu/playbook_figures.py) is packed into $OUT/evidence_<part>.tar.gz after every run, so a timeout still returns it.
 set -uo pipefail
 part=${1:?usage: playbook_h200.sh a|b|c|w|t|n}
 T0=$(date +%s.%N)
@@ -154,6 +155,9 @@ b)
     sleep 2
     { nvidia-smi --query-gpu=memory.used,memory.total --format=csv; nvidia-smi --query-compute-apps=pid,process_name,used_memory --format=csv;
       echo "processes of user sglang:"; pgrep -u sglang -a || echo "(none)"; } | tee "$EV/after_stop.txt"
+    # crash_to_failure, crash_to_verdict, verdict_to_result of every run, on the device's own clock
+    python3 "$P/tests/gpu/playbook_figures.py" "$EV" > "$EV/figures.jsonl" 2>&1
+    grep -E '"(incident_off|incident_on)"' "$EV/figures.jsonl" | cut -c1-400
     ;;
 w)
     # The host watcher program (the systemd launcher's ExecStart) with real SGLang: the playbook brings the server up

@@ -24,6 +24,10 @@ def sglang_root(tmp_path_factory):
     return install_sglang_files(tmp_path_factory.mktemp("site"))
 
 
+# The server's health window, shortened (SGLang's 20 s): each health request is given 1 + 5 s.
+WINDOW = {"SGLANG_HEALTH_CHECK_TIMEOUT": "1"}
+
+
 @pytest.fixture
 def server(tmp_path):
     log_dir, run_dir = str(tmp_path / "logs"), str(tmp_path / "run")
@@ -33,7 +37,7 @@ def server(tmp_path):
 
     def args(*extra, **kw):
         a = {"name": "w", "state": "started", "log_dir": log_dir, "run_dir": run_dir, "port": port, "timeout": 120,
-             "health_url": "http://127.0.0.1:%d/health_generate" % port,
+             "health_url": "http://127.0.0.1:%d/health_generate" % port, "environment": WINDOW,
              "argv": [TARGET_PYTHON, EMULATOR, "--port", str(port), "--emulator-load-seconds", "0.2",
                       "--emulator-capture-seconds", "0.1"] + list(extra)}
         a.update(kw)
@@ -41,7 +45,7 @@ def server(tmp_path):
 
     def watch(**kw):
         a = {"name": "w", "state": "watched", "log_dir": log_dir, "run_dir": run_dir,
-             "health_url": "http://127.0.0.1:%d/health_generate" % port}
+             "health_url": "http://127.0.0.1:%d/health_generate" % port, "environment": WINDOW}
         a.update(kw)
         return run_module("wait_for_model", a)
     args.port, args.log_dir, args.run_dir, args.watch = port, log_dir, run_dir, watch
@@ -108,12 +112,12 @@ def test_a_server_whose_supervisor_is_gone_and_that_does_not_answer_is_restarted
     assert first.get("failed") is not True, first
     os.kill(first["supervisor_pid"], signal.SIGKILL)
     assert _wait_until(lambda: not sglang_proc.pid_alive(first["supervisor_pid"]), 10)
-    _post(server.port, "/emulator/health_delay", {"seconds": 3, "count": 2})  # busy: the first probe times out
+    _post(server.port, "/emulator/health_delay", {"seconds": 8, "count": 2})  # busy: the first probe times out
     plan = run_module("wait_for_model", server(health_timeout=1), check=True)
     assert plan.get("failed") is not True and plan["changed"] is True, plan
     assert plan["msg"] == "would restart the server (its supervisor program is gone and the server does not answer " \
                           "health)" and not gone(first["pid"])
-    _post(server.port, "/emulator/health_delay", {"seconds": 3, "count": 2})
+    _post(server.port, "/emulator/health_delay", {"seconds": 8, "count": 2})
     again = run_module("wait_for_model", server(health_timeout=1))
     assert again.get("failed") is not True and again["changed"] is True, again
     assert again["restart_reason"] == "its supervisor program is gone and the server does not answer health"

@@ -78,7 +78,8 @@ def test_the_supervisor_config_never_holds_the_api_key_and_carries_every_setting
     p = dict(opts(), chdir=None, log_dir="/var/log/sglang", health_url="http://127.0.0.1:30000/health_generate",
              keep_attempts=20, timeout=1800, stop_timeout=30, log_tail_lines=40, api_key="k" * 32,
              health_interval=0.25, health_timeout=10.0, unhealthy_after=3, child_grace=2.0, settle_time=0.3,
-             stall_timeout=900, poll_interval=0.1, serve_health_interval=10.0)
+             stall_timeout=900, poll_interval=0.1, serve_health_interval=10.0, serve_stuck_seconds=300.0,
+             serve_stuck_action="report")
     cfg = sglang_contract.supervisor_config(p, "tok", {"PATH": "/usr/bin"}, ["s" * 20], {"path": "/etc/s.yaml",
                                             "key": "api-key"}, "fp", {"argv": "x"}, 30000, None, None)
     assert "k" * 32 not in json.dumps(cfg)

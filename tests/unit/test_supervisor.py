@@ -60,15 +60,27 @@ def world(tmp_path):
     return w
 
 
-def test_a_serving_server_whose_health_fails_in_a_row_is_unhealthy_and_exits_69(world):
-    configure(world, health_timeout=1, serve_health_interval=2.0)
+def test_a_serving_server_that_answers_no_health_and_moves_nothing_is_stuck_and_with_restart_exits_69(world):
+    """Failed health while serving is a question: nothing moved (no log line, no /v1/loads figures) for
+    serve_stuck_seconds is ``stuck``; with serve_stuck_action restart that is the failure (exit 69)."""
+    configure(world, health_timeout=1, serve_health_interval=2.0, serve_stuck_seconds=300, serve_stuck_action="restart")
     world.health = lambda t: 200 if t is not None and t < 30 else None  # answers, then holds every request
-    w, st = supervise(world, 120)
-    assert w.code == sglang_contract.EXIT_RESTARTABLE and st["verdict"] == "unhealthy", st
+    w, st = supervise(world, 500)
+    assert w.code == sglang_contract.EXIT_RESTARTABLE and st["verdict"] == "stuck", st
     assert st["report"]["after_ready"] is True and st["report"]["exit_status"] == 69
-    assert st["report"]["evidence"].startswith("the health URL failed 3 requests in a row")
-    # 3 failures, each at least serve_health_interval after the last: decided within ~10 s of the first
-    assert 30 < world.now - world.t0 <= 30 + 3 * (2.0 + 1.0) + 1.0
+    assert "nothing moved" in st["report"]["evidence"]
+    # the interval is no shorter than the server's window (20 s) plus the margin: the first failure by ~55 s,
+    # then 300 s without anything moving (the last 200 answered at ~25 s)
+    assert 300 <= world.now - world.t0 <= 30 + 300 + 1.0
+
+
+def test_a_serving_server_that_is_stuck_with_the_report_action_is_reported_and_never_stopped(world):
+    configure(world, health_timeout=1, serve_health_interval=2.0, serve_stuck_seconds=300)
+    world.health = lambda t: 200 if t is not None and t < 30 else None
+    w, st = supervise(world, 600)
+    assert w.code is None and world.rc is None and st["verdict"] == "ready", st
+    assert st["serving"]["activity"]["state"] == "stuck" and st["status"].startswith("serving, stuck"), st
+    assert any("STATUS=serving, stuck" in m for m in w.notifier.sent)
 
 
 def test_a_single_failed_health_request_while_serving_is_no_failure(world):
@@ -150,21 +162,26 @@ def test_a_crash_line_the_serving_server_outlives_is_set_aside_with_its_byte_off
     assert serving["health"] == {"last": 200, "failed_in_a_row": 0} and serving["unhealthy_after"] == 3
 
 
-def test_a_crash_line_that_stands_while_serving_is_recorded_and_proven_in_seconds(world):
-    """serve_health_interval is 10 s, but while the line stands health is asked at once and then 1 s apart: three
-    failures prove it about 2 s after the line, not 20 s."""
-    configure(world, health_timeout=1, serve_health_interval=10.0)
+def test_a_crash_line_that_stands_while_serving_is_recorded_and_a_stuck_server_is_named_by_it(world):
+    """A crash line that stands (health fails after it) is recorded at once; failed health is no verdict by itself,
+    but with our own request after the line failed and nothing moving for one health interval (25 s: the server's
+    20 s window + 5 s) since, the server is stuck (not after serve_stuck_seconds): the restart action ends it, named
+    by the line."""
+    configure(world, health_timeout=1, serve_health_interval=10.0, serve_stuck_seconds=300,
+              serve_stuck_action="restart")
     world.health = lambda t: 200 if t is not None and 1 <= t < 20 else None
     world.write(20, CRASH_LINE)
     w, gen = steps(world)
     run_until(world, gen, 20.6)
     pending = status(world)["serving"]["crash_pending"]
     assert pending["class"] == "nccl" and pending["offset"] == len(READY_LINE.encode()) and pending["lineno"] == 2
-    run_until(world, gen, 30)
+    run_until(world, gen, 40)
+    assert w.code is None and status(world)["verdict"] == "ready"  # a question, not a verdict
+    run_until(world, gen, 120)
     st = status(world)
     assert st["verdict"] == "nccl" and w.code == sglang_contract.EXIT_RESTARTABLE, st
-    assert st["report"]["evidence"].startswith("the health URL failed 3 requests in a row")
-    assert world.now - world.t0 < 20 + 3 * (1.0 + 1.0) + 1.0
+    assert "for an interval after the crash line" in st["report"]["evidence"]
+    assert world.now - world.t0 <= 20 + 25 + 1.0
 
 
 def test_while_serving_the_status_is_written_when_what_a_watch_reads_changes_not_on_every_look(world):

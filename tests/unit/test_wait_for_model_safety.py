@@ -252,8 +252,10 @@ def test_watched_in_check_mode_never_signals(world, stops):
     _hangs_after(world, 0.5)
     status, r = run(world, state="watched", check_mode=True, watch_time=5)
     assert status == "failed" and r["crash_class"] == "nccl", r
-    assert "would_stop" not in r and r["stopped_after_failure"] == {"how": "the supervisor ends the failed tree"}
-    assert stops == []
+    # the watch's own requests failed in a row, named by the crash line that stands; the supervisor, for which
+    # failed health while serving is only a question (busy or stuck), stops nothing, and check mode signals nothing
+    assert "would_stop" not in r and "stopped_after_failure" not in r
+    assert stops == [] and world.rc is None
 
 
 def test_watched_a_single_failed_poll_at_the_end_is_not_unhealthy(world, stops):
@@ -269,7 +271,7 @@ def test_watched_a_single_failed_poll_at_the_end_is_not_unhealthy(world, stops):
     assert status == "ok", r["msg"]
     assert r["health_polls"] == {"polls": len(seen), "failed_in_a_row": 0, "last": 200}
     assert stops == [] and len([s for s in seen if s[0] >= 3]) == 3  # two failed, the third answered
-    assert all(timeout == 10.0 for _, timeout in seen)  # health_timeout, not 2 s
+    assert all(timeout == 25.0 for _, timeout in seen)  # health_timeout raised past the server's 20 s window
 
 
 def test_watched_unhealthy_after_consecutive_failed_polls(world, stops):

@@ -361,6 +361,7 @@ def test_an_attach_never_takes_an_earlier_attempts_verdict(world, stops, module_
     sglang_proc.write_files(world.log_dir, ((sglang_contract.STATUS % "sglang", json.dumps(old)),))
     world.t0 = world.now
     world.at(2.0, fake._writer("x", {"attempt": 2, "verdict": "ready", "phase": "ready", "report": {}}))
+    world.health = lambda t: 200 if t is not None and t >= 2.0 else None  # ready, it answers this run's own request
     status, r = run(world, inject={"systemctl": fake, "booted": lambda: (True, None), "unit_dirs": dirs},
                     launcher="systemd", unit_dir=unit_dir, run_as=None)
     assert status == "ok", r

@@ -30,7 +30,17 @@ EAGLE_ALGORITHMS = ("EAGLE", "EAGLE3")
 EAGLE_ATTRIBUTE = "spec_disable_batch_threshold"
 EAGLE_CLASS = "EAGLEWorkerV2"
 EAGLE_FILE = os.path.join("srt", "speculative", "eagle_worker_v2.py")
-HEALTH_GENERATE_TIMEOUT = 1.0
+HEALTH_GENERATE_TIMEOUT = 20.0  # SGLang 0.5.23's SGLANG_HEALTH_CHECK_TIMEOUT default (health_window() reads the env)
+HEALTH_WINDOW_VAR = "SGLANG_HEALTH_CHECK_TIMEOUT"
+
+
+def health_window():
+    """SGLang 0.5.23's health window: SGLANG_HEALTH_CHECK_TIMEOUT of the environment, default 20 s."""
+    try:
+        window = float(os.environ.get(HEALTH_WINDOW_VAR, HEALTH_GENERATE_TIMEOUT))
+    except ValueError:
+        return HEALTH_GENERATE_TIMEOUT
+    return window if window > 0 else HEALTH_GENERATE_TIMEOUT
 REQUEST_TIMEOUT = 60.0
 READY_LINE = "The server is fired up and ready to roll!"
 SIGQUIT_LINE = "Received sigquit from a child process. It usually means the child failed."

@@ -115,6 +115,8 @@ def build_parser():
     add("--emulator-shards", dest="emulator_shards", type=int, default=4)
     add("--emulator-capture-seconds", dest="emulator_capture_seconds", type=float, default=1.0)
     add("--emulator-child-die-after", dest="emulator_child_die_after", type=float, default=2.0)
+    # SGLang #35884: health requests left resident in a busy scheduler; this many at once crash it (0: never).
+    add("--emulator-health-resident-crash", dest="emulator_health_resident_crash", type=int, default=3)
     add("--emulator-warmup-seconds", dest="emulator_warmup_seconds", type=float, default=0.0)
     # After SIGTERM: seconds between two looks at the requests still held (SGLang 0.5.23 looks every 5 s).
     add("--emulator-drain-interval", dest="emulator_drain_interval", type=float, default=0.5)

@@ -74,6 +74,14 @@ class Engine:
         self.last_receive = time.time()
         self.eagle = eagle
         self.health_delay = [0.0, 0]  # [seconds, how many health requests still wait that long]
+        # SGLang 0.5.23's health: the health requests sent to the scheduler and not answered by it yet (resident
+        # there, also after the HTTP side gave up), the most at once, and how many HTTP health requests are open
+        self.health_open = set()
+        self.health_most_resident = 0
+        self.health_http_open = 0
+        self.health_most_http = 0
+        self.health_lock = threading.Lock()
+        self.prefill = None  # (monotonic end, requests it runs) of the test control's long prefill
         self.sglang_version = installed_sglang_version()
         self.client_rids = set()    # client requests accepted and not answered yet (/v1/loads, the drain)
         self.multinode = None       # sglang_emulator.multinode.MultiNode with --nnodes > 1
@@ -90,6 +98,7 @@ class Engine:
             "shards": args.emulator_shards,
             "capture_seconds": max(0.0, args.emulator_capture_seconds),
             "child_die_after": max(0.0, args.emulator_child_die_after),
+            "health_resident_crash": max(0, getattr(args, "emulator_health_resident_crash", 3)),
             "speculative": bool(args.speculative_algorithm),
             "decode": decode_settings(args),
             "eagle": eagle,
@@ -168,6 +177,8 @@ class Engine:
                 return
             self.last_receive = time.time()
             for out in (msg["outs"] if msg.get("type") == "batch" else [msg]):
+                with self.health_lock:
+                    self.health_open.discard(out.get("rid"))
                 with self.pending_lock:
                     waiter = self.pending.get(out["rid"])
                     if waiter is not None and (out.get("finished", True) or "queue" not in waiter):
@@ -212,6 +223,47 @@ class Engine:
             return None
         return waiter["result"]
 
+    def health_check(self, window):
+        """SGLang 0.5.23's health_generate: a one-token request to the scheduler, then up to ``window`` s for *any*
+        output of the detokenizer (its own, or any other request's). True: healthy. On False the request stays resident
+        in the scheduler (SGLang's task.cancel() does not take it out) until the scheduler answers it."""
+        rid = "HEALTH_CHECK_" + uuid.uuid4().hex
+        waiter = {"event": threading.Event(), "result": None}
+        tic = time.time()
+        with self.health_lock:
+            self.health_open.add(rid)
+            self.health_most_resident = max(self.health_most_resident, len(self.health_open))
+            self.health_http_open += 1
+            self.health_most_http = max(self.health_most_http, self.health_http_open)
+        try:
+            msg = {"type": "generate", "rid": rid, "prompt": [0], "max_new_tokens": 1, "warmup": False,
+                   "health": True, "stream": False}
+            if not self._send(msg, waiter):
+                return False
+            end = tic + window
+            while time.time() < end:
+                if waiter["event"].wait(min(0.05, max(0.0, end - time.time()))) or self.last_receive > tic:
+                    return True
+            return False
+        finally:
+            self.done(rid)
+            with self.health_lock:
+                self.health_http_open -= 1
+
+    def health_state(self):
+        """The test control's view of health (GET /emulator/health_state)."""
+        with self.health_lock:
+            return {"resident": len(self.health_open), "most_resident": self.health_most_resident,
+                    "open": self.health_http_open, "most_open": self.health_most_http}
+
+    def long_prefill(self, seconds, running, log_every):
+        """Test control: the scheduler runs a prefill of ``seconds`` s with ``running`` requests and no output at all
+        (a long chunked prefill of a big model); a "Prefill batch" line every ``log_every`` s (0: none)."""
+        self.prefill = (time.monotonic() + seconds, running)
+        with self.send_lock:
+            self.sched_conns[0].send({"type": "long_prefill", "seconds": seconds, "log_every": log_every,
+                                      "running": running})
+
     def submit(self, prompt, max_new_tokens, timeout, warmup=False, health=False):
         """Send one request to the TP0 scheduler and wait for the detokenized output. None on timeout."""
         rid = uuid.uuid4().hex
@@ -237,7 +289,9 @@ class Engine:
 
     def loads(self, query):
         """The body of GET /v1/loads (raises loads.LoadsError for what SGLang refuses)."""
-        load = loads_mod.snapshot(len(self.in_flight()), self.cfg)
+        prefill = self.prefill
+        extra = prefill[1] if prefill is not None and time.monotonic() < prefill[0] else 0
+        load = loads_mod.snapshot(len(self.in_flight()) + extra, self.cfg)
         return loads_mod.answer(load, query, self.sglang_version, self.args.tp_size)
 
     def children_alive(self):

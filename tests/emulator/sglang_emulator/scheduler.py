@@ -78,6 +78,9 @@ class SchedulerEmu:
         self.batch = DecodeBatch(decode_model(cfg))
         self.flush_waiting = []
         self.last_throughput = 0.0
+        self.prefill_until = None  # the test control's long prefill: no output of any kind until then
+        self.prefill_log = (0.0, None, 0)  # (every s, next line at, requests) of its "Prefill batch" lines
+        self.resident = []  # health requests held while busy (SGLang keeps them; #35884)
 
     def log(self, msg, level="info"):
         log(msg, rank=self.rank, level=level)
@@ -269,7 +272,11 @@ class SchedulerEmu:
             now = time.monotonic()
             if self.die_at is not None and now >= self.die_at:
                 os.kill(os.getpid(), signal.SIGKILL)
-            timeout = 0.2 if step_end is None else max(0.0, step_end - now)
+            if self.prefilling(now):
+                step_end = None  # the batch waits for the prefill: nothing is output
+                timeout = 0.05
+            else:
+                timeout = 0.2 if step_end is None else max(0.0, step_end - now)
             if self.die_at is not None:
                 timeout = min(timeout, max(self.die_at - now, 0.01))
             if self.conn.poll(timeout):
@@ -278,6 +285,8 @@ class SchedulerEmu:
                 except (EOFError, OSError):
                     os._exit(0)
                 self.handle(msg)
+            if self.prefilling(time.monotonic()):
+                continue
             if step_end is not None and time.monotonic() >= step_end:
                 self.end_step()
                 last_end, step_end = step_end, None
@@ -295,6 +304,10 @@ class SchedulerEmu:
             return
         elif kind == "generate":
             self.admit(msg)
+        elif kind == "long_prefill":
+            every = float(msg.get("log_every") or 0)
+            self.prefill_until = time.monotonic() + float(msg["seconds"])
+            self.prefill_log = (every, time.monotonic() if every > 0 else None, int(msg.get("running") or 1))
         elif kind == "abort":
             self.batch.abort(msg["rid"])
         elif kind == "flush_cache":
@@ -306,11 +319,50 @@ class SchedulerEmu:
                 state["avg_spec_accept_length"] = accept
             self.detok_conn.send({"type": "reply", "rid": msg["rid"], "state": state})
 
+    def prefilling(self, now):
+        """Whether the long prefill runs (its "Prefill batch" lines logged as it goes); once it ends, the health
+        requests held meanwhile are answered."""
+        if self.prefill_until is None:
+            return False
+        every, next_at, running = self.prefill_log
+        if now < self.prefill_until:
+            if next_at is not None and now >= next_at:
+                self.log("Prefill batch. #new-seq: 1, #new-token: 8192, #cached-token: 0, token usage: 0.40, "
+                         "#running-req: %d, #queue-req: 0, " % running)
+                self.prefill_log = (every, now + every, running)
+            return True
+        self.prefill_until = None
+        held, self.resident = self.resident, []
+        if held:
+            self.detok_conn.send({"type": "batch", "outs": [{
+                "rid": req["rid"], "output_ids": [0], "completion_tokens": 1, "prompt_tokens": 1, "verify_ct": 0,
+                "finished": True} for req in held]})
+        return False
+
+    def resident_crash(self):
+        """SGLang #35884: health requests piled up in the scheduler crash paged prefill."""
+        root = self.cfg["site_root"]
+        self.crash("\n".join([
+            "Traceback (most recent call last):",
+            '  File "%s/srt/managers/scheduler.py", line 2960, in run_scheduler_process' % root,
+            "    scheduler.event_loop_overlap()",
+            '  File "%s/srt/mem_cache/allocator.py", line 412, in alloc_extend' % root,
+            "    assert len(torch.unique(out_indices)) == len(out_indices)",
+            "AssertionError: %d health check requests are resident in the scheduler" % len(self.resident),
+        ]), during_init=False)
+
     def admit(self, req):
         """A generate request: a health check answers at once (it does not wait for the batch, so a long step never
         fails it); the first client request runs the scenario's crash; every other request waits for the next step."""
         prompt_tokens = count_prompt_tokens(req["prompt"])
         ids = fake_output_ids(req["prompt"], req["max_new_tokens"])
+        if req.get("health", False) and self.prefilling(time.monotonic()):
+            # busy: SGLang's scheduler skips it, and keeps it (a client that gave up does not take it out)
+            self.resident.append(req)
+            limit = self.cfg.get("health_resident_crash", 0)
+            if limit and len(self.resident) >= limit:
+                self.resident_crash()
+            return
         if req.get("health", False):
             self.detok_conn.send({"type": "batch", "outs": [{
                 "rid": req["rid"], "output_ids": ids, "completion_tokens": len(ids), "prompt_tokens": prompt_tokens,

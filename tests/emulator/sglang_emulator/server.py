@@ -11,7 +11,7 @@ import time
 import urllib.parse
 import uuid
 
-from sglang_emulator import HEALTH_GENERATE_TIMEOUT, HTTP_REASONS, REQUEST_TIMEOUT, VERSION
+from sglang_emulator import HTTP_REASONS, REQUEST_TIMEOUT, VERSION, health_window
 from sglang_emulator.drain import HEALTH_DURING_SHUTDOWN
 from sglang_emulator.loads import LoadsError
 from sglang_emulator.logs import log, log_block
@@ -139,6 +139,8 @@ def make_handler(engine):
                 return self._send(200 if engine.serving() and engine.scenario != "health_503" else 503)
             if path == "/health_generate":
                 return self._health_generate()
+            if path == "/emulator/health_state":
+                return self._send(200, engine.health_state())  # test control (the emulator only)
             if path == "/v1/loads":
                 try:
                     return self._send(200, engine.loads(urllib.parse.parse_qs(query)))
@@ -176,6 +178,16 @@ def make_handler(engine):
                 except (ValueError, TypeError, UnicodeDecodeError) as exc:
                     return self._send(400, {"error": {"message": str(exc)}})
                 return self._send(200, {"health_delay": engine.health_delay})
+            if path == "/emulator/long_prefill":
+                # Test control (the emulator only): a prefill of `seconds` s with `running` requests and no output at
+                # all; health requests meanwhile stay resident in the scheduler (SGLang 0.5.23, #35884).
+                try:
+                    body = self._body()
+                    engine.long_prefill(float(body.get("seconds", 60)), int(body.get("running", 1)),
+                                        float(body.get("log_every", 0)))
+                except (ValueError, TypeError, UnicodeDecodeError) as exc:
+                    return self._send(400, {"error": {"message": str(exc)}})
+                return self._send(200, {"long_prefill": body})
             if path == "/flush_cache":
                 return self._flush_cache()
             if path not in ("/generate", "/v1/completions"):
@@ -203,11 +215,11 @@ def make_handler(engine):
             if not engine.ready or engine.scenario == "health_503":
                 return self._send(503)
             tic = time.time()
-            out = engine.submit([0], 1, HEALTH_GENERATE_TIMEOUT, health=True)
-            if out is None:
+            window = health_window()
+            if not engine.health_check(window):
                 log("Health check failed. Server couldn't get a response from detokenizer for last %d seconds. "
                     "tic start time: %s. last_heartbeat time: %s"
-                    % (HEALTH_GENERATE_TIMEOUT, time.strftime("%H:%M:%S", time.localtime(tic)),
+                    % (window, time.strftime("%H:%M:%S", time.localtime(tic)),
                        time.strftime("%H:%M:%S", time.localtime(engine.last_receive))), level="error")
                 return self._send(503)
             return self._send(200)
