@@ -767,6 +767,15 @@ dead_child_pid:
   returned: on failure with RV(crash_class=child_died)
   type: int
   sample: 41240
+serving_state:
+  description:
+    - What the supervisor finds the serving server - C(busy) (its health fails while requests run or wait, the log or
+      the token counters move; kept serving) or C(stuck) (nothing moved for O(serve_stuck_seconds); reported, or
+      restarted with O(serve_stuck_action=restart)). With a warning. O(state=watched) ends ok when C(busy), fails
+      with RV(crash_class=stuck) when C(stuck).
+  returned: when the supervisor finds the kept or watched server busy or stuck
+  type: str
+  sample: busy
 launcher:
   description: The launcher used (O(launcher) with C(auto) resolved).
   returned: always, once the input was checked

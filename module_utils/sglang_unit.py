@@ -245,8 +245,8 @@ def dropin_words(unit, path):
 
 def accepted_words(path, keys):
     """The warning that names a distribution's harmless drop-in accepted for our unit."""
-    return ("%s, a distribution's drop-in for every service, reaches this unit too: accepted, it sets only %s (no code, "
-            "nothing of the server's process)" % (path, ", ".join(keys) or "nothing"))
+    return ("%s, a distribution's drop-in for every service, reaches this unit too: accepted, it sets only %s "
+            "(no code, nothing of the server's process)" % (path, ", ".join(keys) or "nothing"))
 
 
 def is_dropin(path):

@@ -110,6 +110,23 @@ class ModelWaiter(object):
             wait = gate.free_at - now if gate.free_at is not None else 0.5
             self.sleep(max(0.05, min(wait, end - now)))
 
+    def serving_state(self, state):
+        """A kept server its supervisor finds busy or stuck (its status's ``serving.activity``): said in the result
+        (``serving_state``) and a warning, so that the next run tells what the supervisor saw. Nothing is stopped
+        for it here: a stuck server is restarted only by its supervisor (serve_stuck_action: restart)."""
+        try:
+            st = self.status.read_status() or {}
+        except WaitError:
+            return
+        if st.get("attempt") != state.get("attempt") or st.get("verdict") != "ready":
+            return
+        serving = st.get("serving") if isinstance(st.get("serving"), dict) else {}
+        act = serving.get("activity") if isinstance(serving.get("activity"), dict) else {}
+        if act.get("state") in ("busy", "stuck"):
+            self.result["serving_state"] = act["state"]
+            self.warn("the serving server (PID %s) is %s by its supervisor's word: %s" % (
+                state.get("pid"), act["state"], st.get("status") or act["state"]))
+
     def headers(self):
         h = {}
         if self.p["api_key"]:
@@ -203,6 +220,7 @@ class ModelWaiter(object):
         code = None if heeds_supervisor else self.http(p["health_url"], self.headers(), p["health_timeout"])
         self.result.update(pid=state["pid"], log_path=state.get("log_path"), attempt=state.get("attempt"),
                            restart_reason=None, tree_tracking=state.get("tree_tracking", "session"))
+        self.serving_state(state)
         if sglang_proc.log_writer_of(state) is not None:
             # a run state of an eagle-deploy older than the supervisor: its server's output goes through a log writer
             # process, recorded as `log_writer` (stop_tree ends it last), kept and reported, and stopped cleanly.

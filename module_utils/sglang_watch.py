@@ -977,11 +977,11 @@ class Watch(object):
 
     def serve(self, interval, activity=None, stuck_action="report", sample_every=5.0):
         """The start is over (verdict ``ready``): from now on this is a watch of a serving server with no end. Deaths
-        still decide at once; health failing ``unhealthy_after`` requests in a row (each given its full timeout, one
-        every ``interval`` s: each ``/health_generate`` costs the server a generation) decides too; the clock no
-        longer does (no stall, no deadline); a crash line the server outlives is set aside. While a crash line stands,
-        health is asked at the start's pace (``health_interval``, a failed request at least 1 s after the last), so
-        that the line is proven (``unhealthy_after`` failures) or cleared (a 200) in seconds, not minutes."""
+        still decide at once; the clock no longer does (no stall, no deadline); a crash line the server outlives is set
+        aside. With ``activity`` (sglang_probe.Activity: the supervisor) failed health is a question (``question()``:
+        busy or stuck; only a stuck server with ``stuck_action`` restart fails), a failed request holds the next one
+        until the server is seen idle, and health comes every ``interval`` s (no faster while a crash line stands).
+        Without it, health failing ``unhealthy_after`` requests in a row decides, as before."""
         self.watching = True
         self.children.serving()
         self.health.hurry = None if activity is not None else self.health.interval

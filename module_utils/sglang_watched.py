@@ -156,9 +156,10 @@ class Watched(object):
         runner = BackgroundAsk(ask) if background else InlineAsk(ask)
         if self.waker is not None and background:
             runner.notify = self.waker.poke
-        self.health = WindowHealth(runner, clock, p["health_interval"], p["health_timeout"], p["unhealthy_after"],
-                                   window=sglang_probe.health_window(dict(p.get("environment") or {},
-                                                                          **(p.get("secret_environment") or {}))))
+        window = sglang_probe.health_window(dict(p.get("environment") or {}, **(p.get("secret_environment") or {})))
+        # each request outlives the server's window (never given up while it may still hold it)
+        self.health = WindowHealth(runner, clock, p["health_interval"], sglang_probe.probe_timeout(
+            p["health_timeout"], window), p["unhealthy_after"], window=window)
         self.start = None  # byte offset of the log where this watch starts (log_watched_from)
         self.notes = []
 

@@ -603,17 +603,19 @@ class Watcher(object):
         and the unit's STATUS= when the server turns busy or stuck, or answers again."""
         fields = view.update(w, self.clock())
         shown = (w.serve_state, w.activity.loads if w.activity is not None else None)
+        text = None
         if shown != self.serve_shown:
             if (self.serve_shown or (None,))[0] is not None or w.serve_state is not None:
                 text = serving_text(w, settings, self.ready_text)
-                self.say(text)
-                self.notifier.send(STATUS=text)
                 self.status["status"] = text
                 if fields is None:
                     fields = dict(view.view, log_read=view.read)
             self.serve_shown = shown
         if fields is not None:
             self.write_status(serving=fields)
+        if text is not None:  # after the status file says it: what reads STATUS= then finds it there too
+            self.say(text)
+            self.notifier.send(STATUS=text)
 
     def signals(self):
         signal.signal(signal.SIGTERM, self._on_term)

@@ -13,7 +13,7 @@ top directory), and prints one JSON object per run:
   ready_to_return    the server log's ready line -> the console line of the launch task's result
   crash_to_failure   the first line of the crash -> the run's last failed task (the launch, or the smoke's report)
   crash_to_verdict   the first line of the crash -> the supervisor's verdict (its status file's `updated`, the wall
-                     clock when it wrote the verdict; from <run>.status.json, kept by play_lib.sh since it packs it)
+                     clock when it wrote the verdict; <run>.status.json, which play_lib.sh keeps after every run)
   verdict_to_result  the supervisor's verdict -> the console line of the launch task's result (a start that ended
                      on a verdict of this attempt: ready or a failure)
   stop_old_s         the stop of the old server before a restart (SIGTERM to the whole tree until no process is

@@ -220,7 +220,8 @@ def test_eagle_without_installed_sglang_fails_clearly(start, tmp_path):
     assert "eagle scenario needs the installed sglang package" in emu.text()
 
 
-def test_child_dies_parent_lives_health_generate_fails(start):
+def test_child_dies_parent_lives_health_generate_fails(start, monkeypatch):
+    monkeypatch.setenv("SGLANG_HEALTH_CHECK_TIMEOUT", "1")  # SGLang's health window, shortened (20 s by default)
     emu = start("--emulator-scenario", "child_dies", "--emulator-child-die-after", "0.3", *FAST)
     emu.wait_for(READY)
     deadline = time.monotonic() + 5
@@ -400,3 +401,33 @@ def test_installs_offline_as_a_package_with_its_console_script(tmp_path):
     assert run.returncode == 0, run.stderr
     assert BANNER.match(run.stderr)
     assert "--emulator-scenario" in run.stdout
+
+
+def test_health_in_a_long_prefill_waits_its_window_stays_resident_and_enough_resident_crash_the_scheduler(
+        start, monkeypatch):
+    """SGLang 0.5.23's health: while the scheduler is busy (the test control's long prefill, no output at all) a health
+    request waits SGLANG_HEALTH_CHECK_TIMEOUT s and fails; the request stays resident in the scheduler, also when its
+    client gave up; answered once the prefill ends; --emulator-health-resident-crash of them at once crash the
+    scheduler (SGLang #35884: its tree then ends)."""
+    monkeypatch.setenv("SGLANG_HEALTH_CHECK_TIMEOUT", "1")
+    emu = start("--emulator-health-resident-crash", "3", *FAST)
+    emu.wait_for(READY)
+    assert emu.request("/health_generate")[0] == 200
+    assert emu.request("/emulator/long_prefill", {"seconds": 3, "running": 2})[0] == 200
+    assert emu.request("/v1/loads")[1]["loads"][0]["num_running_reqs"] == 2
+    t0 = time.monotonic()
+    assert emu.request("/health_generate")[0] == 503 and 0.9 <= time.monotonic() - t0 < 3
+    assert emu.request("/emulator/health_state")[1]["resident"] == 1  # kept after its 503
+    time.sleep(2.5)
+    assert emu.request("/emulator/health_state")[1]["resident"] == 0  # the prefill is over: answered
+    assert emu.request("/health_generate")[0] == 200
+    assert emu.request("/emulator/long_prefill", {"seconds": 30, "running": 1})[0] == 200
+    for _ in range(2):
+        assert emu.request("/health_generate")[0] == 503
+    assert emu.proc.poll() is None  # two resident: still up
+    try:
+        emu.request("/health_generate", timeout=0.3)  # the third: its client gives up, the scheduler crashes
+    except OSError:
+        pass
+    emu.wait_exit(15)
+    assert "health check requests are resident in the scheduler" in emu.text() and SIGQUIT in emu.text()

@@ -210,3 +210,44 @@ def test_the_window_comes_from_the_environment_and_timeouts_and_intervals_outlas
     assert sglang_probe.health_window({"SGLANG_HEALTH_CHECK_TIMEOUT": "junk"}) == 20.0
     assert sglang_probe.probe_timeout(10, 20.0) == 25.0 and sglang_probe.probe_timeout(60, 20.0) == 60
     assert sglang_probe.serve_interval(10, 20.0) == 25.0
+
+
+# ------------------------------------------------------------------ state: watched, with the supervisor's word
+def _watch_with(tmp_path, activity, pending=None):
+    from ansible.module_utils import sglang_watched
+    log = tmp_path / "s_r1.log"
+    log.write_bytes(b"[2026-12-02 10:00:02] The server is fired up and ready to roll!\n")
+    fd = os.open(str(log), os.O_RDONLY)
+    now = [100.0]
+    asked = []
+
+    def ask(timeout):  # SGLang 0.5.23 in a long prefill: its window (20 s) passes, then 503
+        asked.append(timeout)
+        now[0] += 20.0
+        return 503
+
+    serving = {"set_aside": [], "set_aside_total": 0, "crash_pending": pending, "log_read": log.stat().st_size,
+               "health": {"last": 503, "failed_in_a_row": 1}, "health_window": 20.0, "serve_stuck_seconds": 300.0,
+               "serve_stuck_action": "report", "activity": activity}
+    st = {"attempt": 1, "verdict": "ready", "serving": serving}
+    p = {"log_offset": 0, "watch_time": 3.0, "health_interval": 0.25, "health_timeout": 10.0, "unhealthy_after": 3,
+         "poll_interval": 0.1, "log_tail_lines": 5, "name": "s", "environment": {}, "secret_environment": {}}
+    w = sglang_watched.Watched(p, {"attempt": 1, "pid": 4000001, "log_path": str(log)}, fd, lambda: st,
+                               lambda: True, ask, lambda: now[0], lambda dt: now.__setitem__(0, now[0] + dt), False)
+    try:
+        return w.run(), asked
+    finally:
+        os.close(fd)
+
+
+def test_watched_a_busy_server_is_no_failure_and_one_request_of_ours_at_most(tmp_path):
+    (r, notes), asked = _watch_with(tmp_path, {"state": "busy", "running": 2, "waiting": 0})
+    assert r.get("failed") is not True and r["serving_state"] == "busy", r
+    assert "busy" in r["msg"] and notes and "nothing was stopped" in notes[0]
+    assert asked == [25.0]  # one request, given more than the server's window, and no other after it failed
+
+
+def test_watched_a_stuck_server_fails_the_watch_and_signals_nothing(tmp_path):
+    (r, _notes), asked = _watch_with(tmp_path, {"state": "stuck", "running": 2, "waiting": 0})
+    assert r["failed"] is True and r["crash_class"] == "stuck" and r["serving_state"] == "stuck", r
+    assert "not restarted" in r["msg"] and "stopped_after_failure" not in r

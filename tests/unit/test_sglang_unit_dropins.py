@@ -131,7 +131,8 @@ def test_only_the_distributions_unit_dirs_are_vendor_dirs():
         assert not sglang_unit.vendor_dir(d), d
 
 
-def test_wait_for_model_serves_beside_a_distributions_drop_in_and_names_it(world, monkeypatch, module_exits):  # noqa: F811
+def test_wait_for_model_serves_beside_a_distributions_drop_in_and_names_it(world, monkeypatch,  # noqa: F811
+                                                                            module_exits):  # noqa: F811
     """The whole launch (the role's unit tasks, then the start) with Fedora's drop-in in the vendor dir, which systemd
     applies (DropInPaths): it serves, and the warning names the file."""
     vendor = os.path.join(world.log_dir, "root", "usr", "lib", "systemd", "system")

@@ -528,3 +528,17 @@ def test_in_check_mode_a_gone_supervisor_is_reported_and_nothing_is_started(worl
     _served_then_orphaned(world)
     status, r = run(world, check_mode=True)
     assert status == "ok" and r["supervisor"] == "gone" and world.supervisors == [], r
+
+
+def test_the_next_run_says_so_when_the_supervisor_finds_the_serving_server_stuck(world, stops):
+    from module_harness import record_self_as_server
+    state = record_self_as_server(world, fingerprint=fingerprint_of_argv(SERVER_ARGV))
+    world.health = lambda t: 200
+    st = {"attempt": state.get("attempt"), "verdict": "ready", "phase": "ready",
+          "status": "serving, stuck: health fails and nothing moved for 300 s (reported, not restarted)",
+          "serving": {"activity": {"state": "stuck", "running": 1, "waiting": 0}}}
+    sglang_proc.write_files(world.log_dir, (("sglang.status.json", json.dumps(st)),))
+    status, r = run(world, argv=SERVER_ARGV)
+    assert status == "ok" and r["changed"] is False and r["pid"] == state["pid"] and stops == [], r
+    assert r["serving_state"] == "stuck"
+    assert any("is stuck by its supervisor's word" in w for w in get_warning_messages())
