@@ -235,7 +235,7 @@ class ModelWaiter(object):
             # A later step of the launch this task started: its supervisor's verdict (and the load's times) is the
             # answer, also when our own probe was answered first; its ready still needs an answer of this run's own.
             return self.answered(state, code, self.status.wait_service(
-                None, attached=False, attempt=state.get("attempt"), supervisor=supervisor))
+                None, attached=False, attempt=state.get("attempt"), supervisor=supervisor), probed=not heeds_supervisor)
         if code == 200:
             return self.ready_now(state, resuming)
         if self.module.check_mode:
@@ -245,7 +245,7 @@ class ModelWaiter(object):
         return self.answered(state, code, self.status.wait_service(
             None, attached=not resuming, attempt=state.get("attempt"), supervisor=supervisor))
 
-    def answered(self, state, code, result):
+    def answered(self, state, code, result, probed=True):
         """The supervisor's ``ready`` taken only with an answer of this run's own: a health request this run sent
         (after it began) answered 200. A standing ``ready`` is the supervisor's word from before; a server that
         stopped answering since (its process stopped or hung) is never reported healthy. One request at a time,
@@ -254,8 +254,9 @@ class ModelWaiter(object):
         is stopped (a busy server answers health late, and is not a dead one)."""
         if code == 200 or result.get("failed") or result.get("pending") or result.get("phase") != "ready":
             return result
-        polls, last, t0 = 1, code, self.clock()
-        while polls < max(2, self.p["unhealthy_after"]):
+        # keep()'s own first probe counts; a later step of this run's launch sent none (``probed`` False)
+        polls, last, t0 = (1 if probed else 0), code, self.clock()
+        while polls < max(2 if probed else 1, self.p["unhealthy_after"]):
             last = self.http(self.p["health_url"], self.headers(), self.p["health_timeout"])
             polls += 1
             if last == 200:
