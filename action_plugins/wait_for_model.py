@@ -7,8 +7,8 @@ A ``state: started`` task calls the module in steps of ``step_time`` seconds (10
 this plugin's): each step waits on the host at most that long and answers ``pending: true`` while the server still
 loads, and ends as soon as the supervisor's status file holds its verdict (a later step sends no health request of
 its own before it: a dying server may hold one for its whole timeout); the next step carries the previous step's
-``progress.attempt`` and continues the same wait, so crash detection and deadlines stay those of one long wait (and ``force_restart`` goes only to the first step:
-the later ones wait for the load it started). Between steps a line per host is printed, with
+``progress.attempt`` and continues the same wait, so crash detection and deadlines stay those of one long wait (and
+``force_restart`` goes only to the first step: the later ones wait for the load it started). Between steps a line per host is printed, with
 no ``-v`` needed, at every phase change and at least every 30 s::
 
     blackwell-01 | loading weights 41/64 shards | 4m12s elapsed | ETA ~2m50s (last load 9m58s)

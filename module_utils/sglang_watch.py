@@ -930,8 +930,8 @@ def explain(verdict, clf, state, elapsed, rc, died, attached, watch_mode=False, 
                              " (%s)" % detail[:200] if detail else "")
     r["msg"] = "%s — %s (evidence: %s; see log_tail, %s)" % (lead, hint, r["evidence"], state["log_path"])
     if crash is not None and "deciding_line" not in r:
-        r["msg"] += " — the log shows %s at line %d: %s" % (sglang_progress.class_words(explained), crash["lineno"],
-                                                           crash["line"].strip()[:200])
+        r["msg"] += " — the log shows %s at line %d: %s" % (
+            sglang_progress.class_words(explained), crash["lineno"], crash["line"].strip()[:200])
     r["failed"] = True
     return r, None
 
@@ -988,7 +988,9 @@ class Watch(object):
         self.health.serving = activity is not None
         self.activity, self.stuck_action, self.sample_every = activity, stuck_action, sample_every
         if activity is not None:
-            ask = lambda _timeout: activity.sample(self.clock())  # noqa: E731 - /v1/loads, /metrics: no generation
+            def ask(_timeout):  # /v1/loads, /metrics: no generation
+                return activity.sample(self.clock())
+
             self.sampler = BackgroundAsk(ask) if self.background else InlineAsk(ask)
         self.health.patient = True
         self.health.interval = interval

@@ -328,9 +328,13 @@ class Watched(object):
         return self.fields(r, elapsed)
 
     def undecided(self, pending, read, size_end, elapsed):
-        why = ("the crash line at line %s (%s) is neither proven nor cleared" % (pending.get("lineno"),
-            sglang_progress.class_words(pending)) if pending else "it has read the log to byte %s of %s" % (read, size_end)
-            if read != -1 else "it wrote nothing about the serving server")
+        if pending:
+            why = "the crash line at line %s (%s) is neither proven nor cleared" % (
+                pending.get("lineno"), sglang_progress.class_words(pending))
+        elif read != -1:
+            why = "it has read the log to byte %s of %s" % (read, size_end)
+        else:
+            why = "it wrote nothing about the serving server"
         return self.fields({"failed": True, "msg": "the watch cannot say: %s after %.0f s (%s). Read %s" % (
             supervisor_words(self.state, self.unit), elapsed, why, "journalctl -u %s" % self.unit if self.unit
             else "<run_dir>/%s.supervisor.log" % self.p["name"])}, elapsed)

@@ -14,8 +14,8 @@ top directory), and prints one JSON object per run:
   crash_to_failure   the first line of the crash -> the run's last failed task (the launch, or the smoke's report)
   crash_to_verdict   the first line of the crash -> the supervisor's verdict (its status file's `updated`, the wall
                      clock when it wrote the verdict; <run>.status.json, which play_lib.sh keeps after every run)
-  verdict_to_result  the supervisor's verdict -> the console line of the launch task's result (a start that ended
-                     on a verdict of this attempt: ready or a failure)
+  verdict_to_result  the supervisor's failure verdict -> the console line of the launch task's result (a start that
+                     ended on a failure of this attempt; a serving supervisor rewrites its status, so not for ready)
   stop_old_s         the stop of the old server before a restart (SIGTERM to the whole tree until no process is
                      left): the launch's `stopped.seconds`, in the role's report line (older captures: the task
                      "Stop our old server")
@@ -122,9 +122,10 @@ def figures(root):
             if (status in ("changed", "fatal") and st.get("verdict") and isinstance(st.get("updated"), (int, float))
                     and str(st.get("attempt")) == keys.get("attempt", str(st.get("attempt")))):
                 row["verdict"] = st["verdict"]
-                row["verdict_to_result"] = round(stamp - st["updated"], 3)
-                if crash and st["verdict"] != "ready":
-                    row["crash_to_verdict"] = round(st["updated"] - crash[0], 3)
+                if st["verdict"] != "ready":  # a serving supervisor rewrites its status later: `updated` is no verdict
+                    row["verdict_to_result"] = round(stamp - st["updated"], 3)
+                    if crash:
+                        row["crash_to_verdict"] = round(st["updated"] - crash[0], 3)
         rows.append(row)
     return rows
 
