@@ -361,9 +361,11 @@ def test_a_distributions_harmless_drop_in_for_every_service_is_accepted_named_an
     r = record("vendor_dropin")
     assert r["start"]["rc"] == 0 and not r["start"]["result"].get("failed"), r["start"]["tail"][-2000:]
     assert r["serving"]["ActiveState"] == "active" and r["serving"]["health_generate"] == 200
-    assert r["path"] in r["dropins"]  # systemd applies it to the unit
+    # systemd applies it to the unit (named through /usr/lib or, on a split-/usr search path, /lib)
+    shipped = "/systemd/system/service.d/10-timeout-abort.conf"
+    assert any(d.endswith(shipped) for d in r["dropins"]), r["dropins"]
     warning = re.sub(r"\s+", " ", r["start"]["tail"])
-    assert r["path"] in warning and "accepted, it sets only Service.TimeoutStopFailureMode" in warning, warning[-2000:]
+    assert shipped in warning and "accepted, it sets only Service.TimeoutStopFailureMode" in warning, warning[-2000:]
     assert r["stop"]["rc"] == 0 and r["after_stop"]["ActiveState"] == "inactive"
 
 
@@ -409,7 +411,7 @@ def test_unhealthy_the_watcher_failed_the_serving_server_with_exit_69():
     assert any("sglang-watcher: failed: stuck" in line for line in r["journal"]), r["journal"][-20:]
     # the window 2 s, serve_stuck_seconds 10 and serve_stuck_action restart took effect: the defaults (20 s, 300 s,
     # report) would never restart it.
-    assert r["samples"][-1]["t"] < 30, [(s["t"], s["ActiveState"], s["SubState"]) for s in r["samples"]]
+    assert r["samples"][-1]["t"] < 45, [(s["t"], s["ActiveState"], s["SubState"]) for s in r["samples"]]
 
 
 def test_unhealthy_systemd_shows_the_unit_restarting_with_exec_main_status_69():
