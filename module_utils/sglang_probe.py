@@ -47,6 +47,7 @@ MARGIN = 5.0  # s past the server's window before our client gives a health requ
 GATE = "%s.probe.lock"
 GATED = "gated"  # what a gated ask returns when the gate kept the request back (none sent)
 ABANDONED_SHARE = 0.9  # an unanswered request that took this share of its timeout timed out (else: refused at once)
+RESIDENT_BLIND = 3  # windows (+ margin) after which a possibly resident request is taken as gone, where no idle shows
 STUCK_DEFAULT = 300.0  # s: SGLang's --watchdog-timeout default
 STUCK_ACTIONS = ("report", "restart")
 _TLS = []
@@ -77,11 +78,18 @@ def serve_interval(configured, window):
 class ProbeGate(object):
     """One health request per server in flight (see the module docstring). ``clock``: CLOCK_MONOTONIC, the same for
     every process of a boot (the record carries the boot id: after a reboot it is void). ``run_dir`` None: no gate
-    (no run dir given)."""
+    (no run dir given).
 
-    def __init__(self, run_dir, name, window, clock=time.monotonic, locker=fcntl.flock):
+    A request that failed after waiting out the server's window (a 503 from SGLang's handler, or our timeout) may
+    still be resident in the scheduler, which keeps a health request it skipped while busy: the record says
+    ``resident`` and the gate stays shut until something shows the server idle: ``idle()`` (None: cannot tell, True:
+    no request running or waiting, from ``/v1/loads``, which is no generation) says True, or, where it can never tell
+    (no ``/v1/loads``), :data:`RESIDENT_BLIND` windows have passed. A new server process starts with none
+    (:meth:`forget`)."""
+
+    def __init__(self, run_dir, name, window, clock=time.monotonic, locker=fcntl.flock, idle=None):
         self.run_dir, self.name, self.window = run_dir, name, window
-        self.clock, self.locker = clock, locker
+        self.clock, self.locker, self.idle = clock, locker, idle
         self.boot = sglang_proc.boot_id()
         self.kept_back = 0  # requests the gate held back (for tests and the status)
         self.free_at = None  # when an earlier unanswered request's window ends (the record's word), or None
@@ -133,9 +141,14 @@ class ProbeGate(object):
         rec = self._record(fd)
         now = self.clock()
         until = rec.get("until")
-        if (not rec.get("answered", True) and rec.get("boot") == self.boot and isinstance(until, (int, float))
-                and rec.get("sent", now) <= now < until):
-            self.free_at = until
+        if rec.get("boot") != self.boot:
+            rec = {}
+        shut = (not rec.get("answered", True) and isinstance(until, (int, float))
+                and rec.get("sent", now) <= now < until)
+        if not shut and rec.get("resident"):
+            shut = not self._resident_gone(rec, now)
+        if shut:
+            self.free_at = until if isinstance(until, (int, float)) and now < until else now + 1.0
             self.locker(fd, fcntl.LOCK_UN)
             os.close(fd)
             self.kept_back += 1
@@ -148,13 +161,45 @@ class ProbeGate(object):
             pass
         return fd
 
-    def leave(self, fd, answered):
-        """The request ended: ``answered`` (anything came back, or it never reached the server) frees the gate at once;
-        else its record keeps the gate shut until its window on the server is over."""
+    def _resident_gone(self, rec, now):
+        """Whether a request the record calls resident can no longer be in the server: it is seen idle, or, where
+        nothing can tell, RESIDENT_BLIND windows have passed since it was sent."""
+        idle = self.idle() if self.idle is not None else None
+        if idle is None:
+            sent = rec.get("sent")
+            return not isinstance(sent, (int, float)) or now - sent >= RESIDENT_BLIND * (self.window + MARGIN)
+        return bool(idle)
+
+    def forget(self):
+        """A new server process: no request of ours is in it (the record is emptied)."""
+        if self.run_dir is None:
+            return
+        try:
+            fd = self._open()
+        except (OSError, sglang_proc.UntrustedState):
+            return
+        try:
+            self.locker(fd, fcntl.LOCK_EX)
+            self._write(fd, {})
+            self.locker(fd, fcntl.LOCK_UN)
+        except OSError:
+            pass
+        finally:
+            os.close(fd)
+
+    def leave(self, fd, answered, resident=False):
+        """The request ended: ``answered`` (anything came back, or it never reached the server) frees the gate at once,
+        unless it may be ``resident`` (it failed after waiting out the server's window): then the gate stays shut
+        until the server is seen idle; else (no answer) its record keeps the gate shut until its window on the server
+        is over."""
         if fd is None or fd < 0:
             return
         try:
-            if answered:
+            if resident:
+                rec = self._record(fd)
+                rec.update(answered=True, resident=True)
+                self._write(fd, rec)
+            elif answered:
                 rec = self._record(fd)
                 rec["answered"] = True
                 self._write(fd, rec)
@@ -180,7 +225,9 @@ def gated(ask, gate, clock=time.monotonic):
             code = ask(timeout)
         finally:
             taken = clock() - sent
-            gate.leave(held, code is not None or taken < ABANDONED_SHARE * timeout)
+            # failed after waiting out the server's window (its 503, or our timeout past it): it may stay resident
+            resident = code != 200 and taken >= ABANDONED_SHARE * min(gate.window, timeout)
+            gate.leave(held, code is not None or taken < ABANDONED_SHARE * timeout, resident=resident)
         return code
     return run
 
@@ -210,6 +257,17 @@ def http_get(url, headers, timeout, limit=1 << 20):
 def base_url(health_url):
     u = urlparse(health_url)
     return "%s://%s" % (u.scheme or "http", u.netloc)
+
+
+def idle_check(fetch, health_url, headers):
+    """For :class:`ProbeGate`: a callable saying whether the server is idle by its ``/v1/loads`` (no generation):
+    True when no request runs or waits, False when some do, None when it cannot tell (no fetch, no answer)."""
+    def idle():
+        if fetch is None:
+            return None
+        loads = loads_of(fetch(base_url(health_url) + "/v1/loads", headers, Activity.SAMPLE_TIMEOUT))
+        return None if loads is None else loads == (0, 0)
+    return idle
 
 
 def loads_of(answer):

@@ -39,8 +39,10 @@ class ModelWaiter(object):
     def __init__(self, module, clock=time.monotonic, sleep=None, popener=None, http=http_status,
                  procs=None, wall=time.time, cgroups=None, locker=fcntl.flock, prober=None, background_health=True,
                  systemctl=None, booted=systemd_here, caller_gone=None, unit_dirs=None, events=True, supervisors=None,
-                 gpu_smi=None):
+                 gpu_smi=None, fetch=None):
         self.module = module
+        # /v1/loads for the probe gate's idle check (no generation): an injected HTTP comes with its own fetch, or none
+        self.fetch = fetch if fetch is not None or http is not http_status else sglang_probe.http_get
         self.events = events  # False: the wait polls every poll_interval (no Waker; the benches' baseline)
         self.supervisors = supervisors or Supervisors()
         self.unit_dirs = unit_dirs  # where systemd reads units (default: unit_dir + UNIT_DIRS), see check_unit
@@ -97,7 +99,8 @@ class ModelWaiter(object):
         env.update(self.p.get("secret_environment") or {})
         window = sglang_probe.health_window(env)
         timeout = sglang_probe.probe_timeout(timeout, window)
-        gate = sglang_probe.ProbeGate(self.run_dir, self.p["name"], window, clock=self.clock)
+        gate = sglang_probe.ProbeGate(self.run_dir, self.p["name"], window, clock=self.clock,
+                                      idle=sglang_probe.idle_check(self.fetch, url, headers))
         ask = sglang_probe.gated(lambda t: self.raw_http(url, headers, t), gate, self.clock)
         end = self.clock() + window + sglang_probe.MARGIN + timeout + 1.0  # an abandoned one's window, or one in flight
         while True:

@@ -480,7 +480,8 @@ class Watcher(object):
     def health_ask(self, cfg, headers, settings):
         """One health request, through the deployment's probe gate (sglang_probe.ProbeGate): never two of ours or the
         module's in the server at once, none while an earlier unanswered one may still be resident."""
-        self.gate = sglang_probe.ProbeGate(self.run_dir, self.name, settings["health_window"], clock=self.clock)
+        self.gate = sglang_probe.ProbeGate(self.run_dir, self.name, settings["health_window"], clock=self.clock,
+                                           idle=sglang_probe.idle_check(self.fetch, cfg["health_url"], headers))
 
         def ask(timeout):
             return self.http(cfg["health_url"], headers, timeout)
@@ -545,6 +546,7 @@ class Watcher(object):
 
         headers = cfg.get("headers") or {}
         ask = self.health_ask(cfg, headers, settings)
+        self.gate.forget()  # a new server process holds no request of ours
         deadline = t0 + (cfg.get("timeout") or 10 ** 9)
         # The file we created, through our own descriptor: never a path the service user could swap meanwhile.
         log_read_fd = os.open("/proc/self/fd/%d" % log_fd, os.O_RDONLY | os.O_CLOEXEC)

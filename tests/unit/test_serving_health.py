@@ -186,10 +186,66 @@ def test_a_gated_ask_counts_a_refused_request_as_no_resident_and_a_timed_out_one
         now[0] += t
         return None
     gate2 = sglang_probe.ProbeGate(str(tmp_path), "other", 20.0, clock=clock)
-    assert sglang_probe.gated(times_out, gate2, clock)(22.0) is None  # the server may hold it until 100 + 25
+    assert sglang_probe.gated(times_out, gate2, clock)(22.0) is None  # the server may hold it: resident
     assert sglang_probe.gated(lambda t: 200, gate2, clock)(25.0) == sglang_probe.GATED
-    now[0] = 125.0
+    now[0] = 125.0  # its window is over, but a scheduler keeps a health request it skipped while busy
+    assert sglang_probe.gated(lambda t: 200, gate2, clock)(25.0) == sglang_probe.GATED
+    now[0] = 100.0 + sglang_probe.RESIDENT_BLIND * (20.0 + sglang_probe.MARGIN)  # nothing can tell: blind bound
     assert sglang_probe.gated(lambda t: 200, gate2, clock)(25.0) == 200
+
+
+def _gate(tmp_path, now, idle, name="sglang"):
+    return sglang_probe.ProbeGate(str(tmp_path), name, 20.0, clock=lambda: now[0], idle=lambda: idle[0])
+
+
+def test_a_503_after_the_window_keeps_the_gate_shut_for_every_asker_until_the_server_is_seen_idle(tmp_path):
+    """SGLang answers 503 when its window passed without output, and its scheduler keeps the request it skipped
+    while busy: no second request of ours (the supervisor's or the module's) goes in until /v1/loads shows it idle."""
+    now, idle = [100.0], [False]
+
+    def window_503(t):
+        now[0] += 20.0
+        return 503
+    supervisor, module = _gate(tmp_path, now, idle), _gate(tmp_path, now, idle)
+    assert sglang_probe.gated(window_503, supervisor, lambda: now[0])(25.0) == 503
+    sent = []
+    for step in range(40):  # a 100 s prefill: requests running the whole time
+        now[0] += 2.5
+        assert sglang_probe.gated(lambda t: sent.append(t) or 200, module, lambda: now[0])(25.0) == sglang_probe.GATED
+    assert not sent and module.kept_back == 40 and module.free_at == now[0] + 1.0
+    idle[0] = True  # the prefill is over: nothing running or waiting
+    assert sglang_probe.gated(lambda t: 200, module, lambda: now[0])(25.0) == 200
+    idle[0] = False  # a 200 took it out: the next goes while busy again
+    assert sglang_probe.gated(lambda t: 200, supervisor, lambda: now[0])(25.0) == 200
+
+
+def test_a_503_at_once_is_not_resident_and_a_new_server_process_holds_none(tmp_path):
+    now, idle = [100.0], [False]
+    gate = _gate(tmp_path, now, idle)
+    assert sglang_probe.gated(lambda t: 503, gate, lambda: now[0])(25.0) == 503  # answered at once: never held
+    assert sglang_probe.gated(lambda t: 200, gate, lambda: now[0])(25.0) == 200
+
+    def window_503(t):
+        now[0] += 20.0
+        return 503
+    assert sglang_probe.gated(window_503, gate, lambda: now[0])(25.0) == 503
+    assert sglang_probe.gated(lambda t: 200, gate, lambda: now[0])(25.0) == sglang_probe.GATED
+    gate.forget()  # the supervisor started a new server process
+    assert sglang_probe.gated(lambda t: 200, gate, lambda: now[0])(25.0) == 200
+
+
+def test_the_idle_check_reads_v1_loads_and_says_none_when_it_cannot_tell():
+    asked = []
+
+    def fetch(url, headers, timeout):
+        asked.append(url)
+        return answers.pop(0)
+    answers = [(200, b'{"loads": [{"num_running_reqs": 0, "num_waiting_reqs": 0}]}'),
+               (200, b'{"loads": [{"num_running_reqs": 2, "num_waiting_reqs": 0}]}'), None, (404, b"")]
+    idle = sglang_probe.idle_check(fetch, "http://127.0.0.1:3000/health_generate", {})
+    assert [idle(), idle(), idle(), idle()] == [True, False, None, None]
+    assert asked == ["http://127.0.0.1:3000/v1/loads"] * 4
+    assert sglang_probe.idle_check(None, "http://127.0.0.1:3000/health", {})() is None
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="needs root to plant a file of another user")
