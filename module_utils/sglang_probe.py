@@ -225,8 +225,9 @@ def gated(ask, gate, clock=time.monotonic):
             code = ask(timeout)
         finally:
             taken = clock() - sent
-            # failed after waiting out the server's window (its 503, or our timeout past it): it may stay resident
-            resident = code != 200 and taken >= ABANDONED_SHARE * min(gate.window, timeout)
+            # failed after waiting out the server's window (its 503, or our timeout past it): it may stay resident.
+            # A start's short request (a timeout under the window) keeps the gate shut for its window, as before.
+            resident = code != 200 and taken >= ABANDONED_SHARE * gate.window
             gate.leave(held, code is not None or taken < ABANDONED_SHARE * timeout, resident=resident)
         return code
     return run

@@ -307,3 +307,20 @@ def test_watched_a_stuck_server_fails_the_watch_and_signals_nothing(tmp_path):
     (r, _notes), asked = _watch_with(tmp_path, {"state": "stuck", "running": 2, "waiting": 0})
     assert r["failed"] is True and r["crash_class"] == "stuck" and r["serving_state"] == "stuck", r
     assert "not restarted" in r["msg"] and "stopped_after_failure" not in r
+
+
+def test_a_starts_short_request_that_timed_out_keeps_the_gate_shut_for_its_window_only(tmp_path):
+    """During a start the supervisor's requests have a short timeout (under the server's window): one that timed out
+    keeps the gate shut until its window on the server is over, as an abandoned one does; never longer (a loading
+    server has no /v1/loads to show it idle)."""
+    now, idle = [100.0], [None]
+
+    def times_out(t):
+        now[0] += t
+        return None
+    gate = _gate(tmp_path, now, idle)
+    assert sglang_probe.gated(times_out, gate, lambda: now[0])(2.0) is None
+    now[0] = 100.0 + 20.0 + sglang_probe.MARGIN - 0.1
+    assert sglang_probe.gated(lambda t: 200, gate, lambda: now[0])(2.0) == sglang_probe.GATED
+    now[0] += 0.1
+    assert sglang_probe.gated(lambda t: 200, gate, lambda: now[0])(2.0) == 200
