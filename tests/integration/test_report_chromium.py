@@ -15,7 +15,7 @@ from chromium_cdp import open_page
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 GENERATOR = os.path.join(REPO, "roles", "sglang_report", "files", "sglang_report.py")
 HOSTILE = ('</pre></svg><script>console.error("injected")</script><img src=x onerror="console.error(1)">'
-           '<a href="javascript:alert(1)">x</a>\x1b]0;title\x07\x1b[2J\u202e')
+           '<a href="javascript:alert(1)">x</a>{{ 7*7 }}{% if true %}yes{% endif %}\x1b]0;title\x07\x1b[2J\u202e')
 DOM = """JSON.stringify({
   points: Array.from(document.querySelectorAll('circle.speedup-point')).map(e => e.dataset.concurrency),
   crossover: Array.from(document.querySelectorAll('g.crossover')).map(e => e.dataset.concurrency),

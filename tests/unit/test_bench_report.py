@@ -123,13 +123,17 @@ def test_figures_that_are_not_numbers_are_no_figures():
 
 
 # -- escaping -----------------------------------------------------------------------------------------------------
-def test_escape_shows_control_characters_and_escapes_markup_and_quotes():
-    assert report.escape(HOSTILE) == (
-        "&lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=alert(2)&gt;&quot;&#x27;&amp;\\x1b[2J\\x07\\x9b"
-        "&lt;/pre&gt;")
-    assert report.escape("a\nb\tc") == "a\\x0ab\\x09c"
-    assert report.escape("a\nb\tc", keep_newlines=True) == "a\nb\tc"
-    assert report.escape(None) == "" and report.escape(3) == "3"
+def test_shown_makes_control_characters_visible_and_the_templates_escape_markup_and_quotes():
+    assert report.shown(HOSTILE) == '<script>alert(1)</script><img src=x onerror=alert(2)>"\'&\\x1b[2J\\x07\\x9b</pre>'
+    assert report.shown("a\nb\tc") == "a\\x0ab\\x09c"
+    assert report.shown(None) == "" and report.shown(3) == "3"
+    # the page's environment: every printed value shown, then HTML-escaped (quotes too: safe in attributes)
+    escaped = ("&lt;script&gt;alert(1)&lt;/script&gt;&lt;img src=x onerror=alert(2)&gt;&#34;&#39;&amp;\\x1b[2J\\x07"
+               "\\x9b&lt;/pre&gt;")
+    page = report.environment().from_string('<p title="{{ v }}">{{ v }}</p>').render(v=HOSTILE)
+    assert page == '<p title="%s">%s</p>' % (escaped, escaped)
+    assert report.environment().from_string("<pre>{{ v|lines }}</pre>").render(v=["<b>", "a\tb", 3]) == (
+        "<pre>&lt;b&gt;\na\\x09b\n3</pre>")
 
 
 def test_phase_names_become_classes_only_when_known():
@@ -160,6 +164,37 @@ def test_hostile_text_everywhere_stays_data_in_the_page():
     # a phase name from the file never becomes a class of its own
     assert all(a["class"].split()[-1].startswith("phase-") and a["class"].split()[-1][6:] in report.PHASE_COLORS
                for a in marks.having("rect", "phase-seg"))
+
+
+def test_client_text_with_script_quotes_and_template_syntax_is_escaped_and_never_evaluated():
+    """Prompts' dataset, model names, the label, log text: Jinja2 syntax in them is text, not template source."""
+    hostile = '<script>alert("x")</script> " {{ "evaluated" ~ "-" ~ "yes" }} {% if true %}yes{% endif %} {# c #}'
+    data = bench((1, 150.0, 100.0), host=hostile, label=hostile, note=hostile)
+    data["client"].update(module=hostile, dataset=hostile, input_len=hostile)
+    data["deployment"]["speculative"] = {"algorithm": "EAGLE3", "draft_model_path": hostile}
+    data["runs"][0]["side"] = hostile
+    status = {"attempt": 7, "verdict": "cuda_oom", "phase": "loading_weights",
+              "phases": [{"phase": "launching", "at": 0.0}, {"phase": "loading_weights", "at": 2.0}],
+              "report": {"hint": hostile, "deciding_line": hostile, "evidence": hostile, "traceback": [hostile],
+                         "log_tail": [hostile], "log_path": hostile, "elapsed": 3.0}}
+    page, _ = report.render(data, {"host": hostile, "name": hostile, "status": status, "loads": []})
+    marks = Marks(page)
+    assert [t for t, _ in marks.tags if t == "script"] == [] and "<script>alert" not in page
+    # never evaluated: neither the expression's value nor the if's lone "yes" comes of it
+    assert "evaluated-yes" not in page and ">yes<" not in page
+    text = "".join(marks.text)
+    # shown in full, as typed, where it was put
+    for shown in ("eagle-deploy report: %s" % hostile, "deployment %s" % hostile,
+                  "Every figure on this page is labelled %s: %s" % (hostile, hostile),
+                  "SGLang's own client (%s), dataset %s, input %s and output" % (hostile, hostile, hostile),
+                  "hint: %s" % hostile, "evidence: %s" % hostile, "deciding line :%s" % hostile,
+                  "traceback:%s" % hostile, "log excerpt (%s):%s" % (hostile, hostile)):
+        assert shown in text
+    assert json.dumps(hostile) in text  # the draft model's name, inside the speculative settings (JSON)
+    # a quote never ends an attribute: the run's side is its data-side, whole; the label is in the charts' titles
+    assert hostile in [r["data-side"] for r in marks.having("tr", "run")]
+    assert [a["aria-label"] for t, a in marks.tags if t == "svg"][:2] == [
+        "Speed-up of speculative decoding per concurrency (%s)" % hostile, "Output tokens per second, both sides (%s)" % hostile]
 
 
 # -- the page -----------------------------------------------------------------------------------------------------

@@ -5,48 +5,64 @@
 reads ``DIR/bench.json`` (the benchmark's raw figures; absent after a plain report run) and ``DIR/timeline.json``
 (the deployment's status file and load history), and writes ``DIR/report.html`` and ``DIR/summary.json`` (the
 speed-up per concurrency and the crossover). The page has no script and loads nothing (inline CSS and SVG, a
-Content-Security-Policy that allows neither): it opens from the file in any browser, offline. Every text a client,
-a server or its log could influence is data: control characters are shown as ``\\xNN`` and everything is
-HTML-escaped.
+Content-Security-Policy that allows neither): it opens from the file in any browser, offline.
+
+This program computes: the figures, the charts' geometry, what each section shows. The templates next to it draw:
+``report.html.j2`` (the page) and ``report_charts.html.j2`` (its SVG charts), rendered by Jinja2 with autoescape on.
+Every text a client, a server or its log could influence is data: each printed value goes through ``shown``
+(control characters as ``\\xNN``), then Jinja2 HTML-escapes it (quotes too); data is never template source.
 
 Speed-up at a concurrency = the speculative side's output tokens/s over the baseline's (speculation off).
 Crossover = the first concurrency, in ascending order, where the speed-up is below 1.0: from there on speculative
 decoding costs more than it gives.
 
-Standard library only; runs on the controller (roles/sglang_report/tasks/main.yml).
+Runs on the controller (roles/sglang_report/tasks/main.yml, with the Python that runs ansible-playbook): the
+standard library and Jinja2 (which ansible-core requires).
 """
 
 from __future__ import annotations
 
-import html
 import json
 import math
 import os
 import re
 import sys
 
+import jinja2
+import markupsafe
+
+TEMPLATES = os.path.dirname(os.path.abspath(__file__))
+PAGE_TEMPLATE = "report.html.j2"
 PHASES = ("launching", "loading_weights", "kv_cache", "cuda_graph", "warmup", "ready")
 PHASE_WORDS = {"launching": "starting", "loading_weights": "loading weights", "kv_cache": "KV cache",
                "cuda_graph": "CUDA graphs", "warmup": "warm-up", "ready": "ready"}
 PHASE_COLORS = {"launching": "#9aa5b1", "loading_weights": "#3b82c4", "kv_cache": "#7c5cc4", "cuda_graph": "#d9822b",
                 "warmup": "#e0b400", "ready": "#2f9e44", "other": "#6b7280"}
+# The figures of a run that the table of every run shows.
+TABLE_FIGURES = ("output_throughput", "request_throughput", "median_ttft_ms", "p99_ttft_ms", "median_itl_ms",
+                 "p99_itl_ms", "accept_length", "completed")
 SPEC_COLOR = "#d9480f"
 BASE_COLOR = "#1c7ed6"
-_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")
-_CONTROL_ALL = re.compile("[\x00-\x1f\x7f-\x9f]")
+_CONTROL = re.compile("[\x00-\x1f\x7f-\x9f]")
 
 
 # -- text ---------------------------------------------------------------------------------------------------------
-def escape(text, keep_newlines=False):
-    """Text for the page: control characters (C0 but newline/tab where kept, DEL, C1) as ``\\xNN``, then
-    HTML-escaped (quotes too: safe in attributes). Anything that is not a string is shown as its ``str``."""
-    if text is None:
+def shown(value):
+    """A value as the page shows it (the templates' ``finalize``: every ``{{ }}``): None as nothing, anything not a
+    string as its ``str``, control characters (C0, DEL, C1) as ``\\xNN``. Jinja2's autoescape HTML-escapes the
+    result. Markup (a macro's output: the templates' own, already shown and escaped) passes unchanged."""
+    if value is None:
         return ""
-    if not isinstance(text, str):
-        text = str(text)
-    pattern = _CONTROL if keep_newlines else _CONTROL_ALL
-    text = pattern.sub(lambda m: "\\x%02x" % ord(m.group()), text)
-    return html.escape(text, quote=True)
+    if hasattr(value, "__html__"):
+        return value
+    if not isinstance(value, str):
+        value = str(value)
+    return _CONTROL.sub(lambda m: "\\x%02x" % ord(m.group()), value)
+
+
+def shown_lines(lines):
+    """Lines as one block of text (a ``<pre>``'s): each line shown and escaped, joined by newlines."""
+    return markupsafe.Markup("\n").join(shown(line) for line in lines)
 
 
 def css_class(name):
@@ -63,10 +79,35 @@ def num(value):
 
 
 def fmt(value, digits=1):
+    """A figure for the page: thousands separated, ``digits`` decimals; ``-`` for no figure."""
     value = num(value)
     if value is None:
         return "-"
     return "{:,.{d}f}".format(value, d=digits)
+
+
+def fixed(value, digits=1):
+    """A coordinate or a ratio with ``digits`` decimals."""
+    return "%.*f" % (digits, value)
+
+
+def tick_text(value):
+    """An axis tick's words."""
+    return ("%g" % value) if value < 10000 else "{:,.0f}".format(value)
+
+
+def label_tag(label):
+    """What every figure carries: `` (label)``, or nothing without a label."""
+    return (" (%s)" % label) if label else ""
+
+
+def environment():
+    """The templates' Jinja2 environment: autoescape on, every printed value ``shown``, unknown names an error."""
+    env = jinja2.Environment(loader=jinja2.FileSystemLoader(TEMPLATES), autoescape=True, finalize=shown,
+                             undefined=jinja2.StrictUndefined, trim_blocks=True, lstrip_blocks=True,
+                             keep_trailing_newline=True)
+    env.filters.update(lines=shown_lines, fmt=fmt, fixed=fixed, tick=tick_text)
+    return env
 
 
 # -- figures ------------------------------------------------------------------------------------------------------
@@ -123,6 +164,7 @@ def crossover(rows):
 
 
 def verdict_words(rows, cross):
+    """The benchmark's verdict in one sentence."""
     measured = [r for r in rows if r["speedup"] is not None]
     if not measured:
         return "No concurrency has figures on both sides: no speed-up to show."
@@ -137,7 +179,7 @@ def verdict_words(rows, cross):
             % (faster[-1], cross))
 
 
-# -- SVG ----------------------------------------------------------------------------------------------------------
+# -- the charts' geometry (report_charts.html.j2 draws them) -------------------------------------------------------
 def nice_ticks(top, count=5):
     """Round tick values from 0 to at least ``top``."""
     if not top or top <= 0:
@@ -151,12 +193,8 @@ def nice_ticks(top, count=5):
     return ticks
 
 
-def _tick_text(value):
-    return ("%g" % value) if value < 10000 else "{:,.0f}".format(value)
-
-
 class Plot:
-    """A chart frame: categorical x (the concurrencies), linear y from 0; SVG element strings."""
+    """A chart frame: categorical x (the concurrencies), linear y from 0."""
 
     def __init__(self, categories, top, width=640, height=300, left=64, right=20, top_pad=30, bottom=48):
         self.categories = list(categories)
@@ -176,83 +214,50 @@ class Plot:
     def y(self, value):
         return self.top + self.plot_h * (1.0 - min(value, self.ymax) / self.ymax)
 
-    def axes(self, x_title, y_title):
-        parts = []
-        for tick in self.ticks:
-            y = self.y(tick)
-            parts.append('<line class="grid" x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f"/>' % (self.left, self.left + self.plot_w, y, y))
-            parts.append('<text class="tick" x="%.1f" y="%.1f" text-anchor="end">%s</text>' % (self.left - 6, y + 4, _tick_text(tick)))
-        base = self.top + self.plot_h
-        parts.append('<line class="axis" x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f"/>' % (self.left, self.left + self.plot_w, base, base))
-        for i, cat in enumerate(self.categories):
-            parts.append('<text class="tick" x="%.1f" y="%.1f" text-anchor="middle">%s</text>' % (self.x(i), base + 16, escape(cat)))
-        parts.append('<text class="axis-title" x="%.1f" y="%.1f" text-anchor="middle">%s</text>'
-                     % (self.left + self.plot_w / 2, self.height - 8, escape(x_title)))
-        parts.append('<text class="axis-title" transform="translate(14 %.1f) rotate(-90)" text-anchor="middle">%s</text>'
-                     % (self.top + self.plot_h / 2, escape(y_title)))
-        return parts
-
-    def svg(self, cls, title, parts):
-        return ('<svg class="chart %s" role="img" aria-label="%s" viewBox="0 0 %d %d" width="%d" height="%d" '
-                'xmlns="http://www.w3.org/2000/svg"><title>%s</title>%s</svg>'
-                % (cls, escape(title), self.width, self.height, self.width, self.height, escape(title), "".join(parts)))
+    def frame(self, cls, title, x_title, y_title):
+        """What the template's ``chart`` macro draws around a chart: the SVG, the grid with its ticks, the base line,
+        the categories and both axis titles."""
+        return {"cls": cls, "title": title, "width": self.width, "height": self.height,
+                "left": self.left, "right": self.left + self.plot_w, "top": self.top, "base": self.top + self.plot_h,
+                "ticks": [{"y": self.y(t), "value": t} for t in self.ticks],
+                "categories": [{"x": self.x(i), "text": c} for i, c in enumerate(self.categories)],
+                "x_title": {"x": self.left + self.plot_w / 2, "y": self.height - 8, "text": x_title},
+                "y_title": {"y": self.top + self.plot_h / 2, "text": y_title}}
 
 
 def speedup_chart(rows, cross, label):
     """Speed-up per concurrency: points joined by a line, the parity line at 1.0, the crossover marked."""
-    tag = (" (%s)" % label) if label else ""
+    tag = label_tag(label)
     values = [r["speedup"] for r in rows if r["speedup"] is not None]
-    plot = Plot([r["concurrency"] for r in rows], max(values + [1.2]) * 1.15)
-    parts = plot.axes("concurrency (requests in flight)", "speed-up" + tag)
-    y1 = plot.y(1.0)
-    parts.append('<rect class="loss-zone" x="%.1f" y="%.1f" width="%.1f" height="%.1f"/>'
-                 % (plot.left, y1, plot.plot_w, plot.top + plot.plot_h - y1))
-    parts.append('<line class="parity" x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f"/>' % (plot.left, plot.left + plot.plot_w, y1, y1))
-    parts.append('<text class="parity-label" x="%.1f" y="%.1f" text-anchor="end">1.0 = no gain</text>'
-                 % (plot.left + plot.plot_w - 4, y1 - 5))
-    if cross is not None:
-        i = [r["concurrency"] for r in rows].index(cross)
-        x = plot.x(i)
-        parts.append('<g class="crossover" data-concurrency="%d"><line class="crossover-line" x1="%.1f" x2="%.1f" '
-                     'y1="%.1f" y2="%.1f"/><text class="crossover-label" x="%.1f" y="%.1f" text-anchor="middle">'
-                     'crossover: concurrency %d</text></g>'
-                     % (cross, x, x, plot.top, plot.top + plot.plot_h, x, plot.top - 10, cross))
-    points = [(plot.x(i), plot.y(r["speedup"]), r) for i, r in enumerate(rows) if r["speedup"] is not None]
-    if len(points) > 1:
-        parts.append('<polyline class="speedup-line" points="%s"/>' % " ".join("%.1f,%.1f" % (x, y) for x, y, row in points))
-    for x, y, r in points:
-        cls = "speedup-point loss" if r["speedup"] < 1.0 else "speedup-point gain"
-        parts.append('<circle class="%s" data-concurrency="%d" data-speedup="%.4f" cx="%.1f" cy="%.1f" r="5">'
-                     '<title>concurrency %d: speed-up %.2f%s</title></circle>'
-                     % (cls, r["concurrency"], r["speedup"], x, y, r["concurrency"], r["speedup"], escape(tag)))
-        parts.append('<text class="value" x="%.1f" y="%.1f" text-anchor="start">%.2f</text>' % (x + 8, y - 8, r["speedup"]))
-    return plot.svg("speedup-chart", "Speed-up of speculative decoding per concurrency" + tag, parts)
+    concurrencies = [r["concurrency"] for r in rows]
+    plot = Plot(concurrencies, max(values + [1.2]) * 1.15)
+    points = [{"x": plot.x(i), "y": plot.y(r["speedup"]), "concurrency": r["concurrency"], "speedup": r["speedup"],
+               "cls": "speedup-point loss" if r["speedup"] < 1.0 else "speedup-point gain"}
+              for i, r in enumerate(rows) if r["speedup"] is not None]
+    return {"frame": plot.frame("speedup-chart", "Speed-up of speculative decoding per concurrency" + tag,
+                                "concurrency (requests in flight)", "speed-up" + tag),
+            "tag": tag, "parity_y": plot.y(1.0), "points": points,
+            "line": " ".join("%.1f,%.1f" % (p["x"], p["y"]) for p in points) if len(points) > 1 else None,
+            "crossover": None if cross is None else {"concurrency": cross, "x": plot.x(concurrencies.index(cross))}}
 
 
 def throughput_chart(rows, label):
     """Output tokens/s of both sides per concurrency: grouped bars."""
-    tag = (" (%s)" % label) if label else ""
+    tag = label_tag(label)
     values = [v for r in rows for v in (r["speculative_tok_s"], r["baseline_tok_s"]) if v is not None]
     plot = Plot([r["concurrency"] for r in rows], max(values + [1.0]) * 1.1)
-    parts = plot.axes("concurrency (requests in flight)", "output tokens/s" + tag)
     width = min(36.0, plot.band() * 0.35)
+    bars = []
     for i, r in enumerate(rows):
         for offset, key, cls, side in ((-width, "speculative_tok_s", "tps-spec", "speculative"),
                                        (0.0, "baseline_tok_s", "tps-baseline", "speculation off")):
-            value = r[key]
-            if value is None:
-                continue
-            x, y = plot.x(i) + offset, plot.y(value)
-            parts.append('<rect class="%s" data-concurrency="%d" x="%.1f" y="%.1f" width="%.1f" height="%.1f">'
-                         '<title>%s, concurrency %d: %s output tokens/s%s</title></rect>'
-                         % (cls, r["concurrency"], x, y, width, plot.top + plot.plot_h - y, side, r["concurrency"],
-                            fmt(value), escape(tag)))
-    legend_y = plot.top - 14
-    parts.append('<rect class="tps-spec" x="%.1f" y="%.1f" width="12" height="12"/><text class="legend" x="%.1f" y="%.1f">'
-                 'speculative (EAGLE-3 on)</text>' % (plot.left, legend_y - 10, plot.left + 16, legend_y))
-    parts.append('<rect class="tps-baseline" x="%.1f" y="%.1f" width="12" height="12"/><text class="legend" x="%.1f" y="%.1f">'
-                 'speculation off</text>' % (plot.left + 200, legend_y - 10, plot.left + 216, legend_y))
-    return plot.svg("throughput-chart", "Output tokens per second, both sides" + tag, parts)
+            if r[key] is not None:
+                y = plot.y(r[key])
+                bars.append({"cls": cls, "side": side, "concurrency": r["concurrency"], "value": r[key],
+                             "x": plot.x(i) + offset, "y": y, "width": width, "height": plot.top + plot.plot_h - y})
+    return {"frame": plot.frame("throughput-chart", "Output tokens per second, both sides" + tag,
+                                "concurrency (requests in flight)", "output tokens/s" + tag),
+            "tag": tag, "bars": bars, "legend_y": plot.top - 14}
 
 
 # -- the load timeline --------------------------------------------------------------------------------------------
@@ -289,6 +294,7 @@ def this_load(status):
 
 
 def earlier_loads(loads, current_attempt):
+    """The history's loads but the current one: {attempt, verdict, total, spans, failed, current, finished_at}."""
     out = []
     for rec in loads or []:
         if not isinstance(rec, dict) or num(rec.get("total")) is None:
@@ -301,136 +307,89 @@ def earlier_loads(loads, current_attempt):
     return out
 
 
+def load_name(load):
+    """A load as the timeline names it: its attempt, whether it is this load, what it was for."""
+    name = "attempt %s" % (load["attempt"],) if load["attempt"] is not None else "a load"
+    name += " (this load)" if load["current"] else ""
+    return name + ((" (%s)" % load["note"]) if load.get("note") else "")
+
+
 def timeline_chart(loads):
     """One horizontal bar per load (this one first, then the earlier ones, newest first), split by phase."""
-    top = max([l["total"] for l in loads] + [1.0])
-    ticks = nice_ticks(top)
-    xmax = ticks[-1]
-    left, right, row_h, pad = 170, 120, 26, 36
-    width = 760
+    ticks = nice_ticks(max([l["total"] for l in loads] + [1.0]))
+    left, right, row_h, pad, width = 170, 120, 26, 36, 760
     plot_w = width - left - right
-    height = pad + row_h * len(loads) + 56
+    bottom = pad + row_h * len(loads)
 
     def xs(seconds):
-        return left + plot_w * min(seconds, xmax) / xmax
+        return left + plot_w * min(seconds, ticks[-1]) / ticks[-1]
 
-    parts = []
-    for t in ticks:
-        parts.append('<line class="grid" x1="%.1f" x2="%.1f" y1="%d" y2="%d"/>' % (xs(t), xs(t), pad - 6, pad + row_h * len(loads)))
-        parts.append('<text class="tick" x="%.1f" y="%d" text-anchor="middle">%s</text>' % (xs(t), pad + row_h * len(loads) + 16, _tick_text(t)))
-    parts.append('<text class="axis-title" x="%.1f" y="%d" text-anchor="middle">seconds since launch</text>'
-                 % (left + plot_w / 2, height - 22))
+    bars = []
     for row, load in enumerate(loads):
         y = pad + row * row_h
-        name = "attempt %s" % escape(load["attempt"]) if load["attempt"] is not None else "a load"
-        name += " (this load)" if load["current"] else ""
-        name += (" (%s)" % escape(load["note"])) if load.get("note") else ""
-        cls = "load-bar current" if load["current"] else "load-bar"
-        if load["failed"]:
-            cls += " failed"
-        parts.append('<g class="%s" data-attempt="%s" data-total="%.3f"><text class="load-label" x="%d" y="%.1f" '
-                     'text-anchor="end">%s</text>' % (cls, escape(load["attempt"]), load["total"], left - 8, y + 15, name))
-        for phase, start, stop in load["spans"]:
-            w = max(xs(stop) - xs(start), 1.0)
-            parts.append('<rect class="phase-seg phase-%s" x="%.1f" y="%d" width="%.1f" height="%d"><title>%s: %.1f s'
-                         '-%.1f s</title></rect>'
-                         % (css_class(phase), xs(start), y + 3, w, row_h - 8, escape(PHASE_WORDS.get(phase, phase)),
-                            start, stop))
-        end = '%s %s' % (fmt(load["total"]), "s")
-        if load["failed"]:
-            end += " - failed: %s" % escape(load["verdict"])
-        parts.append('<text class="load-end" x="%.1f" y="%.1f">%s</text></g>' % (xs(load["total"]) + 4, y + 15, end))
-    legend_x = 10
+        bars.append({"cls": "load-bar" + (" current" if load["current"] else "") + (" failed" if load["failed"] else ""),
+                     "attempt": load["attempt"], "total": load["total"], "name": load_name(load), "y": y,
+                     "label_x": left - 8, "end_x": xs(load["total"]) + 4, "failed": load["failed"],
+                     "verdict": load["verdict"], "seg_h": row_h - 8,
+                     "segments": [{"cls": css_class(phase), "words": PHASE_WORDS.get(phase, phase), "start": start,
+                                   "stop": stop, "x": xs(start), "width": max(xs(stop) - xs(start), 1.0)}
+                                  for phase, start, stop in load["spans"]]})
+    legend, legend_x = [], 10
     for phase in PHASES:
-        parts.append('<rect class="phase-seg phase-%s" x="%d" y="6" width="12" height="12"/><text class="legend" x="%d" y="16">%s</text>'
-                     % (phase, legend_x, legend_x + 16, escape(PHASE_WORDS[phase])))
+        legend.append({"phase": phase, "x": legend_x, "words": PHASE_WORDS[phase]})
         legend_x += 16 + 7 * len(PHASE_WORDS[phase]) + 18
-    return ('<svg class="chart timeline-chart" role="img" aria-label="Load timeline" viewBox="0 0 %d %d" width="%d" '
-            'height="%d" xmlns="http://www.w3.org/2000/svg"><title>Load timeline</title>%s</svg>'
-            % (width, height, width, height, "".join(parts)))
+    return {"width": width, "height": bottom + 56, "top": pad - 6, "bottom": bottom, "title_x": left + plot_w / 2,
+            "ticks": [{"x": xs(t), "value": t} for t in ticks], "bars": bars, "legend": legend}
 
 
-# -- the page -----------------------------------------------------------------------------------------------------
-CSS = """
-body{font:14px/1.45 system-ui,-apple-system,"Segoe UI",sans-serif;color:#1f2933;margin:24px auto;max-width:1100px;padding:0 16px}
-h1{font-size:22px;margin:0 0 4px}h2{font-size:18px;margin:28px 0 8px;border-bottom:1px solid #d9dee3;padding-bottom:4px}
-.meta{color:#52606d}.label-banner{background:#fff3bf;border:1px solid #e8c547;padding:8px 12px;margin:12px 0;font-weight:600}
-.verdict{font-size:16px;font-weight:600;margin:8px 0}.note{color:#52606d}
-table{border-collapse:collapse;margin:8px 0;font-variant-numeric:tabular-nums}
-th,td{border:1px solid #d9dee3;padding:3px 6px;text-align:right}table.figures{font-size:12px}th{background:#f5f7fa}td.text{text-align:left}
-td.loss{color:#c92a2a;font-weight:600}td.gain{color:#2b8a3e;font-weight:600}
-.chart{display:block;margin:8px 0;max-width:100%%;height:auto}
-.grid{stroke:#e4e7eb;stroke-width:1}.axis{stroke:#7b8794;stroke-width:1}
-.tick{font-size:11px;fill:#52606d}.axis-title{font-size:12px;fill:#323f4b}.legend{font-size:12px;fill:#323f4b}
-.value{font-size:11px;fill:#323f4b}.parity{stroke:#323f4b;stroke-dasharray:6 4;stroke-width:1.5}
-.parity-label{font-size:11px;fill:#323f4b}.loss-zone{fill:#fff5f5}
-.speedup-line{fill:none;stroke:#495057;stroke-width:2}.speedup-point.gain{fill:#2b8a3e}.speedup-point.loss{fill:#c92a2a}
-.crossover-line{stroke:#c92a2a;stroke-width:2;stroke-dasharray:4 3}.crossover-label{font-size:12px;font-weight:600;fill:#c92a2a}
-.tps-spec{fill:%s}.tps-baseline{fill:%s}
-.load-label{font-size:12px;fill:#323f4b}.load-bar.current .load-label{font-weight:700}.load-end{font-size:11px;fill:#52606d}
-.load-bar.failed .load-end{fill:#c92a2a;font-weight:600}
-pre{background:#f5f7fa;border:1px solid #d9dee3;padding:8px;overflow:auto;font-size:12px;white-space:pre-wrap;word-break:break-all}
-.failure{border:2px solid #c92a2a;padding:8px 12px;background:#fff5f5}
-""" % (SPEC_COLOR, BASE_COLOR) + "".join(".phase-%s{fill:%s}" % (k, v) for k, v in PHASE_COLORS.items())
-
-
-def figures_table(bench, label):
-    tag = (" (%s)" % escape(label)) if label else ""
-    rows = []
+# -- what each section shows (report.html.j2 lays it out) ---------------------------------------------------------
+def figure_runs(bench):
+    """The table of every run: side, concurrency, figures, completed, and how the run went."""
+    out = []
     for run in sorted((bench or {}).get("runs") or [], key=lambda r: (num(r.get("concurrency")) or 0, r.get("side") != "speculative")):
         if not isinstance(run, dict):
             continue
-        f = run.get("figures") if isinstance(run.get("figures"), dict) else {}
-        state = "ok" if run.get("ok") else "failed: " + (run.get("error") or "no figures")
-        rows.append("<tr class=\"run\" data-side=\"%s\" data-concurrency=\"%s\"><td class=\"text\">%s</td><td>%s</td>"
-                    "<td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td><td>%s</td>"
-                    "<td class=\"text\">%s</td></tr>"
-                    % (escape(run.get("side")), escape(run.get("concurrency")), escape(run.get("side")),
-                       escape(run.get("concurrency")), fmt(f.get("output_throughput")), fmt(f.get("request_throughput"), 2),
-                       fmt(f.get("median_ttft_ms")), fmt(f.get("p99_ttft_ms")), fmt(f.get("median_itl_ms"), 2),
-                       fmt(f.get("p99_itl_ms"), 2), fmt(f.get("accept_length"), 2), escape(f.get("completed")),
-                       escape(state)))
-    head = ("<tr><th>side</th><th>concurrency</th><th>output tok/s%s</th><th>requests/s%s</th><th>TTFT p50 ms%s</th>"
-            "<th>TTFT p99 ms%s</th><th>ITL p50 ms%s</th><th>ITL p99 ms%s</th><th>accept length%s</th>"
-            "<th>completed</th><th>run</th></tr>") % ((tag,) * 7)
-    return '<table class="figures">%s%s</table>' % (head, "".join(rows))
+        figures = run.get("figures") if isinstance(run.get("figures"), dict) else {}
+        out.append({"side": run.get("side"), "concurrency": run.get("concurrency"),
+                    "figures": {key: figures.get(key) for key in TABLE_FIGURES},
+                    "state": "ok" if run.get("ok") else "failed: " + (run.get("error") or "no figures")})
+    return out
 
 
-def speedup_table(rows, label):
-    tag = (" (%s)" % escape(label)) if label else ""
-    body = []
-    for r in rows:
-        cls = "" if r["speedup"] is None else ("loss" if r["speedup"] < 1.0 else "gain")
-        body.append('<tr class="speedup-row" data-concurrency="%d"><td>%d</td><td>%s</td><td>%s</td><td class="%s">%s</td></tr>'
-                    % (r["concurrency"], r["concurrency"], fmt(r["speculative_tok_s"]), fmt(r["baseline_tok_s"]), cls,
-                       fmt(r["speedup"], 2) + ("x" if r["speedup"] is not None else "")))
-    return ('<table class="speedups"><tr><th>concurrency</th><th>speculative tok/s%s</th><th>speculation off tok/s%s</th>'
-            '<th>speed-up%s</th></tr>%s</table>' % (tag, tag, tag, "".join(body)))
+def speedup_rows(rows):
+    """The speed-up table's rows: each with its class (``gain``, ``loss``, or none without a speed-up)."""
+    return [dict(r, cls="" if r["speedup"] is None else ("loss" if r["speedup"] < 1.0 else "gain")) for r in rows]
+
+
+def bench_section(bench, rows, cross):
+    """The benchmark: the verdict, both charts, both tables, and what the client ran."""
+    label = bench.get("label") or ""
+    dep = bench.get("deployment") if isinstance(bench.get("deployment"), dict) else {}
+    client = bench.get("client") if isinstance(bench.get("client"), dict) else {}
+    return {"verdict": verdict_words(rows, cross), "tag": label_tag(label),
+            "speedup_chart": speedup_chart(rows, cross, label), "throughput_chart": throughput_chart(rows, label),
+            "speedups": speedup_rows(rows), "runs": figure_runs(bench),
+            "client": {key: client.get(key) for key in ("module", "dataset", "input_len", "output_len", "seed")},
+            "speculative": json.dumps(dep.get("speculative")),
+            "fingerprint_before": (dep.get("fingerprint_before") or "-")[:16],
+            "fingerprint_after": (dep.get("fingerprint_after") or "-")[:16]}
+
+
+def _lines(value):
+    """A report's list of lines (or one text of lines), the strings only."""
+    if isinstance(value, str):
+        value = value.splitlines()
+    return [line for line in value or [] if isinstance(line, str)]
 
 
 def failure_section(status):
+    """A failed load: its crash class, hint, evidence, deciding line, traceback and log excerpt."""
     report = status.get("report") if isinstance(status.get("report"), dict) else {}
-    lines = report.get("traceback") or []
-    if isinstance(lines, str):
-        lines = lines.splitlines()
-    tail = report.get("log_tail") or []
-    if isinstance(tail, str):
-        tail = tail.splitlines()
-    parts = ['<section class="failure"><h2>The last load failed</h2>',
-             '<p>crash class: <b class="crash-class">%s</b>%s</p>'
-             % (escape(status.get("verdict")), " (class uncertain)" if report.get("class_uncertain") else ""),
-             '<p>hint: <span class="hint">%s</span></p>' % escape(report.get("hint")),
-             '<p>evidence: %s</p>' % escape(report.get("evidence")),
-             '<p>deciding line %s:</p><pre class="deciding-line">%s</pre>' % (escape(report.get("deciding_lineno")),
-                                                                              escape(report.get("deciding_line")))]
-    if lines:
-        parts.append('<p>traceback:</p><pre class="traceback">%s</pre>'
-                     % "\n".join(escape(l) for l in lines if isinstance(l, str)))
-    parts.append('<p>log excerpt (%s):</p><pre class="log-tail">%s</pre>'
-                 % (escape(report.get("log_path") or status.get("log_path")),
-                    "\n".join(escape(l) for l in tail if isinstance(l, str))))
-    parts.append("</section>")
-    return "".join(parts)
+    return {"verdict": status.get("verdict"), "class_uncertain": bool(report.get("class_uncertain")),
+            "hint": report.get("hint"), "evidence": report.get("evidence"),
+            "deciding_lineno": report.get("deciding_lineno"), "deciding_line": report.get("deciding_line"),
+            "traceback": _lines(report.get("traceback")), "log_tail": _lines(report.get("log_tail")),
+            "log_path": report.get("log_path") or status.get("log_path")}
 
 
 def timeline_section(timeline, notes=None):
@@ -441,85 +400,42 @@ def timeline_section(timeline, notes=None):
     current = this_load(status)
     earlier = earlier_loads((timeline or {}).get("loads"), current["attempt"] if current else None)
     loads = ([current] if current else []) + list(reversed(earlier))
-    parts = ["<h2>Load timeline</h2>"]
     if not loads:
-        parts.append('<p class="no-loads">No load recorded in the run dir yet (%s).</p>'
-                     % escape((timeline or {}).get("status_error") or "no status file"))
-        return "".join(parts)
+        return {"loads": [], "why_none": (timeline or {}).get("status_error") or "no status file"}
     for load in loads:
         load["note"] = notes.get(load["attempt"])
-    if current:
-        parts.append('<p>This load: attempt %s, %s after %s s (phase %s).</p>'
-                     % (escape(current["attempt"]), escape(status.get("verdict") or "still loading"),
-                        fmt(current["total"]), escape(status.get("phase"))))
-    parts.append(timeline_chart(loads))
-    head = "".join("<th>%s</th>" % escape(PHASE_WORDS[p]) for p in PHASES)
-    body = []
-    for load in loads:
-        at = {phase: start for phase, start, stop in load["spans"]}
-        body.append("<tr><td class=\"text\">%s%s%s</td>%s<td>%s</td></tr>"
-                    % (escape(load["attempt"]), " (this load)" if load["current"] else "",
-                       (" (%s)" % escape(load["note"])) if load.get("note") else "",
-                       "".join("<td>%s</td>" % fmt(at.get(p)) for p in PHASES), fmt(load["total"])))
-    parts.append('<table class="phases"><tr><th>attempt</th>%s<th>total s</th></tr>%s</table>'
-                 % (head, "".join(body)))
-    parts.append("<p class=\"note\">Each cell: seconds after the launch at which the phase began.</p>")
-    if current and current["failed"]:
-        parts.append(failure_section(status))
-    return "".join(parts)
+        starts = {phase: start for phase, start, stop in load["spans"]}
+        load["starts"] = [starts.get(phase) for phase in PHASES]
+    return {"loads": loads, "chart": timeline_chart(loads),
+            "current": current and {"attempt": current["attempt"], "total": current["total"],
+                                    "verdict": status.get("verdict") or "still loading", "phase": status.get("phase")},
+            "failure": failure_section(status) if current and current["failed"] else None}
 
 
-def bench_section(bench, rows, cross):
-    label = bench.get("label") or ""
-    dep = bench.get("deployment") if isinstance(bench.get("deployment"), dict) else {}
-    client = bench.get("client") if isinstance(bench.get("client"), dict) else {}
-    parts = ["<h2>Does EAGLE-3 pay here?</h2>"]
-    parts.append('<p class="verdict">%s</p>' % escape(verdict_words(rows, cross)))
-    parts.append(speedup_chart(rows, cross, label))
-    parts.append('<p class="note">How to read it: above the dashed line (1.0) speculative decoding gives more output '
-                 'tokens per second than the same server with speculation off; below it, it costs more than it gives. '
-                 'The crossover is the first concurrency below the line.</p>')
-    parts.append(throughput_chart(rows, label))
-    parts.append(speedup_table(rows, label))
-    parts.append(figures_table(bench, label))
-    parts.append('<p class="note">SGLang\'s own client (%s), dataset %s, input %s and output %s tokens, seed %s; each run '
-                 'flushes the cache after its warm-up, so the accept length (SGLang\'s avg_spec_accept_length) counts that '
-                 'run only. Speculative settings: %s. The deployment\'s fingerprint before %s, after %s.</p>'
-                 % (escape(client.get("module")), escape(client.get("dataset")), escape(client.get("input_len")),
-                    escape(client.get("output_len")), escape(client.get("seed")), escape(json.dumps(dep.get("speculative"))),
-                    escape((dep.get("fingerprint_before") or "-")[:16]), escape((dep.get("fingerprint_after") or "-")[:16])))
-    return "".join(parts)
+def page_context(bench, timeline, rows, cross):
+    """Everything report.html.j2 shows."""
+    dep = (bench or {}).get("deployment") if isinstance((bench or {}).get("deployment"), dict) else {}
+    notes = {dep.get("baseline_attempt"): "baseline"} if dep.get("baseline_attempt") is not None else {}
+    return {"host": (bench or timeline or {}).get("host"), "when": (bench or timeline or {}).get("time"),
+            "name": (timeline or {}).get("name"), "label": (bench or {}).get("label") or "",
+            "note": (bench or {}).get("note") or "",
+            "bench": bench_section(bench, rows, cross) if bench else None,
+            "timeline": timeline_section(timeline, notes),
+            "phases": [{"phase": p, "words": PHASE_WORDS[p]} for p in PHASES], "phase_colors": PHASE_COLORS,
+            "spec_color": SPEC_COLOR, "base_color": BASE_COLOR}
 
 
+# -- the page -----------------------------------------------------------------------------------------------------
 def render(bench, timeline):
     """(report.html text, summary dict)."""
     bench = bench if isinstance(bench, dict) else None
     rows = speedups(bench) if bench else []
     cross = crossover(rows)
-    label = (bench or {}).get("label") or ""
-    note = (bench or {}).get("note") or ""
-    host = (bench or timeline or {}).get("host")
-    when = (bench or timeline or {}).get("time")
-    body = ["<h1>eagle-deploy report: %s</h1>" % escape(host),
-            '<p class="meta">%s, deployment %s</p>' % (escape(when), escape((timeline or {}).get("name")))]
-    if label:
-        body.append('<p class="label-banner">Every figure on this page is labelled <span class="label">%s</span>%s</p>'
-                    % (escape(label), (": " + escape(note)) if note else ""))
-    elif note:
-        body.append('<p class="note">%s</p>' % escape(note))
-    if bench:
-        body.append(bench_section(bench, rows, cross))
-    dep = (bench or {}).get("deployment") if isinstance((bench or {}).get("deployment"), dict) else {}
-    notes = {dep.get("baseline_attempt"): "baseline"} if dep.get("baseline_attempt") is not None else {}
-    body.append(timeline_section(timeline, notes))
-    page = ('<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-            '<meta http-equiv="Content-Security-Policy" content="default-src \'none\'; style-src \'unsafe-inline\'">'
-            '<meta name="viewport" content="width=device-width, initial-scale=1">'
-            '<title>eagle-deploy report: %s</title><style>%s</style></head><body>%s</body></html>\n'
-            % (escape(host), CSS, "".join(body)))
+    context = page_context(bench, timeline, rows, cross)
+    page = environment().get_template(PAGE_TEMPLATE).render(context)
     status = (timeline or {}).get("status") if isinstance((timeline or {}).get("status"), dict) else {}
-    summary = {"host": host, "time": when, "label": label or None, "rows": rows, "crossover": cross,
-               "verdict": verdict_words(rows, cross) if bench else None,
+    summary = {"host": context["host"], "time": context["when"], "label": context["label"] or None, "rows": rows,
+               "crossover": cross, "verdict": verdict_words(rows, cross) if bench else None,
                "load": {"attempt": status.get("attempt"), "verdict": status.get("verdict")} if status else None}
     return page, summary
 
