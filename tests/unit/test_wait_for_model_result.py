@@ -13,7 +13,7 @@ import pytest
 import yaml
 
 from ansible.module_utils import sglang_result, sglang_result_text
-from ansible.module_utils.basic import AnsibleModule  # noqa: F401 - the harness's module class, for its hook
+from ansible.module_utils.basic import AnsibleModule
 
 import module_harness
 from action_harness import REPO, Clock, load_plugin, make_action
@@ -67,10 +67,11 @@ def test_every_key_of_the_schema_is_documented():
 
 def test_the_documented_types_are_the_schemas():
     doc, keys = documented(), schema_keys()
-    wrong = ["%s: RETURN %s/%s, schema %s/%s" % (name, doc[name].get("type"), doc[name].get("elements"),
-                                                   keys[name].type, keys[name].elements)
-             for name in sorted(set(doc) & set(keys))
-             if (doc[name].get("type"), doc[name].get("elements")) != (keys[name].type, keys[name].elements)]
+    wrong = []
+    for name in sorted(set(doc) & set(keys)):
+        documented_as = (doc[name].get("type"), doc[name].get("elements"))
+        if documented_as != (keys[name].type, keys[name].elements):
+            wrong.append("%s: RETURN %s/%s, schema %s/%s" % ((name,) + documented_as + (keys[name].type, keys[name].elements)))
     assert not wrong, wrong
 
 
