@@ -79,6 +79,13 @@ def _join_mod():
     return sglang_join
 
 
+def _result_text():
+    """module_utils/sglang_result_text (what the operator reads of the result), found as ``_progress()`` finds its."""
+    _progress()  # puts the project's module_utils on ansible.module_utils' path where needed
+    from ansible.module_utils import sglang_result_text
+    return sglang_result_text
+
+
 def _to_stderr():
     """Whether the stdout callback writes JSON (ansible.builtin.json, ansible.posix.jsonl, ...)."""
     return "json" in str(C.config.get_config_value("DEFAULT_STDOUT_CALLBACK") or "").lower()
@@ -123,12 +130,12 @@ class ActionModule(ActionBase):
                 result.update(self._joined(args, task_vars, host, join, plan_only=True))
             finally:
                 self._remove_tmp_path(self._connection._shell.tmpdir)
-            return result
+            return self._with_text(result, args)
         if not stepping:
             result.update(self._execute_module(module_args=args, task_vars=task_vars, wrap_async=wrap_async))
             if not wrap_async:
                 self._remove_tmp_path(self._connection._shell.tmpdir)
-            return result
+            return result if self._task.async_val else self._with_text(result, args)
         args["_step_time"] = step_time
         host = task_vars.get("inventory_hostname") or self._play_context.remote_addr or "?"
         try:
@@ -138,7 +145,20 @@ class ActionModule(ActionBase):
                 result.update(self._steps(args, task_vars, host))
         finally:
             self._remove_tmp_path(self._connection._shell.tmpdir)
-        return result
+        return self._with_text(result, args)
+
+    @staticmethod
+    def _with_text(result, args):
+        """A ``state: started`` result with what the operator reads of it (``sglang_result_text``): ``summary`` or
+        ``failure_message``, composed once here, after the steps are merged. The deployment's name and log dir are
+        the module's own arguments (its ``invocation``, module_defaults applied), else the task's."""
+        if args.get("state", "started") != "started":
+            return result
+        module_args = (result.get("invocation") or {}).get("module_args") or args
+        name = module_args.get("name") or "sglang"
+        log_dir = module_args.get("log_dir")
+        default_log = "%s/%s.log" % (log_dir, name) if log_dir else "-"
+        return _result_text().add_text(result, name, default_log)
 
     def _steps(self, args, task_vars, host, watch=None):
         """The module in steps until it answers with a verdict. ``watch(res, steps, pending)``, when given (a

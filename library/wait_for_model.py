@@ -813,6 +813,23 @@ journal_tail:
   returned: on failure with RV(crash_class=unit_failed)
   type: list
   elements: str
+exit_status:
+  description: The supervisor program's exit status for the failure it decided - 78 (C(EX_CONFIG), a start that failed;
+    a restart would repeat it, systemd does not restart it) or 69 (C(EX_UNAVAILABLE), a serving server died or a load
+    hung; C(Restart=on-failure) may restart it), 71 when it could not set up.
+  returned: on failure the supervisor decided
+  type: int
+  sample: 78
+after_ready:
+  description: Whether the failure the supervisor decided came after the server had become ready (while serving).
+  returned: on failure the supervisor decided
+  type: bool
+  sample: false
+port:
+  description: The port our server was recorded with (the run state's).
+  returned: with O(state=watched)
+  type: int
+  sample: 30000
 pending:
   description: The action plugin's step (its task argument C(step_time)) ended while the server is still loading; the
     plugin calls the module again, which goes on with the same launch's wait.
@@ -832,6 +849,30 @@ progress:
   type: dict
   sample: {"phase": "loading_weights", "status": "loading weights 41/64 shards", "shards": [41, 64], "elapsed": 252.0,
            "eta": 170.0, "last_load": 598.0, "attempt": 7, "launcher": "systemd", "verdict": null}
+steps:
+  description: The number of module calls the action plugin made for this task (its steps of C(step_time)).
+  returned: with O(state=started) when the action plugin waited in steps
+  type: int
+  sample: 7
+summary:
+  description:
+    - What the server did, in the operator's one line - restarted (and why) or unchanged, its PID, the old server's stop
+      and the GPU memory's release (a restart that stopped one), the attempt, the seconds of the wait and the log.
+      Composed by the action plugin (C(module_utils/sglang_result_text.py)); the role prints it.
+  returned: with O(state=started), when it did not fail
+  type: str
+  sample: "server sglang: restarted (fingerprint changed: argv), pid 41235, old server stopped (PIDs 7, 8) in 5.7 s,
+    GPU memory back below 2048 MiB after 0.026 s, attempt 3, 612.4 s, log /var/log/sglang/sglang_r3.log"
+failure_message:
+  description:
+    - The operator's message of the failure - C(msg) and, when the wait decided a failure (RV(crash_class); an input or
+      safety refusal has none, its message says it all), C(crash class) (flagged when RV(class_uncertain)) with
+      RV(crash_exception), C(hint), C(deciding line), C(log) and C(---- log tail ----) with RV(log_tail), an API key
+      assignment in a line masked. Composed by the action plugin (C(module_utils/sglang_result_text.py)); the role
+      fails with it.
+  returned: on failure with O(state=started)
+  type: str
+  sample: "server crashed: cuda_oom ...\ncrash class: cuda_oom (torch.OutOfMemoryError: CUDA out of memory)\nhint: ..."
 """
 
 import os

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from ansible.module_utils import basic
-from ansible.module_utils import sglang_proc, sglang_watcher
+from ansible.module_utils import sglang_proc, sglang_result, sglang_watcher
 from ansible.module_utils.testing import patch_module_args
 
 import wait_for_model as wfm
@@ -24,14 +24,30 @@ class FailJson(Exception):
     pass
 
 
+def is_wait_for_model(module):
+    """Whether ``module`` (an AnsibleModule) is wait_for_model's: its options are."""
+    return set(getattr(module, "argument_spec", None) or ()) == set(wfm.argument_spec())
+
+
+def result_problems(module, result, failed):
+    """A wait_for_model result held against its schema (module_utils/sglang_result.py): every test that makes the
+    module exit checks that the module writes only keys of the schema, of the schema's types, where the schema says
+    they are present. AssertionError naming the problems."""
+    if is_wait_for_model(module):
+        found = sglang_result.problems(result, failed=failed)
+        assert not found, "wait_for_model's result disagrees with module_utils/sglang_result.py: %s" % "; ".join(found)
+
+
 def exit_json(self, **kwargs):
     kwargs.setdefault("changed", False)
+    result_problems(self, kwargs, failed=False)
     raise ExitJson(kwargs)
 
 
 def fail_json(self, msg, **kwargs):
     kwargs["failed"] = True
     kwargs["msg"] = msg
+    result_problems(self, kwargs, failed=True)
     raise FailJson(kwargs)
 
 

@@ -1,12 +1,15 @@
 """The role's service tasks (roles/sglang_server/tasks/service.yml), read as data: one wait_for_model call per host
 does stop, GPU release and launch (no check-mode plan, no separate stop, no gpu_facts wait), and the report line of
-a restart names the stopped PIDs and the release seconds (rendered with jinja2 and Ansible's own filters)."""
+a restart names the stopped PIDs and the release seconds (composed by the action plugin's sglang_result_text, as
+the plugin puts it into the result, and printed by the role's task: rendered with jinja2 and Ansible's own filters);
+the failure's message is the result's own."""
 from __future__ import annotations
 
 import os
 
 import jinja2
 import yaml
+from ansible.module_utils import sglang_result_text
 from ansible.plugins.filter.core import FilterModule
 from ansible.plugins.test.core import TestModule as AnsibleTests
 
@@ -41,14 +44,25 @@ def test_one_wait_for_model_call_and_no_gpu_facts_wait():
     assert "sglang_server_gpu_release_timeout" in launch["gpu_release_timeout"]
 
 
-def render_report(service):
-    env = jinja2.Environment(undefined=jinja2.Undefined)
+def environment():
+    env = jinja2.Environment(undefined=jinja2.StrictUndefined)
     # Ansible's own filters, but jinja2's `default` (Ansible's needs its templar; on undefined they agree)
     env.filters.update({k: v for k, v in FilterModule().filters().items() if k != "default"})
     env.tests.update(AnsibleTests().tests())
+    return env
+
+
+def render_report(service, model_info=None):
+    """The line the role prints for a module result ``service``, its text put in as the action plugin puts it."""
+    service = sglang_result_text.add_text(dict(service), "sglang", "/var/log/sglang/sglang.log")
     msg = by_name("Show what the server did")["ansible.builtin.debug"]["msg"]
-    return env.from_string(msg).render(sglang_server_name="sglang", __sglang_server_service=service,
-                                       __sglang_server_model_info={"skipped": True})
+    return environment().from_string(msg).render(sglang_server_name="sglang", __sglang_server_service=service,
+                                                 __sglang_server_model_info=model_info or {"skipped": True})
+
+
+def render_failure(failed_result):
+    msg = by_name("Fail with what the server log says")["ansible.builtin.fail"]["msg"]
+    return environment().from_string(msg).render(ansible_failed_result=failed_result)
 
 
 def test_the_report_of_a_restart_names_the_stop_and_the_release():
@@ -74,3 +88,22 @@ def test_the_report_of_a_no_op_is_short():
     line = render_report({"changed": False, "restart_reason": None, "pid": 42, "attempt": 1, "elapsed": 0.0,
                           "log_path": "/var/log/sglang/sglang_r1.log"})
     assert line == "server sglang: unchanged, healthy, pid 42, attempt 1, 0.0 s, log /var/log/sglang/sglang_r1.log"
+
+
+def test_the_report_after_a_restart_carries_the_model_info():
+    line = render_report({"changed": True, "restart_reason": "not running", "pid": 42, "attempt": 1, "elapsed": 3.5,
+                          "log_path": "/var/log/sglang/sglang_r1.log"},
+                         model_info={"json": {"model_path": "/models/m", "emulator": True}})
+    assert line.startswith("server sglang: restarted (not running), pid 42, attempt 1, 3.5 s, log ")
+    assert line.endswith('; /get_model_info: {"model_path": "/models/m", "emulator": true}'), line
+
+
+def test_the_failure_is_printed_as_the_result_composed_it():
+    failed = sglang_result_text.add_text({"failed": True, "msg": "server crashed: cuda_oom", "crash_class": "cuda_oom",
+                                          "hint": "lower --mem-fraction-static", "deciding_lineno": 12,
+                                          "deciding_line": "torch.OutOfMemoryError", "log_tail": ["a", "b"]},
+                                         "sglang", "/var/log/sglang/sglang.log")
+    assert render_failure(failed) == failed["failure_message"]
+    assert "crash class: cuda_oom" in render_failure(failed)
+    # a failure of the action plugin itself (its own arguments) has only a message
+    assert render_failure({"failed": True, "msg": "progress / step_time: bad"}) == "progress / step_time: bad"

@@ -1,0 +1,320 @@
+"""wait_for_model's result against its one schema (module_utils/sglang_result.py): the module's RETURN documentation
+both ways (names, types, where a key is present), the keys the code writes (an AST scan of every result write of the
+module_utils, the supervisor's report and the action plugin; the module's unit tests check every result they produce,
+tests/unit/module_harness.py), and what the operator reads of a result (module_utils/sglang_result_text.py: the
+summary line and the failure's message), composed once and put into the result by the action plugin."""
+from __future__ import annotations
+
+import ast
+import os
+import re
+
+import pytest
+import yaml
+
+from ansible.module_utils import sglang_result, sglang_result_text
+from ansible.module_utils.basic import AnsibleModule
+
+import module_harness
+from action_harness import REPO, Clock, load_plugin, make_action
+from module_harness import SCHED_CRASH, module_exits, run, world  # noqa: F401 - fixtures
+
+plugin_mod = load_plugin("wait_for_model", "eagle_action_wait_for_model_result")
+
+# Every file that writes keys of the result: the waiter and its parts, the supervisor's report (merged into a failed
+# result), the watch of state=watched and the action plugin (steps merged, a group's words, the text).
+# The names a result goes by there: ``<anything>.result`` and these.
+WRITERS = {
+    "module_utils/sglang_waiter.py": {"result"},
+    "module_utils/sglang_stop.py": set(),
+    "module_utils/sglang_launch.py": set(),
+    "module_utils/sglang_lock.py": set(),
+    "module_utils/sglang_inputs.py": set(),
+    "module_utils/sglang_unit_check.py": set(),
+    "module_utils/sglang_status_client.py": {"r"},
+    "module_utils/sglang_watched.py": {"r"},
+    "module_utils/sglang_watch.py": {"r"},  # explain(): the supervisor's report
+    "module_utils/sglang_watcher.py": {"fields"},  # the report's exit_status, after_ready
+    "module_utils/sglang_result_text.py": {"result"},
+    "action_plugins/wait_for_model.py": {"out", "result"},
+}
+
+
+def documented(module="wait_for_model"):
+    """The RETURN documentation of library/<module>.py, parsed as ansible-doc parses it."""
+    with open(os.path.join(REPO, "library", module + ".py"), encoding="utf-8") as fh:
+        tree = ast.parse(fh.read())
+    for node in tree.body:
+        if isinstance(node, ast.Assign) and getattr(node.targets[0], "id", None) == "RETURN":
+            return yaml.safe_load(node.value.value)
+    raise AssertionError("library/%s.py has no RETURN" % module)
+
+
+def schema_keys():
+    return dict((k.name, k) for k in sglang_result.DOCUMENTED)
+
+
+# ------------------------------------------------------------------ the documentation, both ways
+def test_every_documented_key_is_in_the_schema():
+    missing = sorted(set(documented()) - set(schema_keys()))
+    assert not missing, "RETURN documents keys module_utils/sglang_result.py lacks: %s" % missing
+
+
+def test_every_key_of_the_schema_is_documented():
+    missing = sorted(set(schema_keys()) - set(documented()))
+    assert not missing, "module_utils/sglang_result.py has keys RETURN does not document: %s" % missing
+
+
+def test_the_documented_types_are_the_schemas():
+    doc, keys = documented(), schema_keys()
+    wrong = []
+    for name in sorted(set(doc) & set(keys)):
+        documented_as = (doc[name].get("type"), doc[name].get("elements"))
+        if documented_as != (keys[name].type, keys[name].elements):
+            wrong.append("%s: RETURN %s/%s, schema %s/%s" % ((name,) + documented_as + (keys[name].type, keys[name].elements)))
+    assert not wrong, wrong
+
+
+def test_the_keys_only_a_failure_has_are_documented_as_returned_on_failure():
+    doc, keys = documented(), schema_keys()
+    on_failure = set(name for name, entry in doc.items()
+                     if re.match(r"on failure\b", entry["returned"]) or re.search(r"\bfailed\b", entry["returned"]))
+    assert on_failure == set(name for name, k in keys.items() if k.present == sglang_result.FAILURE)
+
+
+def test_the_common_keys_are_no_documented_ones():
+    assert not set(k.name for k in sglang_result.COMMON) & set(documented())
+    assert all(k.present in (sglang_result.FAILURE, sglang_result.SUCCESS, sglang_result.BOTH) and
+               k.type in sglang_result.PYTHON_TYPES for k in sglang_result.KEYS.values())
+    assert all((k.elements is None) == (k.type != "list") for k in sglang_result.KEYS.values())
+
+
+def test_sglang_info_returns_no_key_of_this_result_but_unit_of_its_own():
+    """sglang_info reports on an installation (its own RETURN); of wait_for_model's keys it shares only ``unit``, the
+    unit's state as systemctl shows it there, not a unit name: it returns no result of this schema."""
+    assert set(documented("sglang_info")) & set(schema_keys()) == {"unit"}
+    assert documented("sglang_info")["unit"]["type"] == "dict" != schema_keys()["unit"].type
+
+
+# ------------------------------------------------------------------ what the code writes
+def writes(path, names, root=REPO):
+    """(line, key) of every constant key written into a result in ``path``: ``X[key] = ...``, ``X.update(key=...)``
+    and ``X.setdefault(key, ...)``, where X is ``<anything>.result`` or a name of ``names``."""
+    def is_result(node):
+        return (isinstance(node, ast.Attribute) and node.attr == "result") or (
+            isinstance(node, ast.Name) and node.id in names)
+    with open(os.path.join(root, path), encoding="utf-8") as fh:
+        tree = ast.parse(fh.read())
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Assign, ast.AugAssign)):
+            for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
+                if isinstance(target, ast.Subscript) and is_result(target.value) and \
+                        isinstance(target.slice, ast.Constant) and isinstance(target.slice.value, str):
+                    found.append((node.lineno, target.slice.value))
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and is_result(node.func.value):
+            if node.func.attr == "update":
+                found += [(node.lineno, kw.arg) for kw in node.keywords if kw.arg]
+            elif node.func.attr == "setdefault" and node.args and isinstance(node.args[0], ast.Constant):
+                found.append((node.lineno, node.args[0].value))
+    return found
+
+
+@pytest.mark.parametrize("path", sorted(WRITERS))
+def test_every_key_the_code_writes_into_a_result_is_in_the_schema(path):
+    found = writes(path, WRITERS[path])
+    assert found, "%s: no result write found: the scan no longer reads this file" % path
+    unknown = ["%s:%d %s" % (path, line, key) for line, key in found if key not in sglang_result.KEYS]
+    assert not unknown, "keys written that module_utils/sglang_result.py lacks: %s" % unknown
+
+
+def test_the_scan_sees_a_write_of_an_unknown_key(tmp_path):
+    bad = tmp_path / "bad.py"
+    bad.write_text("def f(w, r):\n    w.result['restarted_at'] = 1\n    r.update(pid=1, bogus=2)\n"
+                   "    r.setdefault('other', 3)\n")
+    assert sorted(writes("bad.py", {"r"}, root=str(tmp_path))) == [
+        (2, "restarted_at"), (3, "bogus"), (3, "pid"), (4, "other")]
+
+
+# ------------------------------------------------------------------ results the module produces
+@pytest.mark.usefixtures("module_exits")
+def test_the_results_of_a_healthy_start_and_a_crash_are_the_schemas(world):  # noqa: F811 - fixture
+    world.health = lambda t: 200
+    status, r = run(world)
+    assert status == "ok" and sglang_result.problems(r) == []
+    world.children = {4100: 111}
+    world.cmdlines = {4100: ["/usr/bin/python3", "-c", "from multiprocessing.spawn import spawn_main"]}
+    world.write(3, SCHED_CRASH)
+    world.at(3.05, lambda: world.children.pop(4100))
+    world.health = lambda t: None
+    status, r = run(world, force_restart=True)
+    assert status == "failed" and r["crash_class"] == "nccl"
+    assert {"exit_status", "after_ready", "evidence", "hint", "deciding_line"} <= set(r)
+    assert sglang_result.problems(r) == []
+
+
+def test_a_result_that_disagrees_is_named():
+    found = sglang_result.problems({"changed": True, "bogus": 1, "pid": "42", "summary": "s", "traceback": [1],
+                                    "crash_class": "x", "_ansible_no_log": False})
+    assert found == ["bogus: not a key of wait_for_model's result (module_utils/sglang_result.py)",
+                     "crash_class: present in a successful result, but only a failed one has it",
+                     "pid: str, not int",
+                     "traceback: an element 1 is not str",
+                     "traceback: present in a successful result, but only a failed one has it"]
+    assert sglang_result.problems({"failed": True, "summary": "s", "rc": True}) == [
+        "rc: bool, not int", "summary: present in a failed result, but only a successful one has it"]
+
+
+def test_the_harness_fails_a_module_test_whose_result_has_a_key_the_schema_lacks():
+    module = AnsibleModule.__new__(AnsibleModule)
+    module.argument_spec = module_harness.wfm.argument_spec()
+    with pytest.raises(AssertionError, match="restarted_at: not a key"):
+        module_harness.fail_json(module, "failed", restarted_at=1.0)
+    with pytest.raises(module_harness.ExitJson):
+        module_harness.exit_json(module, pid=1)
+
+
+def test_the_schema_is_a_typed_dict_too():
+    assert set(sglang_result.WaitForModelResult.__annotations__) == set(sglang_result.KEYS)
+
+
+@pytest.mark.parametrize("name", ["sglang_result", "sglang_result_text"])
+def test_the_schema_and_its_text_run_on_the_target(name):
+    """Standard library only, Python 3.8 syntax (what a target of ansible-core 2.19 may run)."""
+    with open(os.path.join(REPO, "module_utils", name + ".py"), encoding="utf-8") as fh:
+        tree = ast.parse(fh.read(), feature_version=(3, 8))
+    imported = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Import):
+            imported.update(a.name.split(".")[0] for a in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            imported.add(node.module.split(".")[0])
+    assert imported <= {"__future__", "collections", "re", "typing"}, imported
+
+
+# ------------------------------------------------------------------ what the operator reads
+CRASH = {
+    "failed": True, "changed": True, "crash_class": "python_exception", "attempt": 2, "pid": 1909,
+    "msg": "server crashed: python_exception (AttributeError: 'EAGLEWorkerV2' object has no attribute "
+           "'spec_disable_batch_threshold') — EAGLEWorkerV2 was only half constructed",
+    "crash_exception": "AttributeError: 'EAGLEWorkerV2' object has no attribute 'spec_disable_batch_threshold'",
+    "hint": "apply the early-init patch (sglang_patch_enabled: true)",
+    "deciding_line": "[2026-12-06 06:27:01] Scheduler hit an exception: Traceback (most recent call last):",
+    "deciding_lineno": 54, "log_path": "/var/log/sglang/sglang_r2.log",
+    "traceback": ["[2026-12-06 06:27:01] Scheduler hit an exception: Traceback (most recent call last):",
+                  "AttributeError: 'EAGLEWorkerV2' object has no attribute 'spec_disable_batch_threshold'"],
+    "log_tail": ["[2026-12-06 06:26:40] server_args=ServerArgs(model_path='/m', api_key='sk-very-secret-key-1234')",
+                 "[2026-12-06 06:27:01] Scheduler hit an exception: Traceback (most recent call last):",
+                 "AttributeError: 'EAGLEWorkerV2' object has no attribute 'spec_disable_batch_threshold'"],
+}
+
+
+def test_the_message_of_a_crash_with_a_traceback():
+    text = sglang_result_text.failure_message(CRASH, "/var/log/sglang/sglang.log")
+    assert text.split("\n") == [
+        CRASH["msg"],
+        "crash class: python_exception (AttributeError: 'EAGLEWorkerV2' object has no attribute "
+        "'spec_disable_batch_threshold')",
+        "hint: apply the early-init patch (sglang_patch_enabled: true)",
+        "deciding line 54: [2026-12-06 06:27:01] Scheduler hit an exception: Traceback (most recent call last):",
+        "log: /var/log/sglang/sglang_r2.log",
+        "---- log tail ----",
+        "[2026-12-06 06:26:40] server_args=ServerArgs(model_path='/m', api_key=***)",
+        "[2026-12-06 06:27:01] Scheduler hit an exception: Traceback (most recent call last):",
+        "AttributeError: 'EAGLEWorkerV2' object has no attribute 'spec_disable_batch_threshold'",
+    ]
+    assert "sk-very-secret" not in text
+
+
+def test_the_message_of_an_uncertain_class_without_a_deciding_line_or_log():
+    text = sglang_result_text.failure_message({"failed": True, "msg": "server crashed: cuda_oom", "crash_class":
+                                               "cuda_oom", "class_uncertain": True, "crash_exception": None,
+                                               "deciding_lineno": None}, "/var/log/sglang/sglang.log")
+    assert text.split("\n")[1:] == [
+        "crash class: cuda_oom (uncertain: its line follows a raw request echo, where a client can write any line)",
+        "hint: -", "deciding line ?: -", "log: /var/log/sglang/sglang.log", "---- log tail ----"]
+
+
+def test_the_message_of_a_refusal_is_the_modules_message_alone():
+    refusal = {"failed": True, "msg": "port 30000 is held by a process that is not ours: nginx (PID 12). Nothing was "
+                                      "stopped or launched; stop it or choose another port.", "launcher": "detached"}
+    assert sglang_result_text.failure_message(refusal) == refusal["msg"]
+    assert sglang_result_text.failure_message({"failed": True}) == "the server did not come up"
+
+
+def test_the_line_of_a_healthy_keep():
+    keep = {"changed": False, "restart_reason": None, "pid": 42, "attempt": 1, "elapsed": 0.0,
+            "log_path": "/var/log/sglang/sglang_r1.log", "log_offset": 1834}
+    assert sglang_result_text.summary(keep, "sglang") == \
+        "server sglang: unchanged, healthy, pid 42, attempt 1, 0.0 s, log /var/log/sglang/sglang_r1.log"
+
+
+def test_the_line_of_an_attach_and_of_a_restart_that_stopped_the_old_server():
+    attach = {"changed": False, "restart_reason": None, "pid": 42, "attempt": 3, "elapsed": 41.2,
+              "log_path": "/l/sglang_r3.log",
+              "msg": "attached to our server (same fingerprint) and it became healthy"}
+    assert sglang_result_text.summary(attach, "emu") == \
+        "server emu: unchanged, healthy, pid 42, attempt 3, 41.2 s, log /l/sglang_r3.log"
+    restart = {"changed": True, "restart_reason": "fingerprint changed: argv", "pid": 42, "attempt": 2,
+               "elapsed": 95.0, "log_path": "/l/sglang_r2.log",
+               "stopped": {"signalled": [7, 8], "killed": [9], "remaining": [], "seconds": 5.7},
+               "gpu_release": {"below_mib": 2048, "seconds": 0.026, "polls": 1, "gpus": []}}
+    assert sglang_result_text.summary(restart, "sglang") == (
+        "server sglang: restarted (fingerprint changed: argv), pid 42, old server stopped (PIDs 7, 8, 9) in 5.7 s, "
+        "GPU memory back below 2048 MiB after 0.026 s, attempt 2, 95.0 s, log /l/sglang_r2.log")
+
+
+def test_the_line_of_a_keep_that_put_its_supervisor_back_says_so_not_restarted():
+    restored = {"changed": True, "restart_reason": None, "supervisor": "restored", "pid": 42, "attempt": 1,
+                "elapsed": 0.0, "log_path": "/l/sglang_r1.log"}
+    assert sglang_result_text.summary(restored, "sglang").startswith(
+        "server sglang: kept, healthy, its supervisor program put back, pid 42,")
+    updated = dict(restored, supervisor=None)
+    assert "kept, healthy, its supervisor program brought up to date" in sglang_result_text.summary(updated, "sglang")
+
+
+def test_the_text_is_put_in_once_the_steps_are_merged():
+    """The action plugin: the first step stopped the old server and launched, the last one is the verdict; the
+    summary names the stop, the restart's reason and the last step's attempt; a failure gets its message instead."""
+    first = {"changed": True, "pending": True, "restart_reason": "force_restart", "attempt": 4,
+             "stopped": {"signalled": [7], "killed": [], "remaining": [], "seconds": 1.5},
+             "progress": {"phase": "launching", "attempt": 4, "elapsed": 1.0, "status": None, "shards": None,
+                          "eta": None, "last_load": None, "launcher": "detached", "verdict": None}}
+    last = {"changed": False, "pid": 4242, "attempt": 4, "elapsed": 12.0, "log_path": "/var/log/x/emu_r4.log",
+            "invocation": {"module_args": {"name": "emu", "log_dir": "/var/log/x"}}}
+    script = [first, last]
+    action = make_action(plugin_mod, {"argv": ["serve"], "log_dir": "/var/log/x"},
+                         lambda module_args=None, task_vars=None, **kw: dict(script.pop(0)), Clock(),
+                         action="ansible.legacy.wait_for_model")
+    action._say = lambda line: None
+    res = action.run(task_vars={"inventory_hostname": "h"})
+    assert res["summary"] == ("server emu: restarted (force_restart), pid 4242, old server stopped (PIDs 7) in 1.5 s, "
+                              "attempt 4, 12.0 s, log /var/log/x/emu_r4.log")
+    assert "failure_message" not in res and sglang_result.problems(res) == []
+
+    script = [dict(CRASH, log_path=None)]
+    action = make_action(plugin_mod, {"name": "emu", "argv": ["serve"], "log_dir": "/var/log/x"},
+                         lambda module_args=None, task_vars=None, **kw: dict(script.pop(0)), Clock(),
+                         action="ansible.legacy.wait_for_model")
+    action._say = lambda line: None
+    res = action.run(task_vars={"inventory_hostname": "h"})
+    assert res["failure_message"].startswith(CRASH["msg"] + "\ncrash class: python_exception (AttributeError")
+    assert "\nlog: /var/log/x/emu.log\n" in res["failure_message"]  # the result names no log: the task's
+    assert "summary" not in res and sglang_result.problems(res) == []
+
+
+def test_a_stop_or_a_watch_gets_no_text():
+    for state in ("stopped", "watched"):
+        script = [{"changed": False, "msg": "ok"}]
+        action = make_action(plugin_mod, {"state": state, "log_dir": "/var/log/x"},
+                             lambda module_args=None, task_vars=None, **kw: dict(script.pop(0)), Clock(),
+                             action="ansible.legacy.wait_for_model")
+        res = action.run(task_vars={"inventory_hostname": "h"})
+        assert "summary" not in res and "failure_message" not in res
+
+
+def test_the_roles_mask_of_a_log_line_is_this_one():
+    with open(os.path.join(REPO, "roles", "sglang_server", "vars", "main.yml"), encoding="utf-8") as fh:
+        role_vars = yaml.safe_load(fh)
+    assert role_vars["_sglang_server_secret_re"] == sglang_result_text.SECRET_ASSIGNMENT.pattern
+    assert role_vars["_sglang_server_secret_repl"] == sglang_result_text.SECRET_REPLACEMENT
