@@ -865,49 +865,8 @@ def explain(verdict, clf, state, elapsed, rc, died, attached, watch_mode=False, 
         if uncertain_class(clf, crash):
             explained["class_uncertain"] = True  # shown flagged wherever it is shown (sglang_progress.class_words)
     if verdict == "ready":
-        if watch_mode:
-            r["msg"] = msg = "watched %.1f s: no crash, healthy" % elapsed
-        elif attached:
-            r["msg"] = msg = "attached to our server (same fingerprint) and it became healthy"
-        note = None
-        if crash is not None:
-            # The log shows a crash, but every process lives and health answered 200 to a request sent after
-            # the line was read: the line is explained, never acted on.
-            explained["acted_on"] = False
-            explained["why"] = ("every server process stayed alive and the health URL answered 200 to a request "
-                                "sent after this line was read")
-            r["log_crash"] = explained
-            note = sglang_progress.set_aside_words(explained)
-            r["msg"] = "%s; %s" % (msg or "healthy", note)
-        return r, note
-    if verdict == "crashed" or (crash is not None and verdict in ("exited", "child_died")):
-        cls, hint = crash["class"], crash["hint"]
-        r.update(deciding_line=crash["line"], deciding_lineno=crash["lineno"], crash_exception=crash.get("exception"),
-                 traceback=crash.get("traceback"))
-    elif verdict == "exited":
-        cls = "killed" if rc is not None and rc < 0 else "exited"
-        hint = ("the server exited (rc=%s) before it was healthy and its log names no known cause: "
-                "read log_tail" % rc)
-    elif verdict == "child_died":
-        cls = "child_died"
-        hint = ("a long-lived child of the server (PID %d) died while the parent lives on: the server "
-                "cannot serve and would hang (the kernel OOM killer is a common cause: dmesg -T | grep -i oom)" % died[0])
-    elif verdict == "unhealthy":
-        cls = "unhealthy"
-        hint = "the server is running but its health URL does not answer 200: read log_tail"
-    elif verdict == "stuck":
-        cls = "stuck"
-        hint = ("the serving server answers no health request and nothing moved for serve_stuck_seconds: restarted "
-                "(serve_stuck_action: restart). SGLang's own --watchdog-timeout is the first line for a hung forward "
-                "pass: read log_tail")
-    elif verdict == "stalled":
-        cls = "stalled"
-        hint = ("no log output and no HTTP answer for %d s in phase '%s': the server looks hung"
-                % (stall_timeout, s["phase"]))
-    else:
-        cls = "timeout"
-        hint = ("not healthy after %d s (phase '%s'); raise timeout if the load is just slow"
-                % (timeout, s["phase"]))
+        return _explain_ready(r, crash, explained, elapsed, attached, watch_mode, msg)
+    cls, hint = _class_and_hint(verdict, crash, rc, died, s["phase"], timeout, stall_timeout, r)
     if crash is not None:
         uncertain = uncertain_class(clf, crash)
         if uncertain:
@@ -920,20 +879,71 @@ def explain(verdict, clf, state, elapsed, rc, died, attached, watch_mode=False, 
         explained["acted_on"] = True
         r["log_crash"] = explained  # what the log says, next to what proved the failure
     r.update(crash_class=cls, hint=hint, rc=rc)
+    r["msg"] = _failure_words(verdict, r, cls, hint, s["phase"], timeout, state["log_path"])
+    if crash is not None and "deciding_line" not in r:
+        r["msg"] += " — the log shows %s at line %d: %s" % (
+            sglang_progress.class_words(explained), crash["lineno"], crash["line"].strip()[:200])
+    r["failed"] = True
+    return r, None
+
+
+def _explain_ready(r, crash, explained, elapsed, attached, watch_mode, msg):
+    """explain() of ``ready``: its words, and a crash line the server outlived set aside (never acted on)."""
+    if watch_mode:
+        r["msg"] = msg = "watched %.1f s: no crash, healthy" % elapsed
+    elif attached:
+        r["msg"] = msg = "attached to our server (same fingerprint) and it became healthy"
+    note = None
+    if crash is not None:
+        # The log shows a crash, but every process lives and health answered 200 to a request sent after
+        # the line was read: the line is explained, never acted on.
+        explained["acted_on"] = False
+        explained["why"] = ("every server process stayed alive and the health URL answered 200 to a request "
+                            "sent after this line was read")
+        r["log_crash"] = explained
+        note = sglang_progress.set_aside_words(explained)
+        r["msg"] = "%s; %s" % (msg or "healthy", note)
+    return r, note
+
+
+def _class_and_hint(verdict, crash, rc, died, phase, timeout, stall_timeout, r):
+    """The failure's class and hint: the log's crash where it decided (its deciding line and traceback into ``r``),
+    else the verdict's own."""
+    if verdict == "crashed" or (crash is not None and verdict in ("exited", "child_died")):
+        r.update(deciding_line=crash["line"], deciding_lineno=crash["lineno"], crash_exception=crash.get("exception"),
+                 traceback=crash.get("traceback"))
+        return crash["class"], crash["hint"]
+    if verdict == "exited":
+        return ("killed" if rc is not None and rc < 0 else "exited",
+                "the server exited (rc=%s) before it was healthy and its log names no known cause: read log_tail" % rc)
+    if verdict == "child_died":
+        return "child_died", (
+            "a long-lived child of the server (PID %d) died while the parent lives on: the server "
+            "cannot serve and would hang (the kernel OOM killer is a common cause: dmesg -T | grep -i oom)" % died[0])
+    words = {
+        "unhealthy": "the server is running but its health URL does not answer 200: read log_tail",
+        "stuck": ("the serving server answers no health request and nothing moved for serve_stuck_seconds: restarted "
+                  "(serve_stuck_action: restart). SGLang's own --watchdog-timeout is the first line for a hung "
+                  "forward pass: read log_tail"),
+        "stalled": ("no log output and no HTTP answer for %d s in phase '%s': the server looks hung"
+                    % (stall_timeout, phase)),
+    }
+    if verdict in words:
+        return verdict, words[verdict]
+    return "timeout", "not healthy after %d s (phase '%s'); raise timeout if the load is just slow" % (timeout, phase)
+
+
+def _failure_words(verdict, r, cls, hint, phase, timeout, log_path):
+    """The failure's message: its lead (class and exception), hint, evidence and log."""
     if verdict == "timeout":
-        lead = "timed out after %d s in phase '%s'" % (timeout, s["phase"])
+        lead = "timed out after %d s in phase '%s'" % (timeout, phase)
     else:
         detail = r.get("crash_exception")
         words = {"unhealthy": "server unhealthy", "stalled": "server hung", "stuck": "server stuck"}
         lead = "%s: %s%s" % (words.get(verdict, "server crashed"),
                              sglang_progress.class_words({"class": cls, "class_uncertain": r.get("class_uncertain")}),
                              " (%s)" % detail[:200] if detail else "")
-    r["msg"] = "%s — %s (evidence: %s; see log_tail, %s)" % (lead, hint, r["evidence"], state["log_path"])
-    if crash is not None and "deciding_line" not in r:
-        r["msg"] += " — the log shows %s at line %d: %s" % (
-            sglang_progress.class_words(explained), crash["lineno"], crash["line"].strip()[:200])
-    r["failed"] = True
-    return r, None
+    return "%s — %s (evidence: %s; see log_tail, %s)" % (lead, hint, r["evidence"], log_path)
 
 
 # ------------------------------------------------------------------------------ one server's watchers together
