@@ -47,7 +47,7 @@ def render_report(service):
     env.filters.update({k: v for k, v in FilterModule().filters().items() if k != "default"})
     env.tests.update(AnsibleTests().tests())
     msg = by_name("Show what the server did")["ansible.builtin.debug"]["msg"]
-    return env.from_string(msg).render(sglang_server_name="sglang", __sglang_server_service=service,
+    return env.from_string(msg).render(sglang_server_name="sglang", sglang_server_service=service,
                                        __sglang_server_model_info={"skipped": True})
 
 
