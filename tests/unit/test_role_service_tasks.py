@@ -56,7 +56,7 @@ def render_report(service, model_info=None):
     """The line the role prints for a module result ``service``, its text put in as the action plugin puts it."""
     service = sglang_result_text.add_text(dict(service), "sglang", "/var/log/sglang/sglang.log")
     msg = by_name("Show what the server did")["ansible.builtin.debug"]["msg"]
-    return environment().from_string(msg).render(sglang_server_name="sglang", __sglang_server_service=service,
+    return environment().from_string(msg).render(sglang_server_name="sglang", sglang_server_service=service,
                                                  __sglang_server_model_info=model_info or {"skipped": True})
 
 
