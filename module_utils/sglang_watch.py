@@ -15,52 +15,30 @@ hurries.
 
 from __future__ import annotations
 
-import http.client as http_client
 import math
 import os
 import queue
 import re
 import secrets
 import select
-import ssl
 import threading
 import time
-from urllib.parse import urlparse
 
 try:
     from ansible.module_utils import sglang_proc, sglang_progress
-    from ansible.module_utils.sglang_probe import GATED
+    from ansible.module_utils.sglang_probe import GATED, http_get
 except ImportError:  # the host watcher program: module_utils files side by side
     import sglang_proc
     import sglang_progress
-    from sglang_probe import GATED
-
-_TLS = []
-
+    from sglang_probe import GATED, http_get
 
 def http_status(url, headers, timeout):
     """Status code of a GET, or None when nothing answered (refused, reset, timed out).
 
-    Plain http.client: one cheap connection per poll. (open_url builds an SSL context per call, ~50 ms
-    of CPU, which made a 10-minute wait cost a tenth of a core.)"""
-    u = urlparse(url)
-    path = (u.path or "/") + ("?" + u.query if u.query else "")
-    try:
-        if u.scheme == "https":
-            if not _TLS:
-                _TLS.append(ssl._create_unverified_context())  # health checks of our own server on loopback
-            conn = http_client.HTTPSConnection(u.hostname, u.port or 443, timeout=timeout, context=_TLS[0])
-        else:
-            conn = http_client.HTTPConnection(u.hostname, u.port or 80, timeout=timeout)
-        try:
-            conn.request("GET", path, headers=headers)
-            resp = conn.getresponse()
-            resp.read()
-            return resp.status
-        finally:
-            conn.close()
-    except (OSError, http_client.HTTPException, ValueError):
-        return None
+    Plain http.client (sglang_probe.http_get): one cheap connection per poll. (open_url builds an SSL context per
+    call, ~50 ms of CPU, which made a 10-minute wait cost a tenth of a core.)"""
+    answer = http_get(url, headers, timeout)
+    return None if answer is None else answer[0]
 
 
 def _read_bytes(path):
