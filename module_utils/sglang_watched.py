@@ -171,12 +171,9 @@ class Watched(object):
             if self.waker is not None:
                 self.waker.close()
 
-    def _run(self):
-        p, t0 = self.p, self.clock()
-        size = os.fstat(self.fd).st_size
-        wanted = p["log_offset"]
-        self.start = line_start_before(self.fd, size) if wanted == -1 else start_of_line(self.fd, min(wanted, size))
-        st = self.read_status()
+    def _not_watchable(self, st):
+        """The result where there is nothing to watch (a verdict, no supervisor, not serving, a status without
+        ``serving``), else None."""
         if self.mine(st) and st.get("verdict") not in (None, "ready"):
             return self.fields(failure_fields(st, self.state, self.unit))
         if not self.supervised():
@@ -187,6 +184,17 @@ class Watched(object):
             return self.fields({"failed": True, "msg": "%s does not record what a watch of the serving server reads "
                                 "(no 'serving' in its status: a program older than this module): restart it with "
                                 "state: started and force_restart" % supervisor_words(self.state, self.unit)})
+        return None
+
+    def _run(self):
+        p, t0 = self.p, self.clock()
+        size = os.fstat(self.fd).st_size
+        wanted = p["log_offset"]
+        self.start = line_start_before(self.fd, size) if wanted == -1 else start_of_line(self.fd, min(wanted, size))
+        st = self.read_status()
+        before = self._not_watchable(st)
+        if before is not None:
+            return before
         numbers = st.get("serving") or {}
         budget = max(p["unhealthy_after"], numbers.get("unhealthy_after") or 0) * (
             max(p["health_timeout"], numbers.get("health_timeout") or 0) + 1.0)

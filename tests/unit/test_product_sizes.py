@@ -25,7 +25,6 @@ TOO_BIG = {
     "module_utils/sglang_model_fetch.py:Fetch",
     "module_utils/sglang_proc.py:stop_tree",
     "module_utils/sglang_waiter.py:ModelWaiter",
-    "module_utils/sglang_watched.py:Watched._run",
     "module_utils/sglang_watcher.py:Watcher",
     "module_utils/sglang_watcher.py:Watcher.steps",
 }
