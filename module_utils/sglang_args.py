@@ -455,7 +455,9 @@ def checker_digest():
 
 
 class SGLangArgsChecker:
-    """Finds the installed SGLang's options and checks the arguments against them."""
+    """Finds the installed SGLang's options and checks the arguments against them: the task's inputs, where SGLang
+    is, the order of the steps and the message. The fresh check is :class:`FreshCheck`, SGLang's own parser in a
+    process :class:`ParserProbe`, the kept verdict :class:`KeptVerdict`."""
 
     def __init__(self, module, runner=None, params=None, cache_only=False):
         self.module = module
@@ -465,8 +467,8 @@ class SGLangArgsChecker:
         self.cache_only = cache_only
         self.runner = runner or module.run_command
         self.result = {"changed": False, "checked_args": [], "values_checked": False, "cached": False}
-        self.probe_temp = []  # the probe's request and answer files, and its config file's directory: never a key
-        self.probe_dir = None
+        self.parser = ParserProbe(self)
+        self.kept = KeptVerdict(self)
 
     def fail(self, msg, **extra):
         self.result.update(extra)
@@ -521,6 +523,221 @@ class SGLangArgsChecker:
                       % (python, rc, (err or out).strip()[-300:]), rc=rc)
         return locate(dirs or [])
 
+    def task_inputs(self):
+        """The task's own options, checked before SGLang is looked for: (merged args, their keys, secret_args)."""
+        if not safe_name(self.params["name"]):
+            self.fail("name %r may hold only letters, digits, '.', '_' and '-' (it names the kept verdict's file)"
+                      % self.params["name"])
+        merged = self.merged_args()
+        keys = list(merged)
+        self.check_keys_shape(keys)
+        secret_args = list(self.params["secret_args"] or [])
+        self.result["model_dirs"] = [model_dir_state(d) for d in self.params["model_dirs"] or []]
+        self.result["cache_miss"] = "no cache_dir" if not self.params["cache_dir"] else "no cache"
+        return merged, keys, secret_args
+
+    def nothing_installed(self, found):
+        """allow_missing and no SGLang (check mode on a fresh host): the result says so, and nothing is checked."""
+        if not (self.params["allow_missing"] and (not os.path.exists(self.params["python"])
+                                                  or not (found["installed"] or self.params["sglang_root"]))):
+            return False
+        if self.params["config_refused"] == "argv":
+            self.result.update(config_refused_args=[], config_argv=[])
+        if self.params["config_file"]:
+            self.result["config_file_in_place"] = config_file_in_place(self.params["config_file"])
+        self.result["cache_miss"] = "no SGLang installed"
+        self.result["msg"] = "no SGLang installed for %s (check mode on a fresh host?): no option checked" % (
+            self.params["python"])
+        return True
+
+    def use_kept(self, verdict, names):
+        """The result of a kept verdict (SGLang is not imported, its sources not read); its refused options."""
+        refused_keys = verdict["config_refused_args"]
+        self.result.update(method=verdict["method"], option_count=verdict["option_count"],
+                           values_checked=verdict["values_checked"], checked_args=["--" + k for k in names])
+        if verdict.get("import_error"):
+            self.result["import_error"] = verdict["import_error"]
+        if self.params["config_refused"] == "argv":
+            self.result.update(config_refused_args=refused_keys, config_argv=verdict["config_argv"])
+        return refused_keys
+
+    def run(self):
+        merged, keys, secret_args = self.task_inputs()
+        found = self.find_sglang()
+        self.result.update(installed=found["installed"], eagle_worker_v2=found["eagle_worker_v2"])
+        if self.nothing_installed(found):
+            return self.result
+        sglang_root = self.params["sglang_root"] or found["package_dir"]
+        if sglang_root:
+            self.result["sglang_root"] = sglang_root
+        if found["version"]:
+            self.result["sglang_version"] = found["version"]
+
+        key = self.kept.cache_key(found) if self.params["cache_dir"] and sglang_root else None
+        verdict = self.kept.look(key, sglang_root)
+        if verdict is not None:
+            # Kept from a check whose every input is as it is now: SGLang is not imported, its sources not read.
+            refused_keys = self.use_kept(verdict, keys + secret_args)
+        elif self.cache_only:
+            # sglang_info's look: no verdict kept for these inputs, so the caller runs sglang_args_check.
+            self.result["msg"] = "no kept verdict for these inputs (%s): not checked" % self.result["cache_miss"]
+            return self.result
+        else:
+            refused_keys, argv, probe = FreshCheck(self).check(merged, keys, secret_args, sglang_root)
+            # Only a pass comes here (a refusal failed the task): it is kept for the next run.
+            self.kept.keep(key, sglang_root, probe, refused_keys, argv)
+
+        if self.params["config_file"]:
+            # The caller's hash is of the content with every option in the file (none refused).
+            self.result["config_file_in_place"] = not refused_keys and config_file_in_place(self.params["config_file"])
+        self.result["msg"] = self.summary(refused_keys)
+        return self.result
+
+    def summary(self, refused_keys):
+        return "%d arguments known to SGLang %s (method %s%s)%s%s" % (
+            len(self.result["checked_args"]),
+            self.result.get("sglang_version", "?"),
+            self.result["method"],
+            ", values checked" if self.result["values_checked"] else ", names only",
+            ("; refused in its --config file, so given on the command line: %s" % ", ".join(refused_keys))
+            if self.params["config_refused"] == "argv" and refused_keys else "",
+            "; verdict kept from an earlier check of the same inputs" if self.result["cached"] else "",
+        )
+
+
+class FreshCheck:
+    """The check itself, fresh, for one :class:`SGLangArgsChecker`: fails the task on anything SGLang would
+    refuse."""
+
+    def __init__(self, checker):
+        self.checker = checker
+        self.params = checker.params
+        self.result = checker.result
+        self.fail = checker.fail
+
+    def check(self, merged, keys, secret_args, sglang_root):
+        """Returns the options refused in the --config file, their argv, and the probe's answer (None when no
+        probe ran)."""
+        as_argv = self.params["config_refused"] == "argv"
+        # Options the installed SGLang's --config reader refuses (read from its sources, never imported).
+        refused = (config_refused_dests(sglang_root) if sglang_root else None) or {}
+        refused_keys = [k for k in keys if normalize_key(k) in refused]
+        argv = self.refused_as_argv(merged, refused_keys, sglang_root) if as_argv else []
+        probe = None
+        if self.params["method"] != "ast":
+            in_file = dict((k, v) for k, v in merged.items() if not (as_argv and k in refused_keys))
+            probe = self.checker.parser.ask(in_file, argv)
+
+        options = self.known_options(probe, sglang_root)
+        self.check_known(keys + secret_args, options)
+        if self.result["method"] == "ast" and not as_argv:
+            # SGLang's own parser (method sglang_parser) finds these itself, with the same message.
+            self.check_config_refused(refused_keys, refused)
+        if self.result["method"] == "sglang_parser":
+            if probe.get("parser_error"):
+                self.fail("SGLang's parser rejected the arguments: %s" % probe["parser_error"],
+                          parser_error=probe["parser_error"])
+            self.result["values_checked"] = bool(probe.get("parsed"))
+        return refused_keys, argv, probe
+
+    def refused_as_argv(self, merged, refused_keys, sglang_root):
+        """config_refused=argv: the options refused in the --config file as command-line words (in the result)."""
+        argv = []
+        kinds = option_kinds(sglang_root) if refused_keys else {}
+        for k in refused_keys:
+            argv.extend(to_argv(k, merged[k], kinds.get("--" + k, "value")))
+        self.result.update(config_refused_args=refused_keys, config_argv=argv)
+        return argv
+
+    def known_options(self, probe, sglang_root):
+        """SGLang's option strings: from its own parser when the probe imported it, else read from its sources."""
+        if probe and "options" in probe:
+            self.result["method"] = "sglang_parser"
+            return set(probe["options"])
+        if probe and probe.get("import_error"):
+            self.result["import_error"] = probe["import_error"]
+        if self.params["method"] == "sglang_parser":
+            self.fail(
+                "SGLang does not import in %s (%s); install its dependencies or use method=auto"
+                % (self.params["python"], (probe or {}).get("import_error")),
+                method="sglang_parser",
+            )
+        self.result["method"] = "ast"
+        if not sglang_root or not os.path.isfile(os.path.join(sglang_root, "srt", "server_args.py")):
+            self.fail(
+                "no installed SGLang found (sglang/srt/server_args.py) for %s; install SGLang first"
+                % self.params["python"],
+                method="ast",
+            )
+        try:
+            options = option_strings_from_tree(sglang_root)
+        except (OSError, SyntaxError) as exc:
+            self.fail("cannot read SGLang's server options from %s: %s" % (sglang_root, exc), method="ast")
+        if not options:
+            self.fail("found no server options in %s; this SGLang layout is not understood" % sglang_root)
+        return options
+
+    def check_known(self, names, options):
+        """Every name is an option of this SGLang, spelt out: else the task fails with suggestions."""
+        self.result["option_count"] = len(options)
+        checked, unknown, abbreviated, suggestions = check_names(names, options)
+        self.result["checked_args"] = checked
+        if not (unknown or abbreviated):
+            return
+        parts = []
+        if unknown:
+            parts.append("unknown to SGLang %s: %s" % (self.result.get("sglang_version", "?"), ", ".join(unknown)))
+        if abbreviated:
+            parts.append(
+                "abbreviated (only exact option names are allowed): %s"
+                % ", ".join("%s (%s)" % (k, " or ".join(v)) for k, v in sorted(abbreviated.items()))
+            )
+        if suggestions:
+            parts.append(
+                "did you mean: %s" % ", ".join("%s -> %s" % (k, v[0]) for k, v in sorted(suggestions.items()))
+            )
+        self.fail("; ".join(parts), unknown_args=unknown, abbreviated_args=abbreviated, suggestions=suggestions)
+
+    def check_config_refused(self, refused_keys, refused):
+        """Method ast, config_refused=fail: an option the --config reader refuses fails the task."""
+        bad = sorted(refused_keys)
+        if bad:
+            self.fail(
+                "SGLang %s refuses %s in its --config file (%s); use the replacement option its help names"
+                % (self.result.get("sglang_version", "?"), ", ".join(bad),
+                   ", ".join("%s: %s" % (k, refused[normalize_key(k)]) for k in bad)),
+                config_refused_args=bad,
+            )
+
+
+class ParserProbe:
+    """SGLang's own parser, asked in a process of the virtualenv's python (PROBE_SCRIPT), for one
+    :class:`SGLangArgsChecker`. Its temporary files are never part of the kept verdict's key."""
+
+    def __init__(self, checker):
+        self.checker = checker
+        self.params = checker.params
+        self.fail = checker.fail
+        self.probe_temp = []  # the probe's request and answer files, and its config file's directory: never a key
+        self.probe_dir = None
+
+    def ask(self, in_file, argv):
+        """The probe's answer on the arguments ``in_file`` written to a 0600 config file (and ``argv``)."""
+        tmpdir = None
+        try:
+            tmpdir = tempfile.mkdtemp(prefix="sglang_args_check_")
+            self.probe_dir = tmpdir
+            config_path = os.path.join(tmpdir, "server.yaml")
+            fd = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
+            with os.fdopen(fd, "w") as f:
+                f.write(to_yaml_scalar_doc(in_file))
+            return self.probe(want_import=True, config_path=config_path, argv=argv)
+        finally:
+            if tmpdir:
+                for name in os.listdir(tmpdir):
+                    os.unlink(os.path.join(tmpdir, name))
+                os.rmdir(tmpdir)
+
     def probe(self, want_import, config_path, argv=()):
         """Ask the virtualenv's python for SGLang's parser (it imports SGLang)."""
         python = self.params["python"]
@@ -532,11 +749,11 @@ class SGLangArgsChecker:
             with os.fdopen(fd, "w") as f:
                 json.dump({"import": want_import, "config_path": config_path, "argv": list(argv)}, f)
             cmd = [python, "-c", PROBE_SCRIPT, req_path, out_path]
-            timeout_bin = self.module.get_bin_path("timeout")
+            timeout_bin = self.checker.module.get_bin_path("timeout")
             if timeout_bin:
                 cmd = [timeout_bin, str(self.params["timeout"])] + cmd
             # In / as the server runs (the supervisor's cwd): a relative path means there what it will mean to SGLang.
-            rc, stdout, stderr = self.runner(
+            rc, stdout, stderr = self.checker.runner(
                 cmd,
                 environ_update={"PYTHONDONTWRITEBYTECODE": "1"},
                 cwd="/",
@@ -554,6 +771,17 @@ class SGLangArgsChecker:
             for path in (req_path, out_path):
                 if os.path.exists(path):
                     os.unlink(path)
+
+
+class KeptVerdict:
+    """The kept verdict of one :class:`SGLangArgsChecker` (:mod:`sglang_argcache`): its key, what it was computed
+    from, looking it up, keeping a pass."""
+
+    def __init__(self, checker):
+        self.checker = checker
+        self.params = checker.params
+        self.result = checker.result
+        self.module = checker.module
 
     def cache_key(self, found):
         """Everything of this run that the verdict depends on, but the files it read (sglang_argcache)."""
@@ -600,11 +828,12 @@ class SGLangArgsChecker:
         if not isinstance(rec, dict):
             return None
         roots = [os.path.realpath(r) + os.sep for r in (sglang_root, rec.get("package_dir")) if r]
-        skip = set(self.probe_temp)
+        skip = set(self.checker.parser.probe_temp)
+        probe_dir = self.checker.parser.probe_dir
 
         def keep(path):
             return isinstance(path, str) and path not in skip and not sglang_argcache.volatile(path) and not (
-                self.probe_dir and path.startswith(self.probe_dir + os.sep))
+                probe_dir and path.startswith(probe_dir + os.sep))
 
         def in_sglang(path):
             return any(os.path.realpath(path).startswith(r) for r in roots)
@@ -660,166 +889,3 @@ class SGLangArgsChecker:
         miss = self.result["cache_miss"]
         if why and not (miss.startswith("no cache dir") or miss == "cache not trusted"):
             self.module.warn("the argument check's verdict was not kept: %s" % why)
-
-    def run(self):
-        if not safe_name(self.params["name"]):
-            self.fail("name %r may hold only letters, digits, '.', '_' and '-' (it names the kept verdict's file)"
-                      % self.params["name"])
-        merged = self.merged_args()
-        keys = list(merged)
-        self.check_keys_shape(keys)
-        secret_args = list(self.params["secret_args"] or [])
-        self.result["model_dirs"] = [model_dir_state(d) for d in self.params["model_dirs"] or []]
-        cache_dir = self.params["cache_dir"]
-        self.result["cache_miss"] = "no cache_dir" if not cache_dir else "no cache"
-
-        found = self.find_sglang()
-        self.result.update(installed=found["installed"], eagle_worker_v2=found["eagle_worker_v2"])
-        as_argv = self.params["config_refused"] == "argv"
-        config_file = self.params["config_file"]
-        if self.params["allow_missing"] and (not os.path.exists(self.params["python"])
-                                             or not (found["installed"] or self.params["sglang_root"])):
-            if as_argv:
-                self.result.update(config_refused_args=[], config_argv=[])
-            if config_file:
-                self.result["config_file_in_place"] = config_file_in_place(config_file)
-            self.result["cache_miss"] = "no SGLang installed"
-            self.result["msg"] = "no SGLang installed for %s (check mode on a fresh host?): no option checked" % (
-                self.params["python"])
-            return self.result
-        sglang_root = self.params["sglang_root"] or found["package_dir"]
-        if sglang_root:
-            self.result["sglang_root"] = sglang_root
-        if found["version"]:
-            self.result["sglang_version"] = found["version"]
-
-        key = self.cache_key(found) if cache_dir and sglang_root else None
-        verdict = self.look(key, sglang_root)
-        if verdict is not None:
-            # Kept from a check whose every input is as it is now: SGLang is not imported, its sources not read.
-            refused_keys = verdict["config_refused_args"]
-            self.result.update(method=verdict["method"], option_count=verdict["option_count"],
-                               values_checked=verdict["values_checked"],
-                               checked_args=["--" + k for k in keys + secret_args])
-            if verdict.get("import_error"):
-                self.result["import_error"] = verdict["import_error"]
-            if as_argv:
-                self.result.update(config_refused_args=refused_keys, config_argv=verdict["config_argv"])
-        elif self.cache_only:
-            # sglang_info's look: no verdict kept for these inputs, so the caller runs sglang_args_check.
-            self.result["msg"] = "no kept verdict for these inputs (%s): not checked" % self.result["cache_miss"]
-            return self.result
-        else:
-            refused_keys, argv, probe = self.check(merged, keys, secret_args, sglang_root)
-            # Only a pass comes here (a refusal failed the task): it is kept for the next run.
-            self.keep(key, sglang_root, probe, refused_keys, argv)
-
-        if config_file:
-            # The caller's hash is of the content with every option in the file (none refused).
-            self.result["config_file_in_place"] = not refused_keys and config_file_in_place(config_file)
-
-        self.result["msg"] = "%d arguments known to SGLang %s (method %s%s)%s%s" % (
-            len(self.result["checked_args"]),
-            self.result.get("sglang_version", "?"),
-            self.result["method"],
-            ", values checked" if self.result["values_checked"] else ", names only",
-            ("; refused in its --config file, so given on the command line: %s" % ", ".join(refused_keys))
-            if as_argv and refused_keys else "",
-            "; verdict kept from an earlier check of the same inputs" if self.result["cached"] else "",
-        )
-        return self.result
-
-    def check(self, merged, keys, secret_args, sglang_root):
-        """The check itself, fresh: fails the task on anything SGLang would refuse. Returns the options refused in
-        the --config file, their argv, and the probe's answer (None when no probe ran)."""
-        method = self.params["method"]
-        as_argv = self.params["config_refused"] == "argv"
-        # Options the installed SGLang's --config reader refuses (read from its sources, never imported).
-        refused = (config_refused_dests(sglang_root) if sglang_root else None) or {}
-        refused_keys = [k for k in keys if normalize_key(k) in refused]
-        argv = []
-        if as_argv:
-            kinds = option_kinds(sglang_root) if refused_keys else {}
-            for k in refused_keys:
-                argv.extend(to_argv(k, merged[k], kinds.get("--" + k, "value")))
-            self.result.update(config_refused_args=refused_keys, config_argv=argv)
-        config_path = None
-        tmpdir = None
-        probe = None
-        try:
-            if method != "ast":
-                tmpdir = tempfile.mkdtemp(prefix="sglang_args_check_")
-                self.probe_dir = tmpdir
-                config_path = os.path.join(tmpdir, "server.yaml")
-                fd = os.open(config_path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
-                in_file = dict((k, v) for k, v in merged.items() if not (as_argv and k in refused_keys))
-                with os.fdopen(fd, "w") as f:
-                    f.write(to_yaml_scalar_doc(in_file))
-                probe = self.probe(want_import=True, config_path=config_path, argv=argv)
-        finally:
-            if tmpdir:
-                for name in os.listdir(tmpdir):
-                    os.unlink(os.path.join(tmpdir, name))
-                os.rmdir(tmpdir)
-
-        if probe and "options" in probe:
-            self.result["method"] = "sglang_parser"
-            options = set(probe["options"])
-        else:
-            if probe and probe.get("import_error"):
-                self.result["import_error"] = probe["import_error"]
-            if method == "sglang_parser":
-                self.fail(
-                    "SGLang does not import in %s (%s); install its dependencies or use method=auto"
-                    % (self.params["python"], (probe or {}).get("import_error")),
-                    method="sglang_parser",
-                )
-            self.result["method"] = "ast"
-            if not sglang_root or not os.path.isfile(os.path.join(sglang_root, "srt", "server_args.py")):
-                self.fail(
-                    "no installed SGLang found (sglang/srt/server_args.py) for %s; install SGLang first"
-                    % self.params["python"],
-                    method="ast",
-                )
-            try:
-                options = option_strings_from_tree(sglang_root)
-            except (OSError, SyntaxError) as exc:
-                self.fail("cannot read SGLang's server options from %s: %s" % (sglang_root, exc), method="ast")
-            if not options:
-                self.fail("found no server options in %s; this SGLang layout is not understood" % sglang_root)
-
-        self.result["option_count"] = len(options)
-        checked, unknown, abbreviated, suggestions = check_names(keys + secret_args, options)
-        self.result["checked_args"] = checked
-        if unknown or abbreviated:
-            parts = []
-            if unknown:
-                parts.append("unknown to SGLang %s: %s" % (self.result.get("sglang_version", "?"), ", ".join(unknown)))
-            if abbreviated:
-                parts.append(
-                    "abbreviated (only exact option names are allowed): %s"
-                    % ", ".join("%s (%s)" % (k, " or ".join(v)) for k, v in sorted(abbreviated.items()))
-                )
-            if suggestions:
-                parts.append(
-                    "did you mean: %s" % ", ".join("%s -> %s" % (k, v[0]) for k, v in sorted(suggestions.items()))
-                )
-            self.fail("; ".join(parts), unknown_args=unknown, abbreviated_args=abbreviated, suggestions=suggestions)
-
-        if self.result["method"] == "ast" and not as_argv:
-            # SGLang's own parser (method sglang_parser) finds these itself, with the same message.
-            bad = sorted(refused_keys)
-            if bad:
-                self.fail(
-                    "SGLang %s refuses %s in its --config file (%s); use the replacement option its help names"
-                    % (self.result.get("sglang_version", "?"), ", ".join(bad),
-                       ", ".join("%s: %s" % (k, refused[normalize_key(k)]) for k in bad)),
-                    config_refused_args=bad,
-                )
-
-        if self.result["method"] == "sglang_parser":
-            if probe.get("parser_error"):
-                self.fail("SGLang's parser rejected the arguments: %s" % probe["parser_error"],
-                          parser_error=probe["parser_error"])
-            self.result["values_checked"] = bool(probe.get("parsed"))
-        return refused_keys, argv, probe

@@ -124,6 +124,16 @@ def check_secret_environment_lengths(p):
                             "stopped or launched." % (name, len(value), sglang_redact.MIN_SECRET_LENGTH, MAKE_A_KEY))
 
 
+def check_environment_names(p):
+    """Every environment and secret_environment name is a variable name, and none is the run token's."""
+    for source in ("environment", "secret_environment"):
+        for key in p[source]:
+            if not isinstance(key, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
+                raise WaitError("%s: %r is not a valid variable name" % (source, key))
+            if key == sglang_proc.RUN_TOKEN_VAR:
+                raise WaitError("%s: %s is set by wait_for_model itself (the run token): remove it" % (source, key))
+
+
 def health_port(url):
     """(scheme, host, port) of the health URL; WaitError naming the problem (never ValueError)."""
     try:
@@ -207,17 +217,35 @@ class Inputs(object):
         """Every input, before anything is stopped or launched (and before the lock is taken)."""
         p = self.w.p
         check = self.w.module.check_mode
+        self.check_options(p)
+        self.resolve_places(p)
+        if self.w.fresh and (p["state"] == "stopped" or check):
+            self.w.missing_files = [f for f in p["fingerprint_files"] if not os.path.isfile(f)]
+            return
+        self.check_run_dir(p, check)
+        if p["state"] != "started":
+            if not os.access(p["log_dir"], os.R_OK | os.X_OK):
+                raise WaitError("log_dir %s is not readable" % p["log_dir"])
+            return
+        self.check_log_dir(p, check)
+        self.check_launch(p, check)
+
+    def check_options(self, p):
+        """The options alone, for every state: the name, the ranges, the GPU indices, the secrets' lengths."""
         if not sglang_proc.safe_name(p["name"]):
             raise WaitError("name %r is not allowed: letters, digits, '.', '_', '-' (no '/', no '..'), at most 64" % p["name"])
         check_ranges(p)
         if any(i < 0 for i in p.get("gpu_release_indices") or ()):
             raise WaitError("gpu_release_indices must be GPU indices >= 0 (got %s)" % p["gpu_release_indices"])
         check_secret_lengths(p)
+
+    def resolve_places(self, p):
+        """The launcher, the port, the run dir, whether the host is fresh; a systemd unit of our name is ours."""
         self.w.launcher = self.pick_launcher()
         self.w.result["launcher"] = self.w.launcher
         if p["port"] is not None and not 1 <= p["port"] <= 65535:
             raise WaitError("port %d is out of range: use a port 1-65535. Nothing was stopped or launched." % p["port"])
-        scheme, _host, url_port = health_port(p["health_url"])
+        _scheme, _host, url_port = health_port(p["health_url"])
         self.w.port = p["port"] or url_port
         log_dir = p["log_dir"]
         self.w.run_dir = p["run_dir"] or log_dir
@@ -226,11 +254,11 @@ class Inputs(object):
         self.w.fresh = not os.path.isdir(log_dir) or not os.path.isdir(self.w.run_dir)
         if self.w.launcher == "systemd" and not (self.w.fresh and p["state"] == "stopped"):
             self.w.unit.check_unit()  # check mode and a fresh host too: a unit of our name that is not ours is refused
-        if self.w.fresh and (p["state"] == "stopped" or check):
-            self.w.missing_files = [f for f in p["fingerprint_files"] if not os.path.isfile(f)]
-            return
-        if not os.path.isdir(log_dir):
-            raise WaitError("log_dir %s does not exist (or is not a directory): create it first" % log_dir)
+
+    def check_run_dir(self, p, check):
+        """log_dir and run_dir exist, run_dir is one we trust and can write."""
+        if not os.path.isdir(p["log_dir"]):
+            raise WaitError("log_dir %s does not exist (or is not a directory): create it first" % p["log_dir"])
         if not os.path.isdir(self.w.run_dir):
             raise WaitError("run_dir %s does not exist: create it first" % self.w.run_dir)
         try:
@@ -238,10 +266,10 @@ class Inputs(object):
         except sglang_proc.UntrustedState as e:
             raise WaitError(str(e))
         check_dir_writable("run_dir", self.w.run_dir, check)
-        if p["state"] != "started":
-            if not os.access(log_dir, os.R_OK | os.X_OK):
-                raise WaitError("log_dir %s is not readable" % log_dir)
-            return
+
+    def check_log_dir(self, p, check):
+        """state started: log_dir is writable, its latest-log link is a link, log_dir and run_dir have room."""
+        log_dir = p["log_dir"]
         check_dir_writable("log_dir", log_dir, check)
         link = os.path.join(log_dir, "%s.log" % p["name"])
         if os.path.lexists(link) and not os.path.islink(link):
@@ -254,6 +282,10 @@ class Inputs(object):
             if free_mib < p["min_free_space_mib"]:
                 raise WaitError("%s %s has %d MiB free, less than min_free_space_mib (%d): free some space. "
                                 "Nothing was stopped or launched." % (what, path, free_mib, p["min_free_space_mib"]))
+
+    def check_launch(self, p, check):
+        """state started: what the launch needs (argv, chdir, fingerprint files, the API key's file, the
+        environment, the service user) and that the program runs."""
         if not p["argv"] or not p["argv"][0]:
             raise WaitError("argv is empty: give the server's command as a list, e.g. [python, -m, sglang.launch_server, ...]")
         if p["chdir"] and not os.path.isdir(p["chdir"]):
@@ -266,26 +298,25 @@ class Inputs(object):
                 raise WaitError("fingerprint_files: %s does not exist or is not readable" % path)
         if p["api_key"]:
             self.w.key_source = self.api_key_source(check)
-        for source in ("environment", "secret_environment"):
-            for key in p[source]:
-                if not isinstance(key, str) or not re.fullmatch(r"[A-Za-z_][A-Za-z0-9_]*", key):
-                    raise WaitError("%s: %r is not a valid variable name" % (source, key))
-                if key == sglang_proc.RUN_TOKEN_VAR:
-                    raise WaitError("%s: %s is set by wait_for_model itself (the run token): remove it" % (source, key))
+        check_environment_names(p)
         check_secret_environment_lengths(p)
         if p["run_as"]:
-            try:
-                pw = pwd.getpwnam(p["run_as"])
-            except KeyError:
-                raise WaitError("run_as: no user named %s on this host" % p["run_as"])
-            if os.geteuid() != 0 and pw.pw_uid != os.geteuid():
-                raise WaitError("run_as: switching to %s needs root (use become: true)" % p["run_as"])
-            groups = os.getgrouplist(pw.pw_name, pw.pw_gid)
-            self.w.user = (pw.pw_uid, pw.pw_gid, groups)
-            self.w.user_pw = pw
+            self.resolve_run_as(p["run_as"])
         if not check or p["prove_launch"]:
             ids, who = self.runner_ids()
             self.w.exec_program = runnable_program(p["argv"][0], p["chdir"], self.child_env()["PATH"], ids, who)
+
+    def resolve_run_as(self, name):
+        """The service user run_as (self.w.user, self.w.user_pw); switching to another needs root."""
+        try:
+            pw = pwd.getpwnam(name)
+        except KeyError:
+            raise WaitError("run_as: no user named %s on this host" % name)
+        if os.geteuid() != 0 and pw.pw_uid != os.geteuid():
+            raise WaitError("run_as: switching to %s needs root (use become: true)" % name)
+        groups = os.getgrouplist(pw.pw_name, pw.pw_gid)
+        self.w.user = (pw.pw_uid, pw.pw_gid, groups)
+        self.w.user_pw = pw
 
     def pick_launcher(self):
         """``systemd`` where systemd runs the host and the module runs as root (auto), else ``detached``."""

@@ -707,56 +707,65 @@ def stop_tree(state, grace=30.0, clock=time.monotonic, sleep=None, poll=0.1):
     leader_ours = why_not_ours(state) is None
     writer = log_writer_of(state)
     writer_start = proc_start_time(writer) if writer is not None else None
-
-    def members():
-        found = our_tree(state) if leader_ours else {}
-        if not found:
-            found = orphans_of(state)
-        found.pop(writer, None)  # in our cgroup too; it is ended last, below
-        return found
-
-    first = members()
-    if not first:
-        if writer is not None:
-            _end_log_writer(writer, writer_start, result, clock, sleep, poll)
-        result["seconds"] = round(clock() - t0, 3)
-        return result
-    idents = dict((pid, info["start_time"]) for pid, info in first.items())
-
-    def refresh():
-        if leader_ours or dedicated_cgroup(state) is not None:
-            for pid, info in members().items():
-                idents.setdefault(pid, info["start_time"])
-
-    def still_same(pid):
-        return pid_alive(pid) and proc_start_time(pid) == idents[pid]
-
-    def send(sig, into):
-        for pid in sorted(idents):
-            if pid not in into and still_same(pid) and signal_verified(pid, idents[pid], sig):
-                into.append(pid)
-
-    send(signal.SIGTERM, result["signalled"])
-    deadline = t0 + grace
-    while clock() < deadline:
-        refresh()
-        send(signal.SIGTERM, result["signalled"])
-        if not any(still_same(pid) for pid in idents):
-            break
-        sleep(poll)
-    refresh()
-    send(signal.SIGKILL, result["killed"])
-    # SIGKILL is not instant for a process in uninterruptible sleep (a GPU driver call): wait a bit.
-    kill_deadline = clock() + 10.0
-    while clock() < kill_deadline and any(still_same(pid) for pid in idents):
-        sleep(poll)
-        refresh()
-        send(signal.SIGKILL, result["killed"])
-    result["remaining"] = [pid for pid in sorted(idents) if still_same(pid)]
+    tree = _StoppingTree(state, leader_ours, writer)
+    first = tree.members()
+    if first:
+        tree.idents = dict((pid, info["start_time"]) for pid, info in first.items())
+        tree.stop(result, t0 + grace, clock, sleep, poll)
     if writer is not None:
         _end_log_writer(writer, writer_start, result, clock, sleep, poll)
     result["seconds"] = round(clock() - t0, 3)
     return result
+
+
+class _StoppingTree(object):
+    """The members of one run's tree while stop_tree stops it: each PID with the start time it was first seen
+    with (``idents``), signalled only while it is still that process."""
+
+    def __init__(self, state, leader_ours, writer):
+        self.state = state
+        self.leader_ours = leader_ours
+        self.writer = writer
+        self.idents = {}
+
+    def members(self):
+        found = our_tree(self.state) if self.leader_ours else {}
+        if not found:
+            found = orphans_of(self.state)
+        found.pop(self.writer, None)  # in our cgroup too; it is ended last, below
+        return found
+
+    def refresh(self):
+        if self.leader_ours or dedicated_cgroup(self.state) is not None:
+            for pid, info in self.members().items():
+                self.idents.setdefault(pid, info["start_time"])
+
+    def still_same(self, pid):
+        return pid_alive(pid) and proc_start_time(pid) == self.idents[pid]
+
+    def send(self, sig, into):
+        for pid in sorted(self.idents):
+            if pid not in into and self.still_same(pid) and signal_verified(pid, self.idents[pid], sig):
+                into.append(pid)
+
+    def stop(self, result, deadline, clock, sleep, poll):
+        """SIGTERM until ``deadline`` (joiners too), then SIGKILL; ``result``'s signalled, killed and remaining."""
+        self.send(signal.SIGTERM, result["signalled"])
+        while clock() < deadline:
+            self.refresh()
+            self.send(signal.SIGTERM, result["signalled"])
+            if not any(self.still_same(pid) for pid in self.idents):
+                break
+            sleep(poll)
+        self.refresh()
+        self.send(signal.SIGKILL, result["killed"])
+        # SIGKILL is not instant for a process in uninterruptible sleep (a GPU driver call): wait a bit.
+        kill_deadline = clock() + 10.0
+        while clock() < kill_deadline and any(self.still_same(pid) for pid in self.idents):
+            sleep(poll)
+            self.refresh()
+            self.send(signal.SIGKILL, result["killed"])
+        result["remaining"] = [pid for pid in sorted(self.idents) if self.still_same(pid)]
 
 
 def _end_log_writer(pid, start_time, result, clock, sleep, poll):
