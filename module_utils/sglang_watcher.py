@@ -500,50 +500,10 @@ class Watcher(object):
             return
         cfg = self.load_config()
         settings = serve_numbers(cfg)
-        user = self.user()
-        self.signals()
-        log_fd, log_path, attempt = self.open_attempt_log(user)
-        token = "%s:%s" % (self.name, secrets.token_hex(16))
-        out_r, out_w = os.pipe2(os.O_CLOEXEC)
-        try:
-            self.proc = self.spawner(cfg, user, out_w, token)
-        except OSError as e:
-            os.close(out_r)
-            os.close(log_fd)
-            self.write_status(launch=cfg.get("launch"), attempt=attempt, log_path=log_path, verdict="exited",
-                              report={"crash_class": "exited", "exit_status": EXIT_PERMANENT, "after_ready": False,
-                                      "msg": "could not start %s: %s" % (cfg["argv"][0], e)})
-            self.say("failed: could not start %s: %s" % (cfg["argv"][0], e))
-            self.code = EXIT_PERMANENT
+        started = self.start_server(cfg, self.user())
+        if started is None:
             return
-        finally:
-            os.close(out_w)
-        self.copy = LogCopy(out_r, log_fd, cfg.get("secrets") or [], echo_fd=1 if cfg.get("journal", True) else None)
-        self.copy.start()
-        t0 = self.clock()
-        self.status = {"launch": cfg.get("launch"), "attempt": attempt, "log_path": log_path, "server_pid": self.proc.pid,
-                       "watcher_pid": os.getpid(), "started_at": self.wall(), "phase": "launching",
-                       "status": sglang_progress.status_text("launching", None), "shards": None, "phases": [],
-                       "verdict": None, "report": None, "fingerprint": cfg.get("fingerprint"),
-                       "invocation": os.environ.get("INVOCATION_ID"), "launcher": "systemd" if cfg.get("unit") else
-                       "detached"}
-        self.write_status()  # before the run state names the new leader: no attach may read the old verdict
-        try:
-            state = self.record(self.proc, attempt, log_path, token)
-        except (OSError, sglang_proc.UntrustedState) as e:
-            # A server nobody recorded could never be stopped by a later run: take it down at once.
-            self.say("failed: cannot record the run state (%s): the server just started was stopped" % e)
-            self.end_tree(grace=0.0)
-            self.write_status(verdict="setup_failed", report={
-                "exit_status": EXIT_SETUP, "after_ready": False, "msg": "could not record the run state in %s (%s): "
-                "the server just started was killed so that nothing runs unrecorded. Fix %s and run again." % (
-                    self.run_dir, getattr(e, "strerror", None) or e, self.run_dir)})
-            self.code = EXIT_SETUP
-            return
-        sglang_watch.prune_attempts(cfg["log_dir"], self.name, cfg.get("keep_attempts", 20))
-        self.notifier.send(STATUS=self.status["status"], MAINPID=os.getpid())
-        self.say("started %s (PID %d), attempt %d, log %s" % (cfg["argv"][0], self.proc.pid, attempt, log_path))
-
+        log_fd, state, t0 = started
         headers = cfg.get("headers") or {}
         ask = self.health_ask(cfg, headers, settings)
         self.gate.forget()  # a new server process holds no request of ours
@@ -555,29 +515,7 @@ class Watcher(object):
                                         self.clock, self.proc, self.proc.pid, self.procs, state.get("start_time"), ask,
                                         self.real, settings,
                                         events=settings.get("events", True))
-        extend_usec = int(settings.get("extend_timeout", 0) * 1e6)
-        last_extend = moved = None
-        shown = None
-        verdict = None
-        while not self.stopping:
-            now = self.clock()
-            verdict = w.look(now)
-            clf = w.log.clf
-            view = (clf.phase, tuple(clf.shards) if clf.shards else None)
-            if view != shown:
-                shown = view
-                # the log's ready line is "up, waiting for a generation to answer": READY=1 waits for the verdict
-                text = sglang_progress.status_text(clf.phase, list(clf.shards) if clf.shards else None)
-                self.write_status(phase=clf.phase, shards=list(clf.shards) if clf.shards else None, status=text,
-                                  phases=[{"phase": ph["phase"], "at": round(ph["at"], 3)} for ph in clf.phases])
-                self.notifier.send(STATUS=text)
-            if extend_usec and w.log.last_growth != moved and (last_extend is None or now - last_extend >= EXTEND_EVERY):
-                # The log moved: the start may take another extend_timeout from now (a stuck load gets no more).
-                moved, last_extend = w.log.last_growth, now
-                self.notifier.send(EXTEND_TIMEOUT_USEC=extend_usec)
-            if verdict is not None:
-                break
-            yield settings["poll_interval"]
+        verdict = yield from self.load_steps(w, settings)
         if self.stopping:
             self.code = self.stopped(follower, w)
             return
@@ -599,6 +537,84 @@ class Watcher(object):
             self.note_serving(view, w, settings)
             yield SERVE_POLL
         self.code = self.stopped(follower, w)
+
+    def start_server(self, cfg, user):
+        """Start the server, its output copied into a new attempt's log, and record it: (the log's fd, the run state,
+        the start's clock), or None when it could not start or be recorded (``self.code`` says which)."""
+        self.signals()
+        log_fd, log_path, attempt = self.open_attempt_log(user)
+        token = "%s:%s" % (self.name, secrets.token_hex(16))
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            self.proc = self.spawner(cfg, user, out_w, token)
+        except OSError as e:
+            os.close(out_r)
+            os.close(log_fd)
+            self.write_status(launch=cfg.get("launch"), attempt=attempt, log_path=log_path, verdict="exited",
+                              report={"crash_class": "exited", "exit_status": EXIT_PERMANENT, "after_ready": False,
+                                      "msg": "could not start %s: %s" % (cfg["argv"][0], e)})
+            self.say("failed: could not start %s: %s" % (cfg["argv"][0], e))
+            self.code = EXIT_PERMANENT
+            return None
+        finally:
+            os.close(out_w)
+        self.copy = LogCopy(out_r, log_fd, cfg.get("secrets") or [], echo_fd=1 if cfg.get("journal", True) else None)
+        self.copy.start()
+        t0 = self.clock()
+        self.status = self.launch_status(cfg, attempt, log_path)
+        self.write_status()  # before the run state names the new leader: no attach may read the old verdict
+        try:
+            state = self.record(self.proc, attempt, log_path, token)
+        except (OSError, sglang_proc.UntrustedState) as e:
+            # A server nobody recorded could never be stopped by a later run: take it down at once.
+            self.say("failed: cannot record the run state (%s): the server just started was stopped" % e)
+            self.end_tree(grace=0.0)
+            self.write_status(verdict="setup_failed", report={
+                "exit_status": EXIT_SETUP, "after_ready": False, "msg": "could not record the run state in %s (%s): "
+                "the server just started was killed so that nothing runs unrecorded. Fix %s and run again." % (
+                    self.run_dir, getattr(e, "strerror", None) or e, self.run_dir)})
+            self.code = EXIT_SETUP
+            return None
+        sglang_watch.prune_attempts(cfg["log_dir"], self.name, cfg.get("keep_attempts", 20))
+        self.notifier.send(STATUS=self.status["status"], MAINPID=os.getpid())
+        self.say("started %s (PID %d), attempt %d, log %s" % (cfg["argv"][0], self.proc.pid, attempt, log_path))
+        return log_fd, state, t0
+
+    def launch_status(self, cfg, attempt, log_path):
+        """The status of a launch just made (``launching``, no verdict)."""
+        return {"launch": cfg.get("launch"), "attempt": attempt, "log_path": log_path, "server_pid": self.proc.pid,
+                "watcher_pid": os.getpid(), "started_at": self.wall(), "phase": "launching",
+                "status": sglang_progress.status_text("launching", None), "shards": None, "phases": [],
+                "verdict": None, "report": None, "fingerprint": cfg.get("fingerprint"),
+                "invocation": os.environ.get("INVOCATION_ID"), "launcher": "systemd" if cfg.get("unit") else
+                "detached"}
+
+    def load_steps(self, w, settings):
+        """The load, step by step (a generator: it yields the seconds to the next look): the phase in the status and
+        the unit's STATUS=, the start's timeout extended while the log moves. Returns the verdict (None: stopping)."""
+        extend_usec = int(settings.get("extend_timeout", 0) * 1e6)
+        last_extend = moved = None
+        shown = None
+        while not self.stopping:
+            now = self.clock()
+            verdict = w.look(now)
+            clf = w.log.clf
+            view = (clf.phase, tuple(clf.shards) if clf.shards else None)
+            if view != shown:
+                shown = view
+                # the log's ready line is "up, waiting for a generation to answer": READY=1 waits for the verdict
+                text = sglang_progress.status_text(clf.phase, list(clf.shards) if clf.shards else None)
+                self.write_status(phase=clf.phase, shards=list(clf.shards) if clf.shards else None, status=text,
+                                  phases=[{"phase": ph["phase"], "at": round(ph["at"], 3)} for ph in clf.phases])
+                self.notifier.send(STATUS=text)
+            if extend_usec and w.log.last_growth != moved and (last_extend is None or now - last_extend >= EXTEND_EVERY):
+                # The log moved: the start may take another extend_timeout from now (a stuck load gets no more).
+                moved, last_extend = w.log.last_growth, now
+                self.notifier.send(EXTEND_TIMEOUT_USEC=extend_usec)
+            if verdict is not None:
+                return verdict
+            yield settings["poll_interval"]
+        return None
 
     def note_serving(self, view, w, settings):
         """The status's ``serving`` fields (ServingView), written when what a watch reads has changed; the status text

@@ -21,7 +21,6 @@ TOO_BIG = {
     "module_utils/sglang_model_fetch.py:Fetch",
     "module_utils/sglang_waiter.py:ModelWaiter",
     "module_utils/sglang_watcher.py:Watcher",
-    "module_utils/sglang_watcher.py:Watcher.steps",
 }
 
 
