@@ -447,56 +447,26 @@ class _Block(object):
         self.scheduler_frame = None  # (line, lineno) of a run_scheduler_process frame
 
 
-class LogClassifier(object):
-    """Decide ready / crashed / loading from SGLang log lines.
+def _crash_hint(cls, exc_text):
+    """The operator's hint for a crash of class cls, sharper where the exception names a known cause."""
+    hint = HINTS[cls]
+    if exc_text:
+        if "'EAGLEWorkerV2' object has no attribute" in exc_text:
+            return ("EAGLEWorkerV2 was only half constructed (its __init__ failed early and the error was "
+                    "swallowed); apply the early-init patch (sglang_patch_enabled: true) so the attribute "
+                    "exists, and look in the log for the original init failure")
+        if "get_open_port" in exc_text or "'str' object cannot be interpreted as an integer" in exc_text:
+            return ("a port variable is not a number; a Kubernetes Service named 'sglang' injects "
+                    "SGLANG_PORT=tcp://...: rename the Service or unset SGLANG_PORT")
+    return hint
 
-    Feed it bytes with :meth:`feed` (or whole lines with :meth:`feed_line`); read ``state``,
-    ``phase``, ``phases``, ``shards``, ``crash`` and ``ready``. Call :meth:`finalize` when the
-    log is complete (process gone, or a post-mortem read): it decides traceback fragments that
-    never reached their last line.
-    """
 
-    def __init__(self, clock=time.time):
-        self._clock = clock
-        self.state = "loading"
-        self.phase = "launching"
-        self.phases = [{"phase": "launching", "at": clock(), "lineno": 0}]
-        self.shards = None  # (done, total)
-        self.crash = None
-        self.dismissed = []  # crashes set aside by dismiss_crash()
-        # Raw request echoes (see _ECHO_MULTI: older SGLang wrote the prompt raw, so from the line after it a client
-        # can write any line shape, prefix included): the line numbers where one began. A crash at or after one may be
-        # the client's text; a later crash then supersedes it (the latest crash before a death explains the death),
-        # and the explanation of a death says its class is uncertain (class_uncertain()).
-        self.raw_echoes = []
-        self.superseded = []  # crashes set aside because a later one came after a raw echo (first first)
-        self.ready = None
-        self.settled = False  # crash class will not change any more
-        self.lineno = 0  # count of "\n"-terminated lines seen (what `sed -n Np` shows)
-        self.prefill_batches = 0
-        self.prefill_cached = 0
-        self.decode_batches = 0
-        self.stopping = None  # {"line", "lineno"} of the first sign of an orderly stop (SIGTERM, SIGINT)
-        self._child_exit = None  # (line, lineno, code): a child the launcher reported gone, not (yet) explained
-        self._partial = b""
-        self._block = None
-        self._pending_chain = None  # a closed block that a chained traceback may continue
-        self._tail_bytes = b""
-        self._echo = None  # inside a multi-line request echo: the bytes it may still span
-        self._echo_last = False  # the last line (piece) fed was echo data
-        self.access_lines = 0  # uvicorn access lines seen (data: the client's request line)
-        self.notices = 0  # warning/info lines that held back a signature word or a traceback
-        self._midline = False  # the last piece fed ended without a line break (a runaway line)
-        self._cri = {}  # CRI stream -> (first physical line, text so far) of a partial ("P") record
-        # the shape gate (see _gate): line shapes proven anchor-free, their size, the block that holds an
-        # anchor (start, end, anchors found), poor blocks in a row, bytes left to rest
-        self._known = set()
-        self._known_bytes = 0
-        self._dirty = None
-        self._poor = 0
-        self._rest = 0
+class _LineScanner(object):
+    """Bytes in: split what is fed into lines and hand each one that can matter to ``feed_line``; whole stretches
+    that cannot change the verdict are skipped (the shape gate, the anchors) with only the counters kept.
 
-    # ---------------------------------------------------------------- bytes in
+    Part of :class:`LogClassifier`, whose ``__init__`` sets the state these methods share."""
+
     def feed(self, data, final=False):
         """Feed raw bytes (any chunking). Lines are processed once complete; ``final`` flushes
         an unterminated last line."""
@@ -663,153 +633,17 @@ class LogClassifier(object):
                 if m:
                     self.shards = (int(m.group(1)), int(m.group(2)))
 
-    # ---------------------------------------------------------------- lines in
-    def feed_line(self, line):
-        """Process one complete line (no line break)."""
-        if self._midline and self._echo_last:
-            # the rest of a request echo too long for one read (see _MAX_LINE)
-            if self._echo is not None:
-                self._echo = None if _echo_ends(line) else self._echo - len(line)
-            return
-        if not line.strip():
-            if self._echo is not None:
-                self._echo -= 1
-                return
-            if self._block is not None and self._block.exception is None:
-                self._block.lines.append(line)
-            return
-        cri = _CRI.match(line)
-        if cri is not None:
-            # A container runtime splits long lines into partial records ("P") ended by a full one ("F").
-            key = cri.group(1)
-            held = self._cri.pop(key, None)
-            if held is not None:
-                line = held[0] + line[cri.end():]
-            if cri.group(2) == "P":
-                self._cri[key] = (line if held is None else line, None)
-                return
-        lineno = self.lineno + 1
-        body, prefixed = strip_prefix(line)
-        if self._echo is not None:
-            if self._echo > 0:
-                # a new physical line of an echoed request's text (a prompt with newlines), whatever it looks like
-                self._echo = None if _echo_ends(line) else self._echo - len(line) - 1
-                self._echo_last = True
-                return
-            self._echo = None  # longer than any echo: it was cut, and this line is the server's again
-        if _ECHO.match(body):
-            # only a dataclass repr (GenerateReqInput(..., text='...', ...)) can run over several physical lines (older
-            # SGLang wrote its text raw); "Receive OpenAI: obj={...}" and the JSON form are one line each
-            if _ECHO_MULTI.match(body):
-                self._echo = _echo_left(body)
-                if len(self.raw_echoes) < 1000:
-                    self.raw_echoes.append(lineno)
-            else:
-                self._echo = None
-            self._echo_last = True
-            return
-        self._echo_last = False
-        if _ACCESS.match(body) or body.startswith(_CLIENT_ERROR):
-            # data; the rest of a runaway line (see _MAX_LINE) is data too
-            self.access_lines += 1
-            self._echo_last = True
-            return
 
-        if "rid=" in body:
-            body = _RID.sub("rid=<client>", body)  # what a client chose for its request id decides nothing
+class _TracebackTracker(object):
+    """Tracebacks: gather a traceback's lines into a block (chained, headed or a fragment), decide whether it
+    proves a crash, and refine the crash's class, exception and traceback from it.
 
-        # An orderly stop, and children the launcher reports gone (see _CHILD_EXIT).
-        if self.stopping is None and _STOP.search(body):
-            self._stop(line, lineno)
-        if "xit code" in body:
-            ce = _CHILD_EXIT.search(body)
-            if ce is not None:
-                code = int(ce.group(2))
-                if code in _STOP_CODES:
-                    self._stop(line, lineno)
-                elif self._child_exit is None and not (self.stopping is not None and code == -9):
-                    self._child_exit = (line, lineno, code)
+    Part of :class:`LogClassifier`, whose ``__init__`` sets the state these methods share."""
 
-        # Phases and progress (cheap, and only while not crashed).
-        if self.state != "crashed":
-            self._track_progress(body, line, lineno)
-
-        # Line signatures first (a definite signature on a traceback's last line beats the block's
-        # own header), but not on indented source lines quoted inside a traceback.
-        text = body
-        if body[:1] in (" ", "\t"):
-            what = _WHAT.match(body)  # "  what():  <message>" of a C++ exception that aborted the process
-            text = what.group(1) if what else None
-        elif self._is_notice(line, body):
-            self.notices += 1
-            return
-        if text:
-            for look, cls, final in _LOOKS:
-                if look(text):
-                    self._on_signature(line, lineno, cls, final)
-                    break
-
-        # Traceback blocks.
-        self._track_blocks(line, body, prefixed, lineno)
-
-    def _is_notice(self, line, body):
-        """A warning or info line (never a traceback's own exception line), or, where the line names no level,
-        one outside a traceback that says it falls back or that something is deprecated."""
-        level = line_level(line, body)
-        if level == "notice":
-            return not (self._block is not None and _EXCEPTION.match(body.strip()))
-        return (level is None and self._block is None and _NOTICE_WORDS.search(body) is not None
-                and not _EXCEPTION.match(body.strip()))
-
-    def _track_progress(self, body, line, lineno):
-        for rx, phase in _PHASE_MARKERS:
-            if rx.search(body):
-                if phase == "ready":
-                    if self.ready is None:
-                        self.ready = {"line": line, "lineno": lineno}
-                        # "First request" now means the first client request: forget the warm-up's batches.
-                        self.prefill_batches = self.prefill_cached = self.decode_batches = 0
-                    if self.state == "loading":
-                        self.state = "ready"
-                self._advance(phase, lineno)
-                break
-        if "checkpoint shards" in body:
-            m = _SHARDS.search(body)
-            if m:
-                self.shards = (int(m.group(1)), int(m.group(2)))
-        elif "Prefill batch" in body:
-            self.prefill_batches += 1
-            m = _PREFILL.search(body)
-            if m and int(m.group(1)) > 0:
-                self.prefill_cached += 1
-        elif "Decode batch" in body:
-            self.decode_batches += 1
-
-    def _advance(self, phase, lineno):
-        if _PHASE_INDEX[phase] > _PHASE_INDEX[self.phase]:
-            self.phase = phase
-            self.phases.append({"phase": phase, "at": self._clock(), "lineno": lineno})
-
-    # ---------------------------------------------------------------- tracebacks
     def _track_blocks(self, line, body, prefixed, lineno):
-        blk = self._block
+        """Hand the line to the traceback it opens, continues or ends."""
         if _TRACEBACK.match(body) or "Scheduler hit an exception" in body or "warmup error: Traceback" in body:
-            if self._pending_chain is not None and not prefixed and _TRACEBACK.match(body):
-                # continuation of a chained exception: keep the chain's first header
-                chain = self._pending_chain
-                self._pending_chain = None
-                nb = _Block(line, lineno, headed=True)
-                nb.start_line, nb.start_lineno = chain.start_line, chain.start_lineno
-                nb.launcher = chain.launcher
-                nb.frames = list(chain.frames)
-                nb.lines = chain.lines + [line]
-                self._block = nb
-                return
-            self._pending_chain = None
-            if blk is not None:
-                self._end_block(blk, unterminated=True)
-            self._block = _Block(line, lineno, headed=True, prefixed=prefixed,
-                                 scheduler_header="Scheduler hit an exception" in body)
+            self._open_block(line, body, prefixed, lineno)
             return
         if self._pending_chain is not None:
             if _CHAIN.match(body):
@@ -818,22 +652,50 @@ class LogClassifier(object):
             self._pending_chain = None
         fm = _FRAME.match(body)
         if fm:
-            if blk is None:
-                blk = self._block = _Block(line, lineno, headed=False)
-            else:
-                blk.lines.append(line)
-            func = fm.group(2)
-            blk.frames.append((fm.group(1), func))
-            if _LAUNCHER_FRAMES.match(func) and ("runpy" in fm.group(1) or "launch_server" in fm.group(1)):
-                blk.launcher = True
-            if func == "run_scheduler_process" and blk.scheduler_frame is None:
-                blk.scheduler_frame = (line, lineno)
-                if not blk.headed:
-                    # A fragment: the scheduler's top-level handler only prints on a fatal error.
-                    self._decide(line, lineno, "python_exception", final=False)
+            self._add_frame(fm, line, lineno)
             return
+        if self._block is not None:
+            self._extend_block(self._block, line, body, prefixed, lineno)
+
+    def _open_block(self, line, body, prefixed, lineno):
+        """A traceback's header: a new block, or the next part of a chained exception."""
+        blk = self._block
+        if self._pending_chain is not None and not prefixed and _TRACEBACK.match(body):
+            # continuation of a chained exception: keep the chain's first header
+            chain = self._pending_chain
+            self._pending_chain = None
+            nb = _Block(line, lineno, headed=True)
+            nb.start_line, nb.start_lineno = chain.start_line, chain.start_lineno
+            nb.launcher = chain.launcher
+            nb.frames = list(chain.frames)
+            nb.lines = chain.lines + [line]
+            self._block = nb
+            return
+        self._pending_chain = None
+        if blk is not None:
+            self._end_block(blk, unterminated=True)
+        self._block = _Block(line, lineno, headed=True, prefixed=prefixed,
+                             scheduler_header="Scheduler hit an exception" in body)
+
+    def _add_frame(self, fm, line, lineno):
+        """A ``File "...", line N, in func`` line (fm: its match): into the open block, or one of its own."""
+        blk = self._block
         if blk is None:
-            return
+            blk = self._block = _Block(line, lineno, headed=False)
+        else:
+            blk.lines.append(line)
+        func = fm.group(2)
+        blk.frames.append((fm.group(1), func))
+        if _LAUNCHER_FRAMES.match(func) and ("runpy" in fm.group(1) or "launch_server" in fm.group(1)):
+            blk.launcher = True
+        if func == "run_scheduler_process" and blk.scheduler_frame is None:
+            blk.scheduler_frame = (line, lineno)
+            if not blk.headed:
+                # A fragment: the scheduler's top-level handler only prints on a fatal error.
+                self._decide(line, lineno, "python_exception", final=False)
+
+    def _extend_block(self, blk, line, body, prefixed, lineno):
+        """Any other line while a block is open: its body, its exception line (which ends it), or not its own."""
         if body[:1] in (" ", "\t") or body.startswith("^") or body.strip().startswith("^"):
             blk.lines.append(line)
             if len(blk.lines) > _MAX_BLOCK:
@@ -939,22 +801,16 @@ class LogClassifier(object):
         if _RANK[crash["class"]] >= 1 and _RANK[cls] <= _RANK[crash["class"]]:
             return  # e.g. the launcher's RuntimeError after a segfault: the segfault is the cause
         crash["class"] = cls
-        crash["hint"] = self._hint(cls, exc_text)
+        crash["hint"] = _crash_hint(cls, exc_text)
         self.settled = True
 
-    def _hint(self, cls, exc_text):
-        hint = HINTS[cls]
-        if exc_text:
-            if "'EAGLEWorkerV2' object has no attribute" in exc_text:
-                return ("EAGLEWorkerV2 was only half constructed (its __init__ failed early and the error was "
-                        "swallowed); apply the early-init patch (sglang_patch_enabled: true) so the attribute "
-                        "exists, and look in the log for the original init failure")
-            if "get_open_port" in exc_text or "'str' object cannot be interpreted as an integer" in exc_text:
-                return ("a port variable is not a number; a Kubernetes Service named 'sglang' injects "
-                        "SGLANG_PORT=tcp://...: rename the Service or unset SGLANG_PORT")
-        return hint
 
-    # ---------------------------------------------------------------- decisions
+class _CrashDecisions(object):
+    """Decisions: an orderly stop, a crash decided by a line signature or a traceback, and a crash set aside
+    (superseded after a raw request echo, or dismissed because the server outlived it).
+
+    Part of :class:`LogClassifier`, whose ``__init__`` sets the state these methods share."""
+
     def _stop(self, line, lineno):
         if self.stopping is None:
             self.stopping = {"line": line, "lineno": lineno}
@@ -993,22 +849,6 @@ class LogClassifier(object):
             "traceback": None,
         }
 
-    def finalize(self):
-        """The log is complete: decide what an open traceback fragment proves."""
-        if self._partial:
-            self.feed(b"", final=True)
-        if self._block is not None:
-            self._end_block(self._block, unterminated=True)
-        self._pending_chain = None
-        if self.crash is None and self._child_exit is not None:
-            # The launcher reported a child gone (not by a stop) and nothing after it explained it (the log ends
-            # there: SGLang's own SIGQUIT line normally follows and decides child_sigquit).
-            line, lineno, _code = self._child_exit
-            self._decide(line, lineno, "killed", final=False)
-        if self.crash is not None and not self.settled:
-            self.settled = True
-        return self
-
     def crash_after_raw_echo(self, crash=None):
         """The line number of the first raw request echo at or before ``crash``'s deciding line (the current crash by
         default), or None: from that echo on, a client's prompt can have written any line, so no framing rule tells
@@ -1039,6 +879,218 @@ class LogClassifier(object):
         self.crash = None
         self.settled = False
         self.state = "ready" if self.ready is not None else "loading"
+
+
+class LogClassifier(_LineScanner, _TracebackTracker, _CrashDecisions):
+    """Decide ready / crashed / loading from SGLang log lines.
+
+    Feed it bytes with :meth:`feed` (or whole lines with :meth:`feed_line`); read ``state``,
+    ``phase``, ``phases``, ``shards``, ``crash`` and ``ready``. Call :meth:`finalize` when the
+    log is complete (process gone, or a post-mortem read): it decides traceback fragments that
+    never reached their last line.
+    """
+
+    def __init__(self, clock=time.time):
+        self._clock = clock
+        self.state = "loading"
+        self.phase = "launching"
+        self.phases = [{"phase": "launching", "at": clock(), "lineno": 0}]
+        self.shards = None  # (done, total)
+        self.crash = None
+        self.dismissed = []  # crashes set aside by dismiss_crash()
+        # Raw request echoes (see _ECHO_MULTI: older SGLang wrote the prompt raw, so from the line after it a client
+        # can write any line shape, prefix included): the line numbers where one began. A crash at or after one may be
+        # the client's text; a later crash then supersedes it (the latest crash before a death explains the death),
+        # and the explanation of a death says its class is uncertain (class_uncertain()).
+        self.raw_echoes = []
+        self.superseded = []  # crashes set aside because a later one came after a raw echo (first first)
+        self.ready = None
+        self.settled = False  # crash class will not change any more
+        self.lineno = 0  # count of "\n"-terminated lines seen (what `sed -n Np` shows)
+        self.prefill_batches = 0
+        self.prefill_cached = 0
+        self.decode_batches = 0
+        self.stopping = None  # {"line", "lineno"} of the first sign of an orderly stop (SIGTERM, SIGINT)
+        self._child_exit = None  # (line, lineno, code): a child the launcher reported gone, not (yet) explained
+        self._partial = b""
+        self._block = None
+        self._pending_chain = None  # a closed block that a chained traceback may continue
+        self._tail_bytes = b""
+        self._echo = None  # inside a multi-line request echo: the bytes it may still span
+        self._echo_last = False  # the last line (piece) fed was echo data
+        self.access_lines = 0  # uvicorn access lines seen (data: the client's request line)
+        self.notices = 0  # warning/info lines that held back a signature word or a traceback
+        self._midline = False  # the last piece fed ended without a line break (a runaway line)
+        self._cri = {}  # CRI stream -> (first physical line, text so far) of a partial ("P") record
+        # the shape gate (see _gate): line shapes proven anchor-free, their size, the block that holds an
+        # anchor (start, end, anchors found), poor blocks in a row, bytes left to rest
+        self._known = set()
+        self._known_bytes = 0
+        self._dirty = None
+        self._poor = 0
+        self._rest = 0
+
+    # ---------------------------------------------------------------- lines in
+    def feed_line(self, line):
+        """Process one complete line (no line break)."""
+        line = self._whole_line(line)
+        if line is None:
+            return
+        lineno = self.lineno + 1
+        body, prefixed = strip_prefix(line)
+        if self._is_data(line, body, lineno):
+            return
+
+        if "rid=" in body:
+            body = _RID.sub("rid=<client>", body)  # what a client chose for its request id decides nothing
+
+        # An orderly stop, and children the launcher reports gone (see _CHILD_EXIT).
+        self._track_stop(line, body, lineno)
+
+        # Phases and progress (cheap, and only while not crashed).
+        if self.state != "crashed":
+            self._track_progress(body, line, lineno)
+
+        # Line signatures first (a definite signature on a traceback's last line beats the block's
+        # own header), but not on indented source lines quoted inside a traceback.
+        text = body
+        if body[:1] in (" ", "\t"):
+            what = _WHAT.match(body)  # "  what():  <message>" of a C++ exception that aborted the process
+            text = what.group(1) if what else None
+        elif self._is_notice(line, body):
+            self.notices += 1
+            return
+        if text:
+            for look, cls, final in _LOOKS:
+                if look(text):
+                    self._on_signature(line, lineno, cls, final)
+                    break
+
+        # Traceback blocks.
+        self._track_blocks(line, body, prefixed, lineno)
+
+    def _whole_line(self, line):
+        """The line to classify, or None where it is taken already: the rest of a runaway echo, a blank line, the
+        partial record of a container runtime (joined to its full record, which is returned whole)."""
+        if self._midline and self._echo_last:
+            # the rest of a request echo too long for one read (see _MAX_LINE)
+            if self._echo is not None:
+                self._echo = None if _echo_ends(line) else self._echo - len(line)
+            return None
+        if not line.strip():
+            if self._echo is not None:
+                self._echo -= 1
+                return None
+            if self._block is not None and self._block.exception is None:
+                self._block.lines.append(line)
+            return None
+        cri = _CRI.match(line)
+        if cri is not None:
+            # A container runtime splits long lines into partial records ("P") ended by a full one ("F").
+            key = cri.group(1)
+            held = self._cri.pop(key, None)
+            if held is not None:
+                line = held[0] + line[cri.end():]
+            if cri.group(2) == "P":
+                self._cri[key] = (line if held is None else line, None)
+                return None
+        return line
+
+    def _is_data(self, line, body, lineno):
+        """Whether the line is a client's data (a request echo, its text, an access line, a client's error):
+        counted, never classified."""
+        if self._echo is not None:
+            if self._echo > 0:
+                # a new physical line of an echoed request's text (a prompt with newlines), whatever it looks like
+                self._echo = None if _echo_ends(line) else self._echo - len(line) - 1
+                self._echo_last = True
+                return True
+            self._echo = None  # longer than any echo: it was cut, and this line is the server's again
+        if _ECHO.match(body):
+            # only a dataclass repr (GenerateReqInput(..., text='...', ...)) can run over several physical lines (older
+            # SGLang wrote its text raw); "Receive OpenAI: obj={...}" and the JSON form are one line each
+            if _ECHO_MULTI.match(body):
+                self._echo = _echo_left(body)
+                if len(self.raw_echoes) < 1000:
+                    self.raw_echoes.append(lineno)
+            else:
+                self._echo = None
+            self._echo_last = True
+            return True
+        self._echo_last = False
+        if _ACCESS.match(body) or body.startswith(_CLIENT_ERROR):
+            # data; the rest of a runaway line (see _MAX_LINE) is data too
+            self.access_lines += 1
+            self._echo_last = True
+            return True
+        return False
+
+    def _track_stop(self, line, body, lineno):
+        """An orderly stop (SIGTERM, SIGINT), and a child the launcher reports gone (see _CHILD_EXIT)."""
+        if self.stopping is None and _STOP.search(body):
+            self._stop(line, lineno)
+        if "xit code" in body:
+            ce = _CHILD_EXIT.search(body)
+            if ce is not None:
+                code = int(ce.group(2))
+                if code in _STOP_CODES:
+                    self._stop(line, lineno)
+                elif self._child_exit is None and not (self.stopping is not None and code == -9):
+                    self._child_exit = (line, lineno, code)
+
+    def _is_notice(self, line, body):
+        """A warning or info line (never a traceback's own exception line), or, where the line names no level,
+        one outside a traceback that says it falls back or that something is deprecated."""
+        level = line_level(line, body)
+        if level == "notice":
+            return not (self._block is not None and _EXCEPTION.match(body.strip()))
+        return (level is None and self._block is None and _NOTICE_WORDS.search(body) is not None
+                and not _EXCEPTION.match(body.strip()))
+
+    def _track_progress(self, body, line, lineno):
+        for rx, phase in _PHASE_MARKERS:
+            if rx.search(body):
+                if phase == "ready":
+                    if self.ready is None:
+                        self.ready = {"line": line, "lineno": lineno}
+                        # "First request" now means the first client request: forget the warm-up's batches.
+                        self.prefill_batches = self.prefill_cached = self.decode_batches = 0
+                    if self.state == "loading":
+                        self.state = "ready"
+                self._advance(phase, lineno)
+                break
+        if "checkpoint shards" in body:
+            m = _SHARDS.search(body)
+            if m:
+                self.shards = (int(m.group(1)), int(m.group(2)))
+        elif "Prefill batch" in body:
+            self.prefill_batches += 1
+            m = _PREFILL.search(body)
+            if m and int(m.group(1)) > 0:
+                self.prefill_cached += 1
+        elif "Decode batch" in body:
+            self.decode_batches += 1
+
+    def _advance(self, phase, lineno):
+        if _PHASE_INDEX[phase] > _PHASE_INDEX[self.phase]:
+            self.phase = phase
+            self.phases.append({"phase": phase, "at": self._clock(), "lineno": lineno})
+
+    def finalize(self):
+        """The log is complete: decide what an open traceback fragment proves."""
+        if self._partial:
+            self.feed(b"", final=True)
+        if self._block is not None:
+            self._end_block(self._block, unterminated=True)
+        self._pending_chain = None
+        if self.crash is None and self._child_exit is not None:
+            # The launcher reported a child gone (not by a stop) and nothing after it explained it (the log ends
+            # there: SGLang's own SIGQUIT line normally follows and decides child_sigquit).
+            line, lineno, _code = self._child_exit
+            self._decide(line, lineno, "killed", final=False)
+        if self.crash is not None and not self.settled:
+            self.settled = True
+        return self
 
     # ---------------------------------------------------------------- reading the verdict
     def tail(self, n=40):
