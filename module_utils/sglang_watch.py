@@ -32,6 +32,7 @@ except ImportError:  # the host watcher program: module_utils files side by side
     import sglang_progress
     from sglang_probe import GATED, http_get
 
+
 def http_status(url, headers, timeout):
     """Status code of a GET, or None when nothing answered (refused, reset, timed out).
 
