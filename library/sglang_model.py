@@ -324,55 +324,9 @@ class Host(object):
         return False
 
 
-class ModelFetch(object):
-    """One call: the look, the plan and its checks, the fetch programs started or attached to, and the wait."""
+class SourceListing(object):
+    """What a model's source lists: a Hub repo (through the lister), a seed directory, a peer's manifest."""
 
-    def __init__(self, module, host=None, clock=time.monotonic, sleep=time.sleep, wall=time.time):
-        self.module = module
-        self.wall = wall
-        self.p = module.params
-        self.host = host or Host(module)
-        self.clock = clock
-        self.sleep = sleep
-        self.check = module.check_mode
-        self.warnings = []
-        self.state_dir = self.p["state_dir"]
-
-    # ---------------------------------------------------------------- inputs
-    def validate(self):
-        p = self.p
-        sglang_model.check_models(p["models"])
-        if not 1 <= p["parallel"] <= 64:
-            raise ModelError("parallel must be 1-64 (got %d)" % p["parallel"])
-        if p["disk_margin_mib"] < 0 or p["timeout"] < 0:
-            raise ModelError("disk_margin_mib and timeout must be >= 0")
-        if not p["endpoint"].startswith(("http://", "https://")):
-            raise ModelError("endpoint must be an http(s) URL such as https://huggingface.co (got %r)" % p["endpoint"])
-        for m in p["models"]:
-            peer = m.get("peer")
-            if peer:
-                ok, why = sglang_model.source_matches(peer["source"], m)
-                if not ok:
-                    raise ModelError("model %s: the peer %s holds another source (%s): fan-out copies only the model "
-                                     "asked for" % (m["name"], peer["address"], why))
-                sglang_model.check_listing(m["name"], peer["files"])
-        try:
-            return sglang_model.ownership_of(p)
-        except ModelError as e:
-            if not self.check:
-                raise
-            self.warnings.append("%s (check mode: the play may create it before the fetch)" % e.msg)
-            return None
-
-    def state_dir_ready(self):
-        """Whether the state dir exists (and is trusted: UntrustedState when anyone else could write it). Nothing is
-        created before a fetch has passed its checks."""
-        if not os.path.lexists(self.state_dir):
-            return False
-        os.close(sglang_proc.open_run_dir(self.state_dir))
-        return True
-
-    # ---------------------------------------------------------------- sources
     def hub_request(self, model):
         return {"endpoint": self.p["endpoint"], "repo": model["repo"], "revision": model["revision"],
                 "token": self.p["token"], "allow_patterns": model.get("allow_patterns"),
@@ -468,31 +422,10 @@ class ModelFetch(object):
             return src, {"kind": "hub"}, files
         return src, {"kind": "seed"}, sglang_model.check_listing(model["name"], self.list_seed(model))
 
-    # ---------------------------------------------------------------- program
-    def install_program(self):
-        """The fetch program and its module_utils into <state_dir>/program/ (root's, 0644); only files whose content
-        differs are written. Returns its path."""
-        directory = os.path.join(self.state_dir, sglang_model.PROGRAM_DIR)
-        if not os.path.isdir(directory):
-            os.mkdir(directory, 0o755)
-        os.close(sglang_proc.open_run_dir(directory))
-        for fname, data in sorted(program_files().items()):
-            target = os.path.join(directory, fname)
-            try:
-                with open(target, "rb") as fh:
-                    if fh.read() == data and not os.path.islink(target):
-                        continue
-            except OSError:
-                pass
-            tmp = "%s.%s.tmp" % (target, secrets.token_hex(4))
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-            with os.fdopen(fd, "wb") as fh:
-                os.fchmod(fh.fileno(), 0o644)
-                fh.write(data)
-            os.rename(tmp, target)
-        return os.path.join(directory, sglang_model.PROGRAM)
 
-    # ---------------------------------------------------------------- status
+class JobFiles(object):
+    """A model's job and status files in the state dir, and whether its fetch program runs."""
+
     def read_status(self, name):
         try:
             return sglang_proc.read_json(self.state_dir, state_files(name)["status"])
@@ -513,139 +446,9 @@ class ModelFetch(object):
         except (OSError, sglang_proc.UntrustedState):
             return None
 
-    # ---------------------------------------------------------------- the call
-    def run(self):
-        ownership = self.validate()
-        p = self.p
-        if ownership is None:  # check mode on a host without the owner or group yet
-            results = [{"name": m["name"], "path": m["path"], "in_place": False, "action": "would_fetch",
-                        "why": "owner or group not on the host yet"} for m in p["models"]]
-            return self.finish(results, [], changed=True)
-        state_dir_ok = self.state_dir_ready()
-        jobs_seen = p.get("_jobs") or {}
-        results, to_start, attached = [], [], []
-        for model in p["models"]:
-            look = sglang_model.look_model(model, self.state_dir, ownership, p["verify"]) if state_dir_ok else {
-                "name": model["name"], "path": model["path"], "in_place": False, "why": "no state dir yet"}
-            entry = dict(look)
-            results.append(entry)
-            status = self.read_status(model["name"]) if state_dir_ok else None
-            job = (self.read_job(model["name"]) or {}) if state_dir_ok else {}
-            if job.get("job_id") and job.get("job_id") == jobs_seen.get(model["name"]):
-                # This task's own fetch of the model (an earlier step started it): wait on it, never a second one
-                # within one task (even with verify=full).
-                entry["action"] = "attached"
-                attached.append((model, job["job_id"]))
-                continue
-            if look["in_place"]:
-                entry["action"] = "kept"
-                continue
-            if state_dir_ok and self.starting_or_running(model["name"], job, status):
-                # A fetch an earlier run started (its connection was lost): attach to it.
-                ok, why = sglang_model.source_matches(job.get("record_source"), model)
-                if not ok or os.path.normpath(job.get("path") or "") != os.path.normpath(model["path"]):
-                    raise ModelError("model %s: a fetch of another source or path runs (PID %s; %s): let it end, or "
-                                     "stop it (kill %s), then run again" % (
-                                         model["name"], (status or {}).get("pid"), why or "path %s" % job.get("path"),
-                                         (status or {}).get("pid")))
-                entry["action"] = "attached"
-                attached.append((model, job.get("job_id")))
-                continue
-            if self.check:
-                entry["action"] = "would_fetch"
-                continue
-            to_start.append((model, entry))
-        if self.check:
-            return self.finish(results, [], changed=any(r["action"] == "would_fetch" for r in results))
-        plans = []
-        for model, entry in to_start:
-            record_source, source, listing = self.listing(model)
-            manifest = sglang_model.read_manifest(self.state_dir, model["name"])[0]
-            if manifest and os.path.normpath(manifest.get("path") or "") != os.path.normpath(model["path"]):
-                manifest = None
-            if manifest and not sglang_model.source_matches(manifest.get("source"), model)[0]:
-                manifest = None
-            tasks, need = sglang_model.plan(model, listing, manifest, p["verify"])
-            if source["kind"] == "seed" and sglang_model.seed_in_place(model):
-                need = 0
-                cannot = sglang_model.unreadable(model["path"], [t["path"] for t in tasks], ownership[1])
-                if cannot:
-                    raise ModelError("model %s: the service group (%s) cannot read %s in the seed read in place: make "
-                                     "it readable for that group or for others (it is never changed here)" % (
-                                         model["name"], p["group"], cannot))
-                for t in tasks:
-                    if t["action"] == "fetch":
-                        raise ModelError("model %s: %s in the seed read in place is %s: it is never written here; "
-                                         "put the file there" % (model["name"], t["path"], "missing" if not os.path.exists(
-                                             os.path.join(model["path"], t["path"])) else "of another size than listed"))
-            plans.append((model, entry, record_source, source, tasks, need))
-        shortfall = sglang_model.disk_shortfall([(plan[0]["name"], plan[0]["path"], plan[5]) for plan in plans],
-                                                p["disk_margin_mib"] << 20)
-        if shortfall:
-            raise ModelError(shortfall, models=[plan[1] for plan in plans])
-        jobs = {}
-        if plans:
-            sglang_model.make_state_dir(self.state_dir)
-            lock_fd = self.planning_lock()
-            try:
-                program = self.install_program()
-                for model, entry, record_source, source, tasks, need in plans:
-                    job = self.read_job(model["name"]) or {}
-                    if self.starting_or_running(model["name"], job, self.read_status(model["name"])):
-                        # another run started it while this one listed the source
-                        entry["action"] = "attached"
-                        attached.append((model, job.get("job_id")))
-                        continue
-                    jobs[model["name"]] = self.start(program, model, entry, record_source, source, tasks, ownership)
-            finally:
-                os.close(lock_fd)
-        for model, job_id in attached:
-            jobs[model["name"]] = job_id
-        return self.wait(results, jobs)
 
-    def planning_lock(self):
-        """The state dir's lock for starting fetches: two runs at once never start two fetches of one model."""
-        import fcntl
-        fd = os.open(os.path.join(self.state_dir, "models.lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
-                     0o600)
-        fcntl.flock(fd, fcntl.LOCK_EX)
-        return fd
-
-    def start(self, program, model, entry, record_source, source, tasks, ownership):
-        uid, gid, fmode, dmode = ownership
-        name = model["name"]
-        job_id = secrets.token_hex(8)
-        job = {
-            "job_id": job_id, "name": name, "path": os.path.normpath(model["path"]), "source": source,
-            "record_source": record_source, "tasks": tasks, "managed": not sglang_model.seed_in_place(model),
-            "uid": uid, "gid": gid, "file_mode": fmode, "dir_mode": dmode, "owner": self.p["owner"],
-            "group": self.p["group"], "parallel": self.p["parallel"], "endpoint": self.p["endpoint"],
-            "repo": model.get("repo"), "commit": record_source.get("commit"), "seed": model.get("seed"),
-        }
-        peer = model.get("peer")
-        if peer:
-            rsync = self.module.get_bin_path("rsync")
-            if not rsync:
-                raise ModelError("model %s: rsync is needed to copy from the peer %s: install it on both hosts" % (
-                    name, peer["address"]))
-            known = os.path.join(self.state_dir, "%s.known_hosts" % name)
-            sglang_proc.write_files(self.state_dir, [(os.path.basename(known), known_hosts_text(
-                peer["address"], peer["port"], peer["host_keys"]))], mode=0o644)
-            job["peer"] = {"address": peer["address"], "port": peer["port"], "user": peer["user"],
-                           "path": peer["path"], "key": peer["key"], "known_hosts": known, "rsync": rsync}
-        files = state_files(name)
-        job["spawned_at"] = self.wall()
-        sglang_proc.write_files(self.state_dir, [(files["job"], json.dumps(job))], mode=0o600)
-        python = self.python_for(model) if source["kind"] == "hub" else (self.p["python"] or sys.executable)
-        env = {"PATH": os.environ.get("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
-               "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1"}
-        env.update(sglang_model_fetch.hub_env(self.p["endpoint"], os.path.join(self.state_dir, "hf-home")))
-        pid = self.host.spawn([python, "-I", "-B", program, "run", self.state_dir, name],
-                              os.path.join(self.state_dir, files["log"]),
-                              json.dumps({"token": self.p["token"]} if self.p["token"] else {}), env)
-        entry.update(action="copied" if peer else "fetched", pid=pid, commit=record_source.get("commit"),
-                     files=len(tasks), bytes=sum(t["size"] for t in tasks))
-        return job_id
+class FetchWait(object):
+    """The wait on the fetch programs' status files, and the call's result."""
 
     def wait(self, results, jobs):
         """Wait on the status files of ``jobs`` until every one has a verdict, or the step (or timeout) ends."""
@@ -723,6 +526,235 @@ class ModelFetch(object):
         for w in self.warnings:
             self.module.warn(w)
         return out
+
+
+class ModelFetch(SourceListing, JobFiles, FetchWait):
+    """One call: the look, the plan and its checks, the fetch programs started or attached to, and the wait."""
+
+    def __init__(self, module, host=None, clock=time.monotonic, sleep=time.sleep, wall=time.time):
+        self.module = module
+        self.wall = wall
+        self.p = module.params
+        self.host = host or Host(module)
+        self.clock = clock
+        self.sleep = sleep
+        self.check = module.check_mode
+        self.warnings = []
+        self.state_dir = self.p["state_dir"]
+
+    # ---------------------------------------------------------------- inputs
+    def validate(self):
+        p = self.p
+        sglang_model.check_models(p["models"])
+        if not 1 <= p["parallel"] <= 64:
+            raise ModelError("parallel must be 1-64 (got %d)" % p["parallel"])
+        if p["disk_margin_mib"] < 0 or p["timeout"] < 0:
+            raise ModelError("disk_margin_mib and timeout must be >= 0")
+        if not p["endpoint"].startswith(("http://", "https://")):
+            raise ModelError("endpoint must be an http(s) URL such as https://huggingface.co (got %r)" % p["endpoint"])
+        for m in p["models"]:
+            peer = m.get("peer")
+            if peer:
+                ok, why = sglang_model.source_matches(peer["source"], m)
+                if not ok:
+                    raise ModelError("model %s: the peer %s holds another source (%s): fan-out copies only the model "
+                                     "asked for" % (m["name"], peer["address"], why))
+                sglang_model.check_listing(m["name"], peer["files"])
+        try:
+            return sglang_model.ownership_of(p)
+        except ModelError as e:
+            if not self.check:
+                raise
+            self.warnings.append("%s (check mode: the play may create it before the fetch)" % e.msg)
+            return None
+
+    def state_dir_ready(self):
+        """Whether the state dir exists (and is trusted: UntrustedState when anyone else could write it). Nothing is
+        created before a fetch has passed its checks."""
+        if not os.path.lexists(self.state_dir):
+            return False
+        os.close(sglang_proc.open_run_dir(self.state_dir))
+        return True
+
+    # ---------------------------------------------------------------- program
+    def install_program(self):
+        """The fetch program and its module_utils into <state_dir>/program/ (root's, 0644); only files whose content
+        differs are written. Returns its path."""
+        directory = os.path.join(self.state_dir, sglang_model.PROGRAM_DIR)
+        if not os.path.isdir(directory):
+            os.mkdir(directory, 0o755)
+        os.close(sglang_proc.open_run_dir(directory))
+        for fname, data in sorted(program_files().items()):
+            target = os.path.join(directory, fname)
+            try:
+                with open(target, "rb") as fh:
+                    if fh.read() == data and not os.path.islink(target):
+                        continue
+            except OSError:
+                pass
+            tmp = "%s.%s.tmp" % (target, secrets.token_hex(4))
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+            with os.fdopen(fd, "wb") as fh:
+                os.fchmod(fh.fileno(), 0o644)
+                fh.write(data)
+            os.rename(tmp, target)
+        return os.path.join(directory, sglang_model.PROGRAM)
+
+    # ---------------------------------------------------------------- the call
+    def run(self):
+        ownership = self.validate()
+        p = self.p
+        if ownership is None:  # check mode on a host without the owner or group yet
+            results = [{"name": m["name"], "path": m["path"], "in_place": False, "action": "would_fetch",
+                        "why": "owner or group not on the host yet"} for m in p["models"]]
+            return self.finish(results, [], changed=True)
+        results, to_start, attached = self.look_all(ownership)
+        if self.check:
+            return self.finish(results, [], changed=any(r["action"] == "would_fetch" for r in results))
+        plans = [self.plan_one(model, entry, ownership) for model, entry in to_start]
+        shortfall = sglang_model.disk_shortfall([(plan[0]["name"], plan[0]["path"], plan[5]) for plan in plans],
+                                                p["disk_margin_mib"] << 20)
+        if shortfall:
+            raise ModelError(shortfall, models=[plan[1] for plan in plans])
+        jobs = self.start_all(plans, ownership, attached)
+        for model, job_id in attached:
+            jobs[model["name"]] = job_id
+        return self.wait(results, jobs)
+
+    def look_all(self, ownership):
+        """(results, to_start, attached): each model looked at - kept, attached to its running fetch, would be
+        fetched (check mode), or to start."""
+        p = self.p
+        state_dir_ok = self.state_dir_ready()
+        jobs_seen = p.get("_jobs") or {}
+        results, to_start, attached = [], [], []
+        for model in p["models"]:
+            look = sglang_model.look_model(model, self.state_dir, ownership, p["verify"]) if state_dir_ok else {
+                "name": model["name"], "path": model["path"], "in_place": False, "why": "no state dir yet"}
+            entry = dict(look)
+            results.append(entry)
+            status = self.read_status(model["name"]) if state_dir_ok else None
+            job = (self.read_job(model["name"]) or {}) if state_dir_ok else {}
+            if job.get("job_id") and job.get("job_id") == jobs_seen.get(model["name"]):
+                # This task's own fetch of the model (an earlier step started it): wait on it, never a second one
+                # within one task (even with verify=full).
+                entry["action"] = "attached"
+                attached.append((model, job["job_id"]))
+                continue
+            if look["in_place"]:
+                entry["action"] = "kept"
+                continue
+            if state_dir_ok and self.starting_or_running(model["name"], job, status):
+                # A fetch an earlier run started (its connection was lost): attach to it.
+                self.check_attachable(model, job, status)
+                entry["action"] = "attached"
+                attached.append((model, job.get("job_id")))
+                continue
+            if self.check:
+                entry["action"] = "would_fetch"
+                continue
+            to_start.append((model, entry))
+        return results, to_start, attached
+
+    @staticmethod
+    def check_attachable(model, job, status):
+        """A running fetch of the model is attached to only when it fetches the source and path asked for."""
+        ok, why = sglang_model.source_matches(job.get("record_source"), model)
+        if not ok or os.path.normpath(job.get("path") or "") != os.path.normpath(model["path"]):
+            raise ModelError("model %s: a fetch of another source or path runs (PID %s; %s): let it end, or "
+                             "stop it (kill %s), then run again" % (
+                                 model["name"], (status or {}).get("pid"), why or "path %s" % job.get("path"),
+                                 (status or {}).get("pid")))
+
+    def plan_one(self, model, entry, ownership):
+        """(model, entry, record_source, source, tasks, need) of a model to fetch: its source listed, each file
+        planned against the manifest, a seed read in place checked readable and complete."""
+        p = self.p
+        record_source, source, listing = self.listing(model)
+        manifest = sglang_model.read_manifest(self.state_dir, model["name"])[0]
+        if manifest and os.path.normpath(manifest.get("path") or "") != os.path.normpath(model["path"]):
+            manifest = None
+        if manifest and not sglang_model.source_matches(manifest.get("source"), model)[0]:
+            manifest = None
+        tasks, need = sglang_model.plan(model, listing, manifest, p["verify"])
+        if source["kind"] == "seed" and sglang_model.seed_in_place(model):
+            need = 0
+            cannot = sglang_model.unreadable(model["path"], [t["path"] for t in tasks], ownership[1])
+            if cannot:
+                raise ModelError("model %s: the service group (%s) cannot read %s in the seed read in place: make "
+                                 "it readable for that group or for others (it is never changed here)" % (
+                                     model["name"], p["group"], cannot))
+            for t in tasks:
+                if t["action"] == "fetch":
+                    raise ModelError("model %s: %s in the seed read in place is %s: it is never written here; "
+                                     "put the file there" % (model["name"], t["path"], "missing" if not os.path.exists(
+                                         os.path.join(model["path"], t["path"])) else "of another size than listed"))
+        return model, entry, record_source, source, tasks, need
+
+    def start_all(self, plans, ownership, attached):
+        """{name: job id} of the fetches started, under the planning lock; a model whose fetch another run started
+        meanwhile is attached to instead (added to ``attached``)."""
+        jobs = {}
+        if plans:
+            sglang_model.make_state_dir(self.state_dir)
+            lock_fd = self.planning_lock()
+            try:
+                program = self.install_program()
+                for model, entry, record_source, source, tasks, need in plans:
+                    job = self.read_job(model["name"]) or {}
+                    if self.starting_or_running(model["name"], job, self.read_status(model["name"])):
+                        # another run started it while this one listed the source
+                        entry["action"] = "attached"
+                        attached.append((model, job.get("job_id")))
+                        continue
+                    jobs[model["name"]] = self.start(program, model, entry, record_source, source, tasks, ownership)
+            finally:
+                os.close(lock_fd)
+        return jobs
+
+    def planning_lock(self):
+        """The state dir's lock for starting fetches: two runs at once never start two fetches of one model."""
+        import fcntl
+        fd = os.open(os.path.join(self.state_dir, "models.lock"), os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                     0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        return fd
+
+    def start(self, program, model, entry, record_source, source, tasks, ownership):
+        uid, gid, fmode, dmode = ownership
+        name = model["name"]
+        job_id = secrets.token_hex(8)
+        job = {
+            "job_id": job_id, "name": name, "path": os.path.normpath(model["path"]), "source": source,
+            "record_source": record_source, "tasks": tasks, "managed": not sglang_model.seed_in_place(model),
+            "uid": uid, "gid": gid, "file_mode": fmode, "dir_mode": dmode, "owner": self.p["owner"],
+            "group": self.p["group"], "parallel": self.p["parallel"], "endpoint": self.p["endpoint"],
+            "repo": model.get("repo"), "commit": record_source.get("commit"), "seed": model.get("seed"),
+        }
+        peer = model.get("peer")
+        if peer:
+            rsync = self.module.get_bin_path("rsync")
+            if not rsync:
+                raise ModelError("model %s: rsync is needed to copy from the peer %s: install it on both hosts" % (
+                    name, peer["address"]))
+            known = os.path.join(self.state_dir, "%s.known_hosts" % name)
+            sglang_proc.write_files(self.state_dir, [(os.path.basename(known), known_hosts_text(
+                peer["address"], peer["port"], peer["host_keys"]))], mode=0o644)
+            job["peer"] = {"address": peer["address"], "port": peer["port"], "user": peer["user"],
+                           "path": peer["path"], "key": peer["key"], "known_hosts": known, "rsync": rsync}
+        files = state_files(name)
+        job["spawned_at"] = self.wall()
+        sglang_proc.write_files(self.state_dir, [(files["job"], json.dumps(job))], mode=0o600)
+        python = self.python_for(model) if source["kind"] == "hub" else (self.p["python"] or sys.executable)
+        env = {"PATH": os.environ.get("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
+               "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1"}
+        env.update(sglang_model_fetch.hub_env(self.p["endpoint"], os.path.join(self.state_dir, "hf-home")))
+        pid = self.host.spawn([python, "-I", "-B", program, "run", self.state_dir, name],
+                              os.path.join(self.state_dir, files["log"]),
+                              json.dumps({"token": self.p["token"]} if self.p["token"] else {}), env)
+        entry.update(action="copied" if peer else "fetched", pid=pid, commit=record_source.get("commit"),
+                     files=len(tasks), bytes=sum(t["size"] for t in tasks))
+        return job_id
 
 
 def action_of(summary):

@@ -210,29 +210,10 @@ class Status(object):
         sglang_proc.write_files(self.state_dir, [(sglang_model.state_files(self.name)["status"], text)], mode=0o644)
 
 
-class Fetch(object):
-    """One job: every task to its end, the manifest, the verdict."""
+class ModelDir(object):
+    """The model's directory as a job leaves it: its places, the owner, group and mode of each file and directory,
+    the record of each file in place, and at the end the manifest."""
 
-    def __init__(self, state_dir, name, job, token, status):
-        self.state_dir = state_dir
-        self.name = name
-        self.job = job
-        self.token = token
-        self.status = status
-        self.path = job["path"]
-        self.managed = job["managed"]
-        self.uid, self.gid = job["uid"], job["gid"]
-        self.fmode, self.dmode = job["file_mode"], job["dir_mode"]
-        self.entries = {}
-        self.refetched = []
-        self.settled = 0  # files and directories whose owner, group or mode was set
-        self.old_manifest = sglang_model.read_manifest(state_dir, name)[0]
-        self.manifest_changed = True
-        self.peer_again = []  # a peer copy's file found here with wrong bytes: copied again with the others
-        self.lock = threading.Lock()
-        self.hub = None
-
-    # ---------------------------------------------------------------- places
     def staging(self):
         return os.path.join(self.path, sglang_model.STAGING)
 
@@ -266,6 +247,179 @@ class Fetch(object):
         with self.lock:
             self.entries[rel] = sglang_model.entry_of(st, digests)
         self.status.add("files_done", 1)
+
+    def put_in_place(self, rel, part):
+        final = os.path.join(self.path, rel)
+        self.make_dir(os.path.dirname(final))
+        self.settle(part)
+        os.rename(part, final)
+
+    def finish(self):
+        """Every file is in place: directories as wanted, the staging dir gone, the manifest written."""
+        if self.managed:
+            for rel in sglang_model.model_dirs(self.entries):
+                d = os.path.join(self.path, rel) if rel else self.path
+                st = os.lstat(d)
+                if (st.st_uid, st.st_gid) != (self.uid, self.gid) or (st.st_mode & 0o7777) != self.dmode:
+                    os.chown(d, self.uid, self.gid)
+                    os.chmod(d, self.dmode)
+                    self.settled += 1
+        staging = self.staging()
+        if os.path.isdir(staging) and not os.path.islink(staging):
+            shutil.rmtree(staging)
+        manifest = {
+            "version": sglang_model.MANIFEST_VERSION, "name": self.name, "path": self.path,
+            "source": self.job["record_source"], "files": dict(sorted(self.entries.items())),
+            "verified_at": time.time(), "owner": self.job.get("owner"), "group": self.job.get("group"),
+        }
+        old = self.old_manifest or {}
+        self.manifest_changed = any(old.get(k) != manifest[k] for k in ("path", "source", "files", "owner", "group"))
+        sglang_proc.write_files(self.state_dir, [(sglang_model.state_files(self.name)["manifest"],
+                                                  json.dumps(manifest, indent=0, sort_keys=True))], mode=0o644)
+
+
+class SourceTransfer(object):
+    """One file's bytes from the Hub or the seed into its part file, from where the part ends."""
+
+    def transfer(self, task, part, have):
+        source = self.job["source"]["kind"]
+        if source == "hub":
+            self.hub_transfer(task, part, have)
+        elif source == "seed":
+            self.seed_transfer(task, part, have)
+        else:
+            raise RuntimeError("source %s is fetched by rsync, not per file" % source)
+
+    def hub_transfer(self, task, part, have):
+        hub = self.hub
+        url = hub["hf_hub_url"](self.job["repo"], task["path"], revision=self.job["commit"],
+                                endpoint=self.job["endpoint"])
+        meta = hub["get_hf_file_metadata"](url, token=self.token or False)
+        if meta.size is not None and meta.size != task["size"]:
+            raise RuntimeError("the Hub says %s has %s bytes, its file list %d" % (task["path"], meta.size,
+                                                                                   task["size"]))
+        want_etag = task.get("sha256") or task.get("git_sha1")
+        if meta.etag and want_etag and meta.etag != want_etag:
+            raise RuntimeError("the Hub's ETag of %s is %s, its file list says %s" % (
+                task["path"], meta.etag, want_etag))
+        if meta.commit_hash and meta.commit_hash != self.job["commit"]:
+            raise RuntimeError("the Hub answered for commit %s, not %s" % (meta.commit_hash, self.job["commit"]))
+        headers = hub["build_hf_headers"](token=self.token or False)
+        location = meta.location or url
+        if urlsplit(location).netloc != urlsplit(url).netloc:
+            # a signed CDN URL (an LFS file's redirect): the token stays with the Hub, as huggingface_hub does
+            headers = dict((k, v) for k, v in headers.items() if k.lower() != "authorization")
+        with open(part, "ab") as fh:
+            hub["http_get"](location, fh, resume_size=have, headers=headers, expected_size=task["size"],
+                            displayed_filename=task["path"])
+
+    def seed_transfer(self, task, part, have):
+        src = os.path.join(self.job["seed"], task["path"])
+        with open(src, "rb") as fin, open(part, "ab") as fout:
+            fin.seek(have)
+            shutil.copyfileobj(fin, fout, 8 << 20)
+
+
+class PeerCopy(object):
+    """A peer copy: rsync of the files from the peer, each checked against the peer's manifest, and the files
+    already here that are wrong copied again with the others."""
+
+    def rsync_round(self, rels):
+        """rsync the files ``rels`` from the peer into the staging dir (each resuming its part)."""
+        peer = self.job["peer"]
+        base = os.path.join(self.staging(), "files")
+        os.makedirs(base, 0o700, exist_ok=True)
+        listing = os.path.join(self.staging(), "rsync-files")
+        with open(listing, "w") as fh:
+            fh.write("".join(rel + "\n" for rel in rels))
+        ssh = " ".join([
+            "ssh", "-i", peer["key"], "-p", str(peer["port"]), "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
+            "-o", "StrictHostKeyChecking=yes", "-o", "UserKnownHostsFile=%s" % peer["known_hosts"],
+            "-o", "ConnectTimeout=30", "-o", "ServerAliveInterval=15"])
+        argv = [peer.get("rsync") or "rsync", "--files-from=%s" % listing, "--append-verify", "--no-perms",
+                "--no-owner", "--no-group", "--times", "--timeout=300", "-e", ssh,
+                "%s@%s:" % (peer["user"], peer["address"]), base + "/"]
+        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              check=False)
+        err = (proc.stderr or b"").decode("utf-8", "replace").strip()
+        return proc.returncode, "; ".join(line.strip() for line in err.splitlines() if line.strip())[-800:]
+
+    def peer_fetch(self, tasks):
+        todo = dict((t["path"], t) for t in tasks)
+        for dummy in range(RSYNC_ROUNDS):
+            if not todo:
+                return True
+            rc, err = self.rsync_round(sorted(todo))
+            if rc != 0:
+                last = "rsync from %s:%s ended with %d: %s" % (self.job["peer"]["address"], self.job["peer"]["path"],
+                                                               rc, err)
+                time.sleep(2)
+                continue
+            last = None
+            for rel, task in list(todo.items()):
+                part = sglang_model.part_path(self.path, rel)
+                digests = self.hash_counted(part)
+                problem = sglang_model.digest_problem(task, digests)
+                if problem is None:
+                    self.put_in_place(rel, part)
+                    self.status.part_done(rel, task["size"])
+                    self.record(rel, digests)
+                    del todo[rel]
+                else:
+                    os.unlink(part)
+                    with self.status.lock:
+                        self.status.base[rel] = 0
+                    with self.lock:
+                        self.refetched.append(rel)
+                    self.status.add("fetch_total", task["size"])
+                    self.status.add("hash_total", task["size"])
+                    last = "%s: %s" % (rel, problem)
+        if todo:
+            self.status.error(None, "%d file(s) not copied (%s): %s" % (
+                len(todo), ", ".join(sorted(todo)[:3]) + (", ..." if len(todo) > 3 else ""), last or "not copied"))
+        return not todo
+
+    def verify_local(self, task):
+        """A peer copy's file already here: hash it; a wrong one is copied again with the others."""
+        rel = task["path"]
+        final = os.path.join(self.path, rel)
+        digests = self.hash_counted(final)
+        if sglang_model.digest_problem(task, digests) is None:
+            self.settle(final)
+            self.record(rel, digests)
+            return True
+        os.unlink(final)
+        with self.lock:
+            self.refetched.append(rel)
+        self.status.add("fetch_total", task["size"])
+        self.status.add("hash_total", task["size"])
+        with self.status.lock:
+            self.status.base[rel] = 0
+        self.peer_again.append(dict(task, action="fetch", resume_from=0))
+        return True
+
+
+class Fetch(ModelDir, SourceTransfer, PeerCopy):
+    """One job: every task to its end, the manifest, the verdict."""
+
+    def __init__(self, state_dir, name, job, token, status):
+        self.state_dir = state_dir
+        self.name = name
+        self.job = job
+        self.token = token
+        self.status = status
+        self.path = job["path"]
+        self.managed = job["managed"]
+        self.uid, self.gid = job["uid"], job["gid"]
+        self.fmode, self.dmode = job["file_mode"], job["dir_mode"]
+        self.entries = {}
+        self.refetched = []
+        self.settled = 0  # files and directories whose owner, group or mode was set
+        self.old_manifest = sglang_model.read_manifest(state_dir, name)[0]
+        self.manifest_changed = True
+        self.peer_again = []  # a peer copy's file found here with wrong bytes: copied again with the others
+        self.lock = threading.Lock()
+        self.hub = None
 
     # ---------------------------------------------------------------- one file
     def hash_counted(self, path):
@@ -333,106 +487,6 @@ class Fetch(object):
                 problem, ATTEMPTS))
         return False
 
-    def put_in_place(self, rel, part):
-        final = os.path.join(self.path, rel)
-        self.make_dir(os.path.dirname(final))
-        self.settle(part)
-        os.rename(part, final)
-
-    def transfer(self, task, part, have):
-        source = self.job["source"]["kind"]
-        if source == "hub":
-            self.hub_transfer(task, part, have)
-        elif source == "seed":
-            self.seed_transfer(task, part, have)
-        else:
-            raise RuntimeError("source %s is fetched by rsync, not per file" % source)
-
-    def hub_transfer(self, task, part, have):
-        hub = self.hub
-        url = hub["hf_hub_url"](self.job["repo"], task["path"], revision=self.job["commit"],
-                                endpoint=self.job["endpoint"])
-        meta = hub["get_hf_file_metadata"](url, token=self.token or False)
-        if meta.size is not None and meta.size != task["size"]:
-            raise RuntimeError("the Hub says %s has %s bytes, its file list %d" % (task["path"], meta.size,
-                                                                                   task["size"]))
-        want_etag = task.get("sha256") or task.get("git_sha1")
-        if meta.etag and want_etag and meta.etag != want_etag:
-            raise RuntimeError("the Hub's ETag of %s is %s, its file list says %s" % (
-                task["path"], meta.etag, want_etag))
-        if meta.commit_hash and meta.commit_hash != self.job["commit"]:
-            raise RuntimeError("the Hub answered for commit %s, not %s" % (meta.commit_hash, self.job["commit"]))
-        headers = hub["build_hf_headers"](token=self.token or False)
-        location = meta.location or url
-        if urlsplit(location).netloc != urlsplit(url).netloc:
-            # a signed CDN URL (an LFS file's redirect): the token stays with the Hub, as huggingface_hub does
-            headers = dict((k, v) for k, v in headers.items() if k.lower() != "authorization")
-        with open(part, "ab") as fh:
-            hub["http_get"](location, fh, resume_size=have, headers=headers, expected_size=task["size"],
-                            displayed_filename=task["path"])
-
-    def seed_transfer(self, task, part, have):
-        src = os.path.join(self.job["seed"], task["path"])
-        with open(src, "rb") as fin, open(part, "ab") as fout:
-            fin.seek(have)
-            shutil.copyfileobj(fin, fout, 8 << 20)
-
-    # ---------------------------------------------------------------- peer copy
-    def rsync_round(self, rels):
-        """rsync the files ``rels`` from the peer into the staging dir (each resuming its part)."""
-        peer = self.job["peer"]
-        base = os.path.join(self.staging(), "files")
-        os.makedirs(base, 0o700, exist_ok=True)
-        listing = os.path.join(self.staging(), "rsync-files")
-        with open(listing, "w") as fh:
-            fh.write("".join(rel + "\n" for rel in rels))
-        ssh = " ".join([
-            "ssh", "-i", peer["key"], "-p", str(peer["port"]), "-o", "BatchMode=yes", "-o", "IdentitiesOnly=yes",
-            "-o", "StrictHostKeyChecking=yes", "-o", "UserKnownHostsFile=%s" % peer["known_hosts"],
-            "-o", "ConnectTimeout=30", "-o", "ServerAliveInterval=15"])
-        argv = [peer.get("rsync") or "rsync", "--files-from=%s" % listing, "--append-verify", "--no-perms",
-                "--no-owner", "--no-group", "--times", "--timeout=300", "-e", ssh,
-                "%s@%s:" % (peer["user"], peer["address"]), base + "/"]
-        proc = subprocess.run(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                              check=False)
-        err = (proc.stderr or b"").decode("utf-8", "replace").strip()
-        return proc.returncode, "; ".join(line.strip() for line in err.splitlines() if line.strip())[-800:]
-
-    def peer_fetch(self, tasks):
-        todo = dict((t["path"], t) for t in tasks)
-        for dummy in range(RSYNC_ROUNDS):
-            if not todo:
-                return True
-            rc, err = self.rsync_round(sorted(todo))
-            if rc != 0:
-                last = "rsync from %s:%s ended with %d: %s" % (self.job["peer"]["address"], self.job["peer"]["path"],
-                                                               rc, err)
-                time.sleep(2)
-                continue
-            last = None
-            for rel, task in list(todo.items()):
-                part = sglang_model.part_path(self.path, rel)
-                digests = self.hash_counted(part)
-                problem = sglang_model.digest_problem(task, digests)
-                if problem is None:
-                    self.put_in_place(rel, part)
-                    self.status.part_done(rel, task["size"])
-                    self.record(rel, digests)
-                    del todo[rel]
-                else:
-                    os.unlink(part)
-                    with self.status.lock:
-                        self.status.base[rel] = 0
-                    with self.lock:
-                        self.refetched.append(rel)
-                    self.status.add("fetch_total", task["size"])
-                    self.status.add("hash_total", task["size"])
-                    last = "%s: %s" % (rel, problem)
-        if todo:
-            self.status.error(None, "%d file(s) not copied (%s): %s" % (
-                len(todo), ", ".join(sorted(todo)[:3]) + (", ..." if len(todo) > 3 else ""), last or "not copied"))
-        return not todo
-
     # ---------------------------------------------------------------- the job
     def run(self):
         tasks = self.job["tasks"]
@@ -471,25 +525,6 @@ class Fetch(object):
         self.finish()
         return True
 
-    def verify_local(self, task):
-        """A peer copy's file already here: hash it; a wrong one is copied again with the others."""
-        rel = task["path"]
-        final = os.path.join(self.path, rel)
-        digests = self.hash_counted(final)
-        if sglang_model.digest_problem(task, digests) is None:
-            self.settle(final)
-            self.record(rel, digests)
-            return True
-        os.unlink(final)
-        with self.lock:
-            self.refetched.append(rel)
-        self.status.add("fetch_total", task["size"])
-        self.status.add("hash_total", task["size"])
-        with self.status.lock:
-            self.status.base[rel] = 0
-        self.peer_again.append(dict(task, action="fetch", resume_from=0))
-        return True
-
     def parallel(self, work):
         results = []
         queue = list(work)
@@ -516,29 +551,6 @@ class Fetch(object):
         for t in threads:
             t.join()
         return all(results)
-
-    def finish(self):
-        """Every file is in place: directories as wanted, the staging dir gone, the manifest written."""
-        if self.managed:
-            for rel in sglang_model.model_dirs(self.entries):
-                d = os.path.join(self.path, rel) if rel else self.path
-                st = os.lstat(d)
-                if (st.st_uid, st.st_gid) != (self.uid, self.gid) or (st.st_mode & 0o7777) != self.dmode:
-                    os.chown(d, self.uid, self.gid)
-                    os.chmod(d, self.dmode)
-                    self.settled += 1
-        staging = self.staging()
-        if os.path.isdir(staging) and not os.path.islink(staging):
-            shutil.rmtree(staging)
-        manifest = {
-            "version": sglang_model.MANIFEST_VERSION, "name": self.name, "path": self.path,
-            "source": self.job["record_source"], "files": dict(sorted(self.entries.items())),
-            "verified_at": time.time(), "owner": self.job.get("owner"), "group": self.job.get("group"),
-        }
-        old = self.old_manifest or {}
-        self.manifest_changed = any(old.get(k) != manifest[k] for k in ("path", "source", "files", "owner", "group"))
-        sglang_proc.write_files(self.state_dir, [(sglang_model.state_files(self.name)["manifest"],
-                                                  json.dumps(manifest, indent=0, sort_keys=True))], mode=0o644)
 
 
 def _terminated(signum, frame):
