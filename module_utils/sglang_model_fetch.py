@@ -357,16 +357,10 @@ class PeerCopy(object):
                 continue
             last = None
             for rel, task in list(todo.items()):
-                part = sglang_model.part_path(self.path, rel)
-                digests = self.hash_counted(part)
-                problem = sglang_model.digest_problem(task, digests)
+                problem = self.accept_part(rel, task, sglang_model.part_path(self.path, rel))
                 if problem is None:
-                    self.put_in_place(rel, part)
-                    self.status.part_done(rel, task["size"])
-                    self.record(rel, digests)
                     del todo[rel]
                 else:
-                    os.unlink(part)
                     with self.status.lock:
                         self.status.base[rel] = 0
                     with self.lock:
@@ -422,6 +416,19 @@ class Fetch(ModelDir, SourceTransfer, PeerCopy):
         self.hub = None
 
     # ---------------------------------------------------------------- one file
+    def accept_part(self, rel, task, part):
+        """A part fetched or copied: hashed, and put in place and recorded when its digests are the listed ones, else
+        removed. The problem with it, or None."""
+        digests = self.hash_counted(part)
+        problem = sglang_model.digest_problem(task, digests)
+        if problem is None:
+            self.put_in_place(rel, part)
+            self.status.part_done(rel, task["size"])
+            self.record(rel, digests)
+        else:
+            os.unlink(part)
+        return problem
+
     def hash_counted(self, path):
         return sglang_model.hash_file(path, on_bytes=lambda n: self.status.add("hash_done", n))
 
@@ -467,14 +474,9 @@ class Fetch(ModelDir, SourceTransfer, PeerCopy):
                 except Exception as e:  # the file fails, the others go on
                     self.status.error(rel, "fetch failed: %s" % (error_kind(e)[1] if self.hub else e))
                     return False
-            digests = self.hash_counted(part)
-            problem = sglang_model.digest_problem(task, digests)
+            problem = self.accept_part(rel, task, part)
             if problem is None:
-                self.put_in_place(rel, part)
-                self.status.part_done(rel, task["size"])
-                self.record(rel, digests)
                 return True
-            os.unlink(part)
             with self.status.lock:
                 self.status.base[rel] = 0
             if attempt + 1 < ATTEMPTS:
