@@ -186,3 +186,27 @@ def test_a_renamed_option_fails():
         "(roles/sglang_server/meta/argument_specs.yml)"]
     assert path_findings("README.md", "run `playbooks/serve_eagle4.yml`\n") == [
         "README.md:1: playbooks/serve_eagle4.yml does not exist"]
+
+
+def link_findings(doc, text):
+    """A relative link of a document must point at a file of the tree (its #anchor not checked)."""
+    bad = []
+    for i, line in enumerate(text.split("\n"), 1):
+        for target in re.findall(r"\]\(([^)\s]+)\)", line):
+            if target.startswith(("http://", "https://", "mailto:", "#")):
+                continue
+            path = os.path.normpath(os.path.join(os.path.dirname(doc), target.split("#")[0]))
+            if not os.path.exists(path):
+                bad.append("%s:%d: link to %s: no such file" % (rel(doc), i, target))
+    return bad
+
+
+@pytest.mark.parametrize("doc", documents(), ids=rel)
+def test_links_point_at_files(doc):
+    with open(doc) as f:
+        assert link_findings(doc, f.read()) == []
+
+
+def test_a_broken_link_fails():
+    assert link_findings(os.path.join(ROOT, "README.md"), "see [it](docs/nothing.md)\n") == [
+        "README.md:1: link to docs/nothing.md: no such file"]
