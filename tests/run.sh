@@ -28,6 +28,8 @@ echo "== ansible-doc renders every module"
 for m in library/*.py; do
     ansible-doc -M library "$(basename "${m}" .py)" >/dev/null
 done
+echo "== the change log's fragments (antsibull-changelog lint)"
+antsibull-changelog lint
 echo "== fetch the SGLang wheels the tests read (.cache/sglang-wheels; tests never download)"
 python tests/unit/sglang_src.py
 if [[ ${mode} == fast ]]; then

@@ -13,6 +13,7 @@ import subprocess
 import sys
 
 import pytest
+import yaml
 
 from ansible_run import REPO, TARGET_PYTHON
 
@@ -35,7 +36,9 @@ def installed(tmp_path_factory):
     env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
     artifact = _run([sys.executable, os.path.join(REPO, "bin", "build-collection"), "--build", str(tmp / "dist")],
                     env, str(tmp)).strip()
-    assert os.path.basename(artifact) == "eagle-deploy-1.0.0.tar.gz" and os.path.isfile(artifact)
+    with open(os.path.join(REPO, "collection", "galaxy.yml"), encoding="utf-8") as f:
+        version = yaml.safe_load(f)["version"]
+    assert os.path.basename(artifact) == "eagle-deploy-%s.tar.gz" % version and os.path.isfile(artifact)
     cfg = tmp / "ansible.cfg"
     cfg.write_text("[defaults]\ncollections_path = %s\n" % (tmp / "collections"))
     env.update(ANSIBLE_CONFIG=str(cfg), ANSIBLE_NOCOLOR="1", PATH=BIN + os.pathsep + env.get("PATH", ""))
