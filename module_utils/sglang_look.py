@@ -54,7 +54,10 @@ def venv_python_version(venv):
 
 def look_patch(found, spec):
     """Whether eagle_worker_v2.py is already as early_init_patch would leave it, by the patch's own code, only where
-    this Python parses as the virtualenv's would (same major.minor). found: sglang_info's result so far."""
+    this Python parses the file as the virtualenv's does: the same major version, and a minor version no older than
+    the virtualenv's (a newer parser reads older source to the same tree; an older one may not read newer syntax).
+    So a controller on Python 3.12 (ansible-core 2.21) keeps a rehearsal venv of 3.11. found: sglang_info's result
+    so far."""
     path = found.get("eagle_worker_v2")
     out = {"path": path, "in_place": False}
     if not path:
@@ -62,8 +65,9 @@ def look_patch(found, spec):
         return out
     venv = found.get("venv")
     have = venv_python_version(venv) if venv else None
-    if have != tuple(sys.version_info[:2]):
-        out["why"] = ("the virtualenv's Python (%s) is not this one (%d.%d): early_init_patch checks the file with it"
+    if have is None or have[0] != sys.version_info[0] or have[1] > sys.version_info[1]:
+        out["why"] = ("the virtualenv's Python (%s) is newer than this one (%d.%d) or unknown: early_init_patch checks "
+                      "the file with it"
                       % ("%d.%d" % have if have else "unknown", sys.version_info[0], sys.version_info[1]))
         return out
     try:

@@ -73,7 +73,15 @@ def test_state_absent_on_an_unpatched_file_is_in_place(tmp_path, monkeypatch):
     assert look(monkeypatch, venv, patch=dict(PATCH, state="absent"))["patch"]["in_place"] is True
 
 
-def test_a_venv_of_another_python_is_left_to_the_patch_module(tmp_path, monkeypatch):
+def test_a_venv_of_an_older_python_is_read_by_this_one(tmp_path, monkeypatch):
+    """A controller newer than the venv (ansible-core 2.21 on 3.12, a rehearsal venv of 3.11) still keeps."""
+    older = "3.%d" % (sys.version_info[1] - 1)
+    venv, eagle = venv_with(tmp_path, python=older)
+    eagle.write_bytes(early_init.plan(str(eagle), **PATCH)["new"])
+    assert look(monkeypatch, venv, patch=PATCH)["patch"]["in_place"] is True
+
+
+def test_a_venv_of_a_newer_python_is_left_to_the_patch_module(tmp_path, monkeypatch):
     other = "3.%d" % (sys.version_info[1] + 1)
     venv, eagle = venv_with(tmp_path, python=other)
     eagle.write_bytes(early_init.plan(str(eagle), **PATCH)["new"])
