@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The project's test command (README "Tests"). Needs the controller venv (.venv, README "Quick start").
-#   tests/run.sh           everything: lint, ansible-doc, ansible-test sanity, unit + integration tests (in parallel,
+#   tests/run.sh           everything: lint, ansible-doc, ansible-test sanity, ansible-core 2.21 beside the pinned
+#                          2.19 (tests/ansible_core_2_21.sh), unit + integration tests (in parallel,
 #                          one file per worker), then the molecule scenarios on podman test hosts (`model` beside the
 #                          others: it shares no port, address or container with them)
 #   tests/run.sh --fast    lint, ansible-doc, the documentation checks and the unit tests: before every commit
@@ -40,6 +41,8 @@ if [[ ${mode} == fast ]]; then
 fi
 echo "== ansible-test sanity on the collection eagle.deploy (tests/sanity.sh)"
 bash tests/sanity.sh
+echo "== ansible-core 2.21 (Python 3.12+): the rehearsal converged and kept, ansible-test sanity (tests/ansible_core_2_21.sh)"
+bash tests/ansible_core_2_21.sh
 echo "== the benchmark's tests: chromium and the benchmark client's CPU wheelhouse (tests/setup_bench.sh)"
 bash tests/setup_bench.sh
 echo "== set up the real sglang-router the rolling-restart test runs (.cache/sglang-router; tests never download)"

@@ -9,13 +9,16 @@
 set -euo pipefail
 cd "$(dirname "${BASH_SOURCE[0]}")/.."
 repo=${PWD}
-venv_bin=${repo}/.venv/bin
+# EAGLE_VENV: the controller venv whose ansible-core runs the tests (default .venv; tests/ansible_core_2_21.sh passes
+# .venv-2.21)
+venv_bin=${repo}/${EAGLE_VENV:-.venv}/bin
 for tool in python ansible-test; do
     [[ -x "${venv_bin}/${tool}" ]] || { echo "sanity: ${venv_bin}/${tool} is missing: create the venv (README \"Set-up\")" >&2; exit 1; }
 done
 export PATH="${venv_bin}:${PATH}"
 
 core=$(python -c 'from ansible.release import __version__ as v; print(".".join(v.split(".")[:2]))')
+pyver=$(python -c 'import sys; print("%d.%d" % sys.version_info[:2])')
 ignore=tests/sanity/ignore-${core}.txt
 [[ -f "${ignore}" ]] || { echo "sanity: ${ignore} is missing: ansible-core ${core} needs its own ignore file" >&2; exit 1; }
 
@@ -23,7 +26,7 @@ ignore=tests/sanity/ignore-${core}.txt
 # index (ci-files.testing.ansible.com), unless the script is in its cache: tests/sanity/get_pip.py stands in for it.
 pip_version=$(python -c 'import types
 from ansible_test._internal.python_requirements import get_venv_packages
-print(get_venv_packages(types.SimpleNamespace(version="3.11"))["pip"])')
+print(get_venv_packages(types.SimpleNamespace(version="'"${pyver}"'"))["pip"])')
 get_pip=${HOME}/.ansible/test/cache/get_pip_${pip_version//./_}.py
 if [[ ! -f "${get_pip}" ]]; then
     mkdir -p "$(dirname "${get_pip}")"
@@ -35,4 +38,4 @@ trap 'rm -rf "${tmp}"' EXIT
 collection=$(python bin/build-collection --tree "${tmp}")
 cd "${collection}"
 echo "== ansible-test sanity on ${collection} (ansible-core ${core}, ${ignore})"
-ansible-test sanity --venv --python 3.11 --color no "$@"
+ansible-test sanity --venv --python "${pyver}" --color no "$@"
