@@ -235,8 +235,9 @@ class Supervision(object):
         words = ("the server of %s (PID %s) was running without its supervisor program (nothing followed its "
                  "processes, and its output since the supervisor went is lost)" % (p["name"], state.get("pid")))
         if not healthy or self.s.check or not state.get("watcher"):
-            self.host.say(words + ("; %s" % ("it would be put back (check mode)" if healthy and state.get("watcher")
-                                           else "force_restart starts it again under one")))
+            then = ("it would be put back (check mode)" if healthy and state.get("watcher")
+                    else "force_restart starts it again under one")
+            self.host.say(words + "; %s" % then)
             return
         program, _changed = self.install_watcher()
         cg = sglang_proc.dedicated_cgroup(state)

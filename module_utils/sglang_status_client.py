@@ -75,7 +75,7 @@ class StatusWait(object):
                 # once, at the first status of ours: what is left of timeout + margin since the launch, from now
                 from_launch = True
                 deadline = self.host.clock() + max(0.0, p["timeout"] + SERVICE_TIMEOUT_MARGIN -
-                                                max(0.0, self.host.wall() - st["started_at"]))
+                                                   max(0.0, self.host.wall() - st["started_at"]))
             if verdict == "ready":
                 return self.verdicts.service_ready(st, attached)
             if verdict == "stopped":
@@ -132,6 +132,7 @@ class StatusWait(object):
         the same attempt."""
         if self.host.caller_gone():
             raise Orphaned()
+
 
 class Verdicts(object):
     """A verdict of the supervisor turned into its report (the result's keys): each method returns a fresh one."""
@@ -198,7 +199,7 @@ class Verdicts(object):
         """The supervisor's own last lines: the journal of the unit, or the detached supervisor's log file."""
         if self.s.launcher == "systemd":
             rc, out, _err = self.host.run_command(["journalctl", "-u", unit_name(self.s.p["name"]), "-n", "20",
-                                                       "--no-pager", "-o", "cat"])
+                                                   "--no-pager", "-o", "cat"])
             return out.splitlines()[-20:] if rc == 0 else []
         try:
             dir_fd = sglang_proc.open_run_dir(self.s.run_dir)
@@ -298,6 +299,7 @@ def pending(progress, st=None):
         r.update(pid=st.get("server_pid"), log_path=st.get("log_path"))
     return r
 
+
 def progress_of(s, host, st, launcher):
     """The progress fields every started result carries (see RETURN: progress)."""
     st = st or {}
@@ -318,6 +320,7 @@ def progress_of(s, host, st, launcher):
             "eta": None if eta is None else round(eta, 1), "last_load": last.get("total") if last else None,
             "attempt": st.get("attempt"), "launcher": launcher}
 
+
 def last_load(s, attempt):
     """The last successful load before this attempt (this one's own record, once it is ready, is not its ETA)."""
     try:
@@ -326,6 +329,7 @@ def last_load(s, attempt):
         return None
     earlier = [rec for rec in loads if attempt is None or rec.get("attempt") != attempt]
     return earlier[-1] if earlier else None
+
 
 def record_load(s, host, state, st):
     """A load that became ready: its phase durations, for the next load's ETA."""
