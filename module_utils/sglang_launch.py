@@ -5,7 +5,8 @@
 deployment's cgroup), its config (``sglang_contract.supervisor_config``), the program's files in
 ``<run_dir>/watcher/``, and a supervisor put back (``--adopt``) next to a serving server whose own is gone.
 
-Module side only. Process launch, cgroups and the recorded supervisor's checks are injectable.
+Module side only. Process launch, cgroups and the recorded supervisor's checks are injectable (the Host's).
+:class:`Supervision` takes the Settings and the Host; its launches return their report, the verdict's included.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ from ansible.module_utils import (
 )
 from ansible.module_utils.sglang_unit import WATCHER_DIR, unit_name
 from ansible.module_utils.sglang_inputs import WaitError
+from ansible.module_utils import sglang_settings, sglang_unit_check
+from ansible.module_utils.sglang_reports import findings
+from ansible.module_utils.sglang_status_client import StatusWait
 
 
 def watcher_files():
@@ -117,35 +121,36 @@ ADOPT_RECORD_WAIT = 10
 
 
 class Supervision(object):
-    def __init__(self, w):
-        self.w = w  # the ModelWaiter: options, result, injected clock and tools
+    def __init__(self, s, host):
+        self.s = s  # the Settings
+        self.host = host  # the Host: process launch, cgroups, clock, sleep, systemctl, warnings
 
-    def _own_cgroup(self):
-        """(mount, path) of a fresh cgroup for the server, or None (with the reason in the result)."""
-        if not self.w.p["cgroup"]:
-            self.w.result["tree_tracking_note"] = "cgroup: false"
+    def _own_cgroup(self, report):
+        """(mount, path) of a fresh cgroup for the server, or None (with the reason in ``report``)."""
+        if not self.s.p["cgroup"]:
+            report["tree_tracking_note"] = "cgroup: false"
             return None
         try:
-            return self.w.cgroups.create(sglang_proc.deployment_name(self.w.p["name"], self.w.run_dir))
+            return self.host.cgroups.create(sglang_proc.deployment_name(self.s.p["name"], self.s.run_dir))
         except (OSError, IOError) as e:
-            self.w.result["tree_tracking_note"] = "no cgroup of its own (%s): process tree by session" % (e.strerror or e)
+            report["tree_tracking_note"] = "no cgroup of its own (%s): process tree by session" % (e.strerror or e)
             return None
 
     def supervisor_config(self, parts, fp, cgroup=None):
         """The supervisor program's config (``<name>.watcher.json``, 0600: the server's environment may hold secrets):
         what it starts, as whom, where it logs, how it asks health, and the wait's numbers. Written at each (re)start;
         returns its launch token."""
-        p = self.w.p
+        p, s = self.s.p, self.s
         name = p["name"]
         token = secrets.token_hex(8)
         config = sglang_contract.supervisor_config(
-            p, token, self.w.inputs.child_env(),
+            p, token, sglang_settings.child_env(s),
             # never the API key: the supervisor reads it from the server's --config file (api_key_file)
-            [v for v in self.w.inputs.secrets() if v != p["api_key"]], self.w.key_source, fp, parts, self.w.port,
-            unit_name(name) if self.w.launcher == "systemd" else None, cgroup, events=self.w.events)
+            [v for v in sglang_settings.secret_values(s, self.host.warn) if v != p["api_key"]], s.key_source, fp,
+            parts, s.port, unit_name(name) if s.launcher == "systemd" else None, cgroup, events=self.host.events)
         try:
-            sglang_proc.write_files(self.w.run_dir, ((sglang_contract.CONFIG % name, json.dumps(config)),), mode=0o600)
-            sglang_proc.remove_file(self.w.run_dir, sglang_contract.STATUS % name)
+            sglang_proc.write_files(self.s.run_dir, ((sglang_contract.CONFIG % name, json.dumps(config)),), mode=0o600)
+            sglang_proc.remove_file(self.s.run_dir, sglang_contract.STATUS % name)
         except sglang_proc.UntrustedState as e:
             raise WaitError(str(e))
         return token
@@ -153,56 +158,64 @@ class Supervision(object):
     def launch(self, parts, fp):
         """``launcher: detached``: the supervisor program (the one the systemd unit runs) in a session and, as root,
         the deployment's cgroup of its own; it starts the server, logs, records and decides. Then wait on its status
-        file as for a unit."""
-        p = self.w.p
+        file as for a unit. Returns the report, the verdict's included."""
+        with findings() as report:
+            return self._launch(parts, fp, report)
+
+    def _launch(self, parts, fp, report):
+        p = self.s.p
         program, _changed = self.install_watcher()
-        cgroup = self._own_cgroup()
+        cgroup = self._own_cgroup(report)
         token = self.supervisor_config(parts, fp, cgroup)
         cgroup_procs = os.path.join(cgroup[0], cgroup[1].lstrip("/"), "cgroup.procs") if cgroup else None
         err_fd = self.open_supervisor_log()
         try:
-            handle = self.w.popener.spawn_supervisor([sys.executable, "-I", program, self.w.run_dir, p["name"]], err_fd,
-                                                     cgroup_procs=cgroup_procs)
+            handle = self.host.popener.spawn_supervisor([sys.executable, "-I", program, self.s.run_dir, p["name"]],
+                                                        err_fd, cgroup_procs=cgroup_procs)
         except OSError as e:
             if cgroup:
-                self.w.cgroups.remove(*cgroup)
+                self.host.cgroups.remove(*cgroup)
             raise WaitError("could not start the supervisor program %s: %s" % (program, e))
         finally:
             os.close(err_fd)
         tracking = "session"
         if cgroup is not None:
-            if self.w.cgroups.of(handle.pid) == cgroup[1]:
+            if self.host.cgroups.of(handle.pid) == cgroup[1]:
                 tracking = "cgroup"
             else:
-                self.w.result["tree_tracking_note"] = "the supervisor did not join %s: process tree by session" % cgroup[1]
-                self.w.cgroups.remove(*cgroup)  # empty: nothing of ours is in it (the supervisor records none)
-        self.w.result.update(changed=True, tree_tracking=tracking, supervisor_pid=handle.pid)
-        return self.w.status.wait_service(token, attached=False, supervisor=handle)
+                report["tree_tracking_note"] = "the supervisor did not join %s: process tree by session" % cgroup[1]
+                self.host.cgroups.remove(*cgroup)  # empty: nothing of ours is in it (the supervisor records none)
+        report.update(changed=True, tree_tracking=tracking, supervisor_pid=handle.pid)
+        report.update(StatusWait(self.s, self.host).wait_service(token, attached=False, supervisor=handle))
+        return report
 
     def launch_unit(self, parts, fp):
         """Install the watcher program (the unit's ExecStart), write its config (0600: it holds the secret_environment
         values, never the API key, which the watcher reads from the server's own --config file) and start our unit
         without blocking (a Type=notify start blocks until READY=1); then wait on the watcher's status file. The
         unit is the role's (check_unit made sure it is there, ours and loaded); the module writes, reloads and
-        enables none."""
-        self.w.unit.check_unit_still_ours("start")  # (another deployment may have taken the name since check_unit)
+        enables none. Returns the report, the verdict's included."""
+        # (another deployment may have taken the name since check_unit)
+        sglang_unit_check.check_unit_still_ours(self.s.p, self.s.run_dir, "start")
         self.install_watcher()
         token = self.supervisor_config(parts, fp)
-        unit = unit_name(self.w.p["name"])
-        self.w.systemctl("reset-failed", unit)  # a unit that hit its start limit refuses a start until reset
-        self.w.unit.must("start", "--no-block", unit)
-        self.w.result.update(changed=True, unit=unit)
-        return self.w.status.wait_service(token, attached=False)
+        unit = unit_name(self.s.p["name"])
+        self.host.systemctl("reset-failed", unit)  # a unit that hit its start limit refuses a start until reset
+        sglang_unit_check.must(self.host.systemctl, "start", "--no-block", unit)
+        with findings() as report:
+            report.update(changed=True, unit=unit)
+            report.update(StatusWait(self.s, self.host).wait_service(token, attached=False))
+            return report
 
     def open_supervisor_log(self):
         """The detached supervisor's stderr: ``<run_dir>/<name>.supervisor.log`` (0600, appended), opened in the
         trusted run dir without following a symlink."""
         try:
-            dir_fd = sglang_proc.open_run_dir(self.w.run_dir)
+            dir_fd = sglang_proc.open_run_dir(self.s.run_dir)
         except sglang_proc.UntrustedState as e:
             raise WaitError(str(e))
         try:
-            return os.open(sglang_contract.SUPERVISOR_LOG % self.w.p["name"], os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW |
+            return os.open(sglang_contract.SUPERVISOR_LOG % self.s.p["name"], os.O_WRONLY | os.O_CREAT | os.O_APPEND | os.O_NOFOLLOW |
                            os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
         finally:
             os.close(dir_fd)
@@ -211,55 +224,61 @@ class Supervision(object):
         """Our detached server runs, but its supervisor program is gone (killed, or a server of an older eagle-deploy
         that had none): say so, and put one back without a restart when the server answers (``--adopt``: it takes
         over the recorded tree and watches it serving). Its output went to the old supervisor: what it printed since
-        is lost, and the next (re)start logs again."""
-        p = self.w.p
-        self.w.result["supervisor"] = "gone"
+        is lost, and the next (re)start logs again. Returns the report (``supervisor``, ...)."""
+        with findings() as report:
+            self._supervisor_gone(state, healthy, report)
+            return report
+
+    def _supervisor_gone(self, state, healthy, report):
+        p = self.s.p
+        report["supervisor"] = "gone"
         words = ("the server of %s (PID %s) was running without its supervisor program (nothing followed its "
                  "processes, and its output since the supervisor went is lost)" % (p["name"], state.get("pid")))
-        if not healthy or self.w.module.check_mode or not state.get("watcher"):
-            self.w.warn(words + ("; %s" % ("it would be put back (check mode)" if healthy and state.get("watcher")
-                                           else "force_restart starts it again under one")))
+        if not healthy or self.s.check or not state.get("watcher"):
+            then = ("it would be put back (check mode)" if healthy and state.get("watcher")
+                    else "force_restart starts it again under one")
+            self.host.say(words + "; %s" % then)
             return
         program, _changed = self.install_watcher()
         cg = sglang_proc.dedicated_cgroup(state)
         cgroup_procs = os.path.join(cg[0], cg[1].lstrip("/"), "cgroup.procs") if cg else None
         err_fd = self.open_supervisor_log()
         try:
-            handle = self.w.popener.spawn_supervisor([sys.executable, "-I", program, self.w.run_dir, p["name"], "--adopt"],
-                                                     err_fd, cgroup_procs=cgroup_procs)
+            handle = self.host.popener.spawn_supervisor(
+                [sys.executable, "-I", program, self.s.run_dir, p["name"], "--adopt"], err_fd, cgroup_procs=cgroup_procs)
         except OSError as e:
             raise WaitError("%s; a supervisor could not be put back: %s" % (words, e))
         finally:
             os.close(err_fd)
         # Under the lock until it has recorded itself: a run right after ours must find it, not start a second one.
-        deadline = self.w.clock() + ADOPT_RECORD_WAIT
-        while handle.poll() is None and self.w.clock() < deadline:
-            now = sglang_proc.read_state(self.w.run_dir, p["name"]) or {}
+        deadline = self.host.clock() + ADOPT_RECORD_WAIT
+        while handle.poll() is None and self.host.clock() < deadline:
+            now = sglang_proc.read_state(self.s.run_dir, p["name"]) or {}
             if (now.get("watcher") or {}).get("pid") == handle.pid:
                 break
-            self.w.sleep(0.02)
+            self.host.sleep(0.02)
         else:
             raise WaitError("%s; the supervisor put back (PID %d) did not take over within %d s (exit status %s): read "
                             "%s" % (words, handle.pid, ADOPT_RECORD_WAIT, handle.poll(),
-                                    os.path.join(self.w.run_dir, sglang_contract.SUPERVISOR_LOG % p["name"])))
-        self.w.result.update(changed=True, supervisor="restored", supervisor_pid=handle.pid)
-        self.w.warn(words + "; a supervisor was put back (PID %d), without a restart" % handle.pid)
+                                    os.path.join(self.s.run_dir, sglang_contract.SUPERVISOR_LOG % p["name"])))
+        report.update(changed=True, supervisor="restored", supervisor_pid=handle.pid)
+        self.host.say(words + "; a supervisor was put back (PID %d), without a restart" % handle.pid)
 
     def supervisor_alive(self, state):
         """Whether the supervisor program recorded in ``state`` (detached) still runs."""
-        return self.w.supervisors.alive(state)
+        return self.host.supervisors.alive(state)
 
     def install_watcher(self):
         """Install the watcher program and its module_utils into ``<run_dir>/watcher/`` (root-owned, 0644): only
         files whose content differs are written (temporary name + rename). Returns (program path, changed)."""
         files = watcher_files()
-        program = os.path.join(self.w.run_dir, WATCHER_DIR, "sglang_watcher.py")
+        program = os.path.join(self.s.run_dir, WATCHER_DIR, "sglang_watcher.py")
         try:
-            dir_fd = sglang_proc.open_run_dir(self.w.run_dir)
+            dir_fd = sglang_proc.open_run_dir(self.s.run_dir)
         except sglang_proc.UntrustedState as e:
             raise WaitError(str(e))
         try:
-            if not self.w.module.check_mode:
+            if not self.s.check:
                 try:
                     os.mkdir(WATCHER_DIR, 0o755, dir_fd=dir_fd)
                 except FileExistsError:
@@ -274,7 +293,7 @@ class Supervision(object):
         try:
             st = os.fstat(wfd)
             if st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
-                raise WaitError("%s/%s is not a directory only root can write: remove it" % (self.w.run_dir, WATCHER_DIR))
+                raise WaitError("%s/%s is not a directory only root can write: remove it" % (self.s.run_dir, WATCHER_DIR))
             for fname, data in sorted(files.items()):
                 try:
                     fd = os.open(fname, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=wfd)
@@ -287,7 +306,7 @@ class Supervision(object):
                 if same:
                     continue
                 changed = True
-                if self.w.module.check_mode:
+                if self.s.check:
                     continue
                 tmp = "%s.%s.tmp" % (fname, secrets.token_hex(4))
                 fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=wfd)

@@ -20,19 +20,22 @@ from ansible.module_utils.sglang_inputs import WaitError
 
 
 class RunLock(object):
-    def __init__(self, w):
-        self.w = w  # the ModelWaiter: options, result, injected clock and tools
+    """The held lock of one run: :meth:`lock` takes it (and reports how long it waited), :meth:`unlock` lets it go
+    (also when it was never taken)."""
+
+    def __init__(self):
         self.lock_fd = None  # the held lock file
 
-    def lock(self):
-        """Hold ``<run_dir>/<name>.lock`` (flock) for the whole operation; wait up to lock_timeout.
+    def lock(self, s, host):
+        """Hold ``<run_dir>/<name>.lock`` (flock) for the whole operation; wait up to lock_timeout. Returns the
+        report: ``lock_wait``.
 
         Check mode takes it shared and only when the file exists (it creates nothing)."""
-        p = self.w.p
-        check = self.w.module.check_mode
+        p, run_dir = s.p, s.run_dir
+        check = s.check
         fname = "%s.lock" % p["name"]
         try:
-            dir_fd = sglang_proc.open_run_dir(self.w.run_dir)
+            dir_fd = sglang_proc.open_run_dir(run_dir)
         except sglang_proc.UntrustedState as e:
             raise WaitError(str(e))
         try:
@@ -40,25 +43,25 @@ class RunLock(object):
             fd = os.open(fname, flags, 0o644, dir_fd=dir_fd)
         except OSError as e:
             if e.errno == errno.ENOENT and check:
-                return
-            raise WaitError("cannot open the lock file %s/%s: %s" % (self.w.run_dir, fname, e.strerror or e))
+                return {}
+            raise WaitError("cannot open the lock file %s/%s: %s" % (run_dir, fname, e.strerror or e))
         finally:
             os.close(dir_fd)
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
             os.close(fd)
-            raise WaitError("lock file %s/%s is not a root-owned file writable only by its owner: remove it" % (self.w.run_dir, fname))
+            raise WaitError("lock file %s/%s is not a root-owned file writable only by its owner: remove it" % (run_dir, fname))
         mode = fcntl.LOCK_SH if check else fcntl.LOCK_EX
-        t0 = self.w.clock()
+        t0 = host.clock()
         while True:
             try:
-                self.w.locker(fd, mode | fcntl.LOCK_NB)
+                host.locker(fd, mode | fcntl.LOCK_NB)
                 break
             except OSError as e:
                 if e.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
                     os.close(fd)
                     raise
-            if self.w.clock() - t0 >= p["lock_timeout"]:
+            if host.clock() - t0 >= p["lock_timeout"]:
                 holder = {}
                 try:
                     holder = json.loads(os.pread(fd, 4096, 0).decode("utf-8", "replace") or "{}")
@@ -71,13 +74,15 @@ class RunLock(object):
                     "was stopped or launched: wait for it to finish, or stop that run." % (
                         p["name"], time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since)) if isinstance(since, (int, float))
                         else "an unknown time", holder.get("pid", "?"), holder.get("state", "?"), p["lock_timeout"]))
-            self.w.sleep(min(0.2, max(p["lock_timeout"], 0.01)))
+            host.sleep(min(0.2, max(p["lock_timeout"], 0.01)))
         self.lock_fd = fd
-        self.w.result["lock_wait"] = round(self.w.clock() - t0, 3)
+        report = {}
+        report["lock_wait"] = round(host.clock() - t0, 3)
         if not check:
-            text = json.dumps({"pid": os.getpid(), "since": self.w.wall(), "state": p["state"]}).encode("utf-8")
+            text = json.dumps({"pid": os.getpid(), "since": host.wall(), "state": p["state"]}).encode("utf-8")
             os.ftruncate(fd, 0)
             os.pwrite(fd, text + b"\n", 0)
+        return report
 
     def unlock(self):
         if self.lock_fd is not None:

@@ -1,9 +1,10 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, eagle-deploy contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""wait_for_model's plan: what the running server depends on (its fingerprint), and whether a run keeps it,
-attaches to it or restarts it, from the recorded run state. Functions, module side only: they read the run
-state and /proc, and never signal or write.
+"""wait_for_model's plan: what the running server depends on (its fingerprint), what is recorded of it
+(:func:`look_recorded`: the run state, whether it is ours), and whether a run keeps it (or attaches to its
+supervisor's wait) or restarts it, and why (:func:`plan_start`, pure: the :class:`Plan`). Functions, module side
+only: they read the run state and /proc, and never signal or write.
 """
 
 from __future__ import annotations
@@ -11,6 +12,8 @@ from __future__ import annotations
 import hashlib
 import json
 import pwd
+from dataclasses import dataclass
+from typing import Any, Dict, Optional
 
 from ansible.module_utils import sglang_proc
 from ansible.module_utils.sglang_inputs import WaitError
@@ -90,6 +93,38 @@ def ended_between_steps(p, st):
     if st.get("attempt") == p["resume_attempt"] and st.get("verdict") not in (None, "ready"):
         return st
     return None
+
+
+@dataclass(frozen=True)
+class Recorded(object):
+    """What is recorded of our server: its run ``state`` (None: none), whether it is ``ours`` (the same process
+    we launched), and why not (``stale``, None when ours or none)."""
+    state: Optional[Dict[str, Any]]
+    ours: bool
+    stale: Optional[str] = None
+
+
+@dataclass(frozen=True)
+class Plan(object):
+    """A start's plan: ``action`` KEEP (the recorded server, kept as it is or attached to its supervisor's wait,
+    whichever its answer says) or RESTART, ``reason`` (why a restart: the result's restart_reason), ``resuming``
+    (a later step of the launch the recorded server is), and the fingerprint (``parts``, ``fingerprint``)."""
+    action: str
+    reason: Optional[str]
+    resuming: bool
+    parts: Dict[str, str]
+    fingerprint: str
+
+
+def plan_start(p, recorded, parts, fp):
+    """The plan of ``state: started`` from the options ``p``, what is ``recorded`` and this run's fingerprint."""
+    action, reason = start_plan(p, recorded.state, recorded.ours, fp, parts)
+    return Plan(action, reason, bool(resuming(p, recorded.state, recorded.ours)), parts, fp)
+
+
+def look_recorded(s):
+    """What is recorded of our server in the run dir of the Settings ``s`` (applies on_foreign_pid)."""
+    return Recorded(*existing(s.run_dir, s.p["name"], s.p["on_foreign_pid"]))
 
 
 def existing(run_dir, name, on_foreign_pid):

@@ -4,8 +4,9 @@
 """The result of ``wait_for_model``, in one place: every key the task returns, its type, what it means, and whether a
 failed result, a successful one or both may carry it.
 
-The keys are written across module_utils (the waiter, its stopper, launcher, status client, the supervisor's report
-merged in on a failure, the watch of ``state: watched``) and by the action plugin (its steps merged, a multi-node
+The keys are written across module_utils (the reports of the run's executors: validation, lock, stop, launch, keep,
+status client, the supervisor's report merged in on a failure, the watch of ``state: watched``; the result is built
+from them by ``sglang_reports.build_result``) and by the action plugin (its steps merged, a multi-node
 group's words, the operator's text of ``sglang_result_text``). This table is what they are checked against: the unit
 tests hold it against the module's RETURN documentation both ways (names and types) and against every result the
 module's unit tests produce (``tests/unit/module_harness.py``: an unknown key, a value of another type, or a key

@@ -29,7 +29,10 @@ from __future__ import annotations
 import os
 
 from ansible.module_utils import sglang_contract, sglang_probe, sglang_progress
+from ansible.module_utils import sglang_settings
+from ansible.module_utils.sglang_host_port import ask_health
 from ansible.module_utils.sglang_inputs import WaitError, open_log
+from ansible.module_utils import sglang_status_client
 from ansible.module_utils.sglang_log import tail_lines
 from ansible.module_utils.sglang_unit import unit_name
 from ansible.module_utils.sglang_watch import EVENT_WAIT, BackgroundAsk, InlineAsk, Waker, start_of_line
@@ -355,29 +358,31 @@ class Watched(object):
                             % (self.state.get("attempt"), " any more (a restart?)" if during else "", now)})
 
 
-def watch_recorded(w):
-    """``state: watched`` for the module (``w``: its ModelWaiter): wait ``watch_time`` s on the supervisor's status
-    file and report what it decided or set aside; the module itself follows neither the log nor the processes."""
-    state, _ours = w._existing()
+def watch_recorded(s, host, recorded):
+    """``state: watched`` for the module (``s``: the Settings, ``host``: the Host, ``recorded``: the recorded run
+    state, sglang_plan.Recorded): wait ``watch_time`` s on the supervisor's status file and report what it decided
+    or set aside; the module itself follows neither the log nor the processes. Returns the report."""
+    state, p = recorded.state, s.p
     if state is None or state.get("unverified") or not state.get("log_path"):
         raise WaitError("no server of ours is recorded in %s (name %s): nothing to watch"
-                        % (w.run_dir, w.p["name"]))
-    unit = unit_name(w.p["name"]) if state.get("launcher") == "systemd" else None
+                        % (s.run_dir, p["name"]))
+    unit = unit_name(p["name"]) if state.get("launcher") == "systemd" else None
 
     def supervised():
         if unit is not None:
-            return w.systemctl.show(unit).get("ActiveState") in ("active", "activating", "reloading")
-        return w.supervisors.alive(state)
-    log_fd = open_log(state["log_path"], w.p["log_dir"], w.inputs.reader(state))
+            return host.systemctl.show(unit).get("ActiveState") in ("active", "activating", "reloading")
+        return host.supervisors.alive(state)
+    log_fd = open_log(state["log_path"], p["log_dir"], sglang_settings.reader(s, state))
     try:
         fields, notes = Watched(
-            w.p, state, log_fd, w.status.read_status, supervised,
-            lambda timeout: w.http(w.p["health_url"], w.headers(), timeout), w.clock, w.sleep,
-            w.background_health, run_dir=w.run_dir if w.real_sleep and w.events else None,
+            p, state, log_fd, lambda: sglang_status_client.read_status(s), supervised,
+            lambda timeout: ask_health(p, s.run_dir, host, timeout), host.clock, host.sleep,
+            host.background_health, run_dir=s.run_dir if host.real_sleep and host.events else None,
             unit=unit).run()
     finally:
         os.close(log_fd)
-    w.result.update(fields)
+    report = {}
+    report.update(fields)
     for note in notes:
-        w.warn(note)
-    return w.result
+        host.say(note)
+    return report

@@ -13,7 +13,6 @@ CLASS_LINES, FUNCTION_LINES = 250, 60
 TOO_BIG = {
     "action_plugins/wait_for_model.py:ActionModule",
     "action_plugins/wait_for_model.py:ActionModule._joined",
-    "module_utils/sglang_waiter.py:ModelWaiter",
     "module_utils/sglang_watcher.py:Watcher",
 }
 

@@ -21,18 +21,20 @@ from module_harness import SCHED_CRASH, module_exits, run, world  # noqa: F401 -
 
 plugin_mod = load_plugin("wait_for_model", "eagle_action_wait_for_model_result")
 
-# Every file that writes keys of the result: the waiter and its parts, the supervisor's report (merged into a failed
-# result), the watch of state=watched and the action plugin (steps merged, a group's words, the text).
-# The names a result goes by there: ``<anything>.result`` and these.
+# Every file that writes keys of the result: the run and its executors' reports (sglang_reports.build_result makes
+# the result of them), the supervisor's report (merged into a failed result), the watch of state=watched and the
+# action plugin (steps merged, a group's words, the text).
+# The names a result (or a report) goes by there: ``<anything>.result``, these, and a dict literal yielded.
 WRITERS = {
-    "module_utils/sglang_waiter.py": {"result"},
-    "module_utils/sglang_stop.py": set(),
-    "module_utils/sglang_launch.py": set(),
-    "module_utils/sglang_lock.py": set(),
-    "module_utils/sglang_inputs.py": set(),
-    "module_utils/sglang_unit_check.py": set(),
+    "module_utils/sglang_waiter.py": set(),  # the run's own reports: ``yield {...}``
+    "module_utils/sglang_settings.py": {"report"},
+    "module_utils/sglang_stop.py": {"report"},
+    "module_utils/sglang_launch.py": {"report"},
+    "module_utils/sglang_lock.py": {"report"},
+    "module_utils/sglang_keep.py": {"report"},
+    "module_utils/sglang_unit_check.py": {"report"},
     "module_utils/sglang_status_client.py": {"r"},
-    "module_utils/sglang_watched.py": {"r"},
+    "module_utils/sglang_watched.py": {"r", "report"},
     "module_utils/sglang_watch.py": {"r"},  # explain(): the supervisor's report
     "module_utils/sglang_watcher.py": {"fields"},  # the report's exit_status, after_ready
     "module_utils/sglang_result_text.py": {"result"},
@@ -99,7 +101,8 @@ def test_sglang_info_returns_no_key_of_this_result_but_unit_of_its_own():
 # ------------------------------------------------------------------ what the code writes
 def writes(path, names, root=REPO):
     """(line, key) of every constant key written into a result in ``path``: ``X[key] = ...``, ``X.update(key=...)``
-    and ``X.setdefault(key, ...)``, where X is ``<anything>.result`` or a name of ``names``."""
+    and ``X.setdefault(key, ...)``, where X is ``<anything>.result`` or a name of ``names``, and the constant keys of
+    a report yielded as a dict literal (``yield {key: ...}``)."""
     def is_result(node):
         return (isinstance(node, ast.Attribute) and node.attr == "result") or (
             isinstance(node, ast.Name) and node.id in names)
@@ -107,7 +110,10 @@ def writes(path, names, root=REPO):
         tree = ast.parse(fh.read())
     found = []
     for node in ast.walk(tree):
-        if isinstance(node, (ast.Assign, ast.AugAssign)):
+        if isinstance(node, ast.Yield) and isinstance(node.value, ast.Dict):
+            found += [(node.lineno, k.value) for k in node.value.keys
+                      if isinstance(k, ast.Constant) and isinstance(k.value, str)]
+        elif isinstance(node, (ast.Assign, ast.AugAssign)):
             for target in node.targets if isinstance(node, ast.Assign) else [node.target]:
                 if isinstance(target, ast.Subscript) and is_result(target.value) and \
                         isinstance(target.slice, ast.Constant) and isinstance(target.slice.value, str):
@@ -131,9 +137,9 @@ def test_every_key_the_code_writes_into_a_result_is_in_the_schema(path):
 def test_the_scan_sees_a_write_of_an_unknown_key(tmp_path):
     bad = tmp_path / "bad.py"
     bad.write_text("def f(w, r):\n    w.result['restarted_at'] = 1\n    r.update(pid=1, bogus=2)\n"
-                   "    r.setdefault('other', 3)\n")
+                   "    r.setdefault('other', 3)\n    yield {'odd': 4}\n")
     assert sorted(writes("bad.py", {"r"}, root=str(tmp_path))) == [
-        (2, "restarted_at"), (3, "bogus"), (3, "pid"), (4, "other")]
+        (2, "restarted_at"), (3, "bogus"), (3, "pid"), (4, "other"), (5, "odd")]
 
 
 # ------------------------------------------------------------------ results the module produces
