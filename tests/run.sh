@@ -51,10 +51,12 @@ echo "== fetch the huggingface_hub wheels the model role's tests install (.cache
 python tests/integration/hf_wheels.py
 echo "== pytest: unit tests, then the integration tests on ${workers} workers"
 python -m pytest -q tests/unit
+# the files whose timings need the machine to themselves first (tests/integration/conftest.py), then the others
+python -m pytest -q -m alone tests/integration
 if ((workers > 1)); then
-    python -m pytest -q -n "${workers}" --dist loadfile tests/integration
+    python -m pytest -q -m "not alone" -n "${workers}" --dist loadfile tests/integration
 else
-    python -m pytest -q tests/integration
+    python -m pytest -q -m "not alone" tests/integration
 fi
 echo "== pytest took $((SECONDS - t0)) s so far"
 
