@@ -40,61 +40,17 @@ from __future__ import annotations
 import os
 import time
 
-from ansible import constants as C
-from ansible.errors import AnsibleActionFail
-from ansible.module_utils.parsing.convert_bool import boolean
-from ansible.plugins.action import ActionBase
-from ansible.utils.display import Display
+from ansible_collections.eagle.deploy.plugins.module_utils import sglang_join, sglang_progress, sglang_result_text
+from ansible_collections.eagle.deploy.plugins.plugin_utils.sglang_action_steps import SteppedAction, merge_messages
 
-display = Display()
-
-STEP_TIME = 10.0  # seconds a step waits on the host before it answers "pending"
-PRINT_EVERY = 30.0  # a line at least this often while the server loads
-PLUGIN_ARGS = ("progress",)
 FOLLOWER_WAIT = 30.0  # a follower stopped after another node's failure waits this long for rank 0's stop first
 CONSEQUENCE_SLACK = 5.0  # beyond a step and a stop, for another node's word after this node's NCCL error
 BOARD_POLL = 0.25  # seconds between two reads of the board while this node waits on the others
 
 
-def _progress():
-    """module_utils/sglang_progress, found next to this plugin when the controller's ansible.module_utils does not know
-    the project's module_utils (they are shipped to hosts, not imported here)."""
-    try:
-        from ansible.module_utils import sglang_progress
-    except ImportError:
-        import ansible.module_utils
-        here = os.path.dirname(os.path.abspath(__file__))
-        for path in [os.path.join(os.path.dirname(here), "module_utils")] + list(C.DEFAULT_MODULE_UTILS_PATH or ()):
-            if os.path.isfile(os.path.join(path, "sglang_progress.py")) and path not in ansible.module_utils.__path__:
-                ansible.module_utils.__path__.append(path)
-                break
-        from ansible.module_utils import sglang_progress
-    return sglang_progress
+class ActionModule(SteppedAction):
 
-
-def _join_mod():
-    """module_utils/sglang_join (the controller's board of a multi-node launch), found as ``_progress()`` finds its."""
-    _progress()  # puts the project's module_utils on ansible.module_utils' path where needed
-    from ansible.module_utils import sglang_join
-    return sglang_join
-
-
-def _result_text():
-    """module_utils/sglang_result_text (what the operator reads of the result), found as ``_progress()`` finds its."""
-    _progress()  # puts the project's module_utils on ansible.module_utils' path where needed
-    from ansible.module_utils import sglang_result_text
-    return sglang_result_text
-
-
-def _to_stderr():
-    """Whether the stdout callback writes JSON (ansible.builtin.json, ansible.posix.jsonl, ...)."""
-    return "json" in str(C.config.get_config_value("DEFAULT_STDOUT_CALLBACK") or "").lower()
-
-
-class ActionModule(ActionBase):
-
-    _supports_check_mode = True
-    _supports_async = True
+    STEP_TIME_MAY_BE_ZERO = True
 
     # seams for the unit tests (a fake clock; what a line is written with; the board's clock and directory)
     _clock = staticmethod(time.monotonic)
@@ -102,42 +58,28 @@ class ActionModule(ActionBase):
     _wall = staticmethod(time.time)
     _board_base = None
 
-    def _say(self, line):
-        self._display.display(line, stderr=_to_stderr())
-
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp
         task_vars = task_vars or {}
         args = dict(self._task.args)
         join = args.pop("join", None)
-        try:
-            progress = boolean(args.pop("progress", True), strict=True)
-            step_time = args.pop("step_time", None)
-            step_time = STEP_TIME if step_time is None else float(step_time)
-            if not 0 <= step_time <= 86400:
-                raise TypeError("step_time must be >= 0 and <= 86400 (got %s)" % step_time)
-        except (TypeError, ValueError) as e:
-            raise AnsibleActionFail("progress / step_time: %s" % e)
-        wrap_async = bool(self._task.async_val) and not self._connection.has_native_async
-        check = bool(self._task.check_mode) or bool(self._play_context.check_mode)
-        stepping = (progress and not self._task.async_val and not check
-                    and args.get("state", "started") == "started")
-        if join and check and not self._task.async_val and args.get("state", "started") == "started":
+        progress, step_time = self._step_options(args)
+        check = self._checking()
+        started = args.get("state", "started") == "started"
+        stepping = progress and not self._task.async_val and not check and started
+        if join and check and not self._task.async_val and started:
             # check mode of a multi-node server: every node's plan, joined (a change on one node restarts them all)
-            host = task_vars.get("inventory_hostname") or self._play_context.remote_addr or "?"
             try:
-                result.update(self._joined(args, task_vars, host, join, plan_only=True))
+                result.update(self._joined(args, task_vars, self._host(task_vars), join, plan_only=True))
             finally:
                 self._remove_tmp_path(self._connection._shell.tmpdir)
             return self._with_text(result, args)
         if not stepping:
-            result.update(self._execute_module(module_args=args, task_vars=task_vars, wrap_async=wrap_async))
-            if not wrap_async:
-                self._remove_tmp_path(self._connection._shell.tmpdir)
+            result.update(self._one_call(args, task_vars))
             return result if self._task.async_val else self._with_text(result, args)
         args["_step_time"] = step_time
-        host = task_vars.get("inventory_hostname") or self._play_context.remote_addr or "?"
+        host = self._host(task_vars)
         try:
             if join:
                 result.update(self._joined(args, task_vars, host, join))
@@ -158,13 +100,12 @@ class ActionModule(ActionBase):
         name = module_args.get("name") or "sglang"
         log_dir = module_args.get("log_dir")
         default_log = "%s/%s.log" % (log_dir, name) if log_dir else "-"
-        return _result_text().add_text(result, name, default_log)
+        return sglang_result_text.add_text(result, name, default_log)
 
     def _steps(self, args, task_vars, host, watch=None):
         """The module in steps until it answers with a verdict. ``watch(res, steps, pending)``, when given (a
         multi-node server's join), is called after every step: a dict it returns ends the steps as the task's result."""
-        progress = _progress()
-        printer = progress.StepPrinter(host, self._say, self._clock, PRINT_EVERY, progress.progress_line)
+        printer = self._printer(host, sglang_progress.progress_line)
         steps = []
         limit = self._limit(args)
         started = self._clock()
@@ -227,14 +168,7 @@ def _merge(steps):
         for s in reversed(steps[:-1]):
             if key not in out and key in s:
                 out[key] = s[key]
-    for key in ("warnings", "deprecations"):
-        merged = []
-        for s in steps:
-            for item in s.get(key) or ():
-                if item not in merged:
-                    merged.append(item)
-        if merged:
-            out[key] = merged
+    merge_messages(steps, out)
     out["steps"] = len(steps)
     return out
 
@@ -248,8 +182,8 @@ class GroupLaunch(object):
 
     def __init__(self, action, args, task_vars, host):
         self.action, self.args, self.task_vars, self.host = action, args, task_vars, host
-        self.sj = _join_mod()
-        self.text = _progress().operator_text
+        self.sj = sglang_join
+        self.text = sglang_progress.operator_text
         self.steps = []
 
     def run(self, join, plan_only=False):
