@@ -22,82 +22,35 @@ One module call, as without this plugin: check mode, an async task, and the task
 """
 from __future__ import annotations
 
-import os
 import time
 
-from ansible import constants as C
-from ansible.errors import AnsibleActionFail
-from ansible.module_utils.parsing.convert_bool import boolean
-from ansible.plugins.action import ActionBase
-from ansible.utils.display import Display
+from ansible_collections.eagle.deploy.plugins.module_utils import sglang_progress
+from ansible_collections.eagle.deploy.plugins.plugin_utils.sglang_action_steps import SteppedAction, merge_messages
 
-display = Display()
-
-STEP_TIME = 10.0
-PRINT_EVERY = 30.0
 STARTING_ACTIONS = ("fetched", "copied")
 
 
-def _progress():
-    """module_utils/sglang_progress, found next to this plugin when the controller's ansible.module_utils does not know
-    the project's module_utils."""
-    try:
-        from ansible.module_utils import sglang_progress
-    except ImportError:
-        import ansible.module_utils
-        here = os.path.dirname(os.path.abspath(__file__))
-        for path in [os.path.join(os.path.dirname(here), "module_utils")] + list(C.DEFAULT_MODULE_UTILS_PATH or ()):
-            if os.path.isfile(os.path.join(path, "sglang_progress.py")) and path not in ansible.module_utils.__path__:
-                ansible.module_utils.__path__.append(path)
-                break
-        from ansible.module_utils import sglang_progress
-    return sglang_progress
-
-
-def _to_stderr():
-    return "json" in str(C.config.get_config_value("DEFAULT_STDOUT_CALLBACK") or "").lower()
-
-
-class ActionModule(ActionBase):
-
-    _supports_check_mode = True
-    _supports_async = True
+class ActionModule(SteppedAction):
 
     _clock = staticmethod(time.monotonic)
-
-    def _say(self, line):
-        self._display.display(line, stderr=_to_stderr())
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp
         task_vars = task_vars or {}
         args = dict(self._task.args)
-        try:
-            progress = boolean(args.pop("progress", True), strict=True)
-            step_time = args.pop("step_time", None)
-            step_time = STEP_TIME if step_time is None else float(step_time)
-            if not 0 < step_time <= 86400:
-                raise TypeError("step_time must be > 0 and <= 86400 (got %s)" % step_time)
-        except (TypeError, ValueError) as e:
-            raise AnsibleActionFail("progress / step_time: %s" % e)
-        wrap_async = bool(self._task.async_val) and not self._connection.has_native_async
-        check = bool(self._task.check_mode) or bool(self._play_context.check_mode)
-        if not progress or self._task.async_val or check:
-            result.update(self._execute_module(module_args=args, task_vars=task_vars, wrap_async=wrap_async))
-            if not wrap_async:
-                self._remove_tmp_path(self._connection._shell.tmpdir)
+        progress, step_time = self._step_options(args)
+        if not progress or self._task.async_val or self._checking():
+            result.update(self._one_call(args, task_vars))
             return result
-        host = task_vars.get("inventory_hostname") or self._play_context.remote_addr or "?"
         try:
-            result.update(self._steps(args, task_vars, host, step_time))
+            result.update(self._steps(args, task_vars, self._host(task_vars), step_time))
         finally:
             self._remove_tmp_path(self._connection._shell.tmpdir)
         return result
 
     def _steps(self, args, task_vars, host, step_time):
-        progress = _progress()
-        printer = progress.StepPrinter(host, self._say, self._clock, PRINT_EVERY, progress.transfer_line)
+        printer = self._printer(host, sglang_progress.transfer_line)
         steps = []
         jobs = {}
         timeout = args.get("timeout") or 0
@@ -141,13 +94,6 @@ def _merge(steps):
                     m["action"] = first["action"]
             merged.append(m)
         out["models"] = merged
-    for key in ("warnings", "deprecations"):
-        items = []
-        for s in steps:
-            for item in s.get(key) or ():
-                if item not in items:
-                    items.append(item)
-        if items:
-            out[key] = items
+    merge_messages(steps, out)
     out["steps"] = len(steps)
     return out

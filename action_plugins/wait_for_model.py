@@ -40,61 +40,17 @@ from __future__ import annotations
 import os
 import time
 
-from ansible import constants as C
-from ansible.errors import AnsibleActionFail
-from ansible.module_utils.parsing.convert_bool import boolean
-from ansible.plugins.action import ActionBase
-from ansible.utils.display import Display
+from ansible_collections.eagle.deploy.plugins.module_utils import sglang_join, sglang_progress, sglang_result_text
+from ansible_collections.eagle.deploy.plugins.plugin_utils.sglang_action_steps import SteppedAction, merge_messages
 
-display = Display()
-
-STEP_TIME = 10.0  # seconds a step waits on the host before it answers "pending"
-PRINT_EVERY = 30.0  # a line at least this often while the server loads
-PLUGIN_ARGS = ("progress",)
 FOLLOWER_WAIT = 30.0  # a follower stopped after another node's failure waits this long for rank 0's stop first
 CONSEQUENCE_SLACK = 5.0  # beyond a step and a stop, for another node's word after this node's NCCL error
 BOARD_POLL = 0.25  # seconds between two reads of the board while this node waits on the others
 
 
-def _progress():
-    """module_utils/sglang_progress, found next to this plugin when the controller's ansible.module_utils does not know
-    the project's module_utils (they are shipped to hosts, not imported here)."""
-    try:
-        from ansible.module_utils import sglang_progress
-    except ImportError:
-        import ansible.module_utils
-        here = os.path.dirname(os.path.abspath(__file__))
-        for path in [os.path.join(os.path.dirname(here), "module_utils")] + list(C.DEFAULT_MODULE_UTILS_PATH or ()):
-            if os.path.isfile(os.path.join(path, "sglang_progress.py")) and path not in ansible.module_utils.__path__:
-                ansible.module_utils.__path__.append(path)
-                break
-        from ansible.module_utils import sglang_progress
-    return sglang_progress
+class ActionModule(SteppedAction):
 
-
-def _join_mod():
-    """module_utils/sglang_join (the controller's board of a multi-node launch), found as ``_progress()`` finds its."""
-    _progress()  # puts the project's module_utils on ansible.module_utils' path where needed
-    from ansible.module_utils import sglang_join
-    return sglang_join
-
-
-def _result_text():
-    """module_utils/sglang_result_text (what the operator reads of the result), found as ``_progress()`` finds its."""
-    _progress()  # puts the project's module_utils on ansible.module_utils' path where needed
-    from ansible.module_utils import sglang_result_text
-    return sglang_result_text
-
-
-def _to_stderr():
-    """Whether the stdout callback writes JSON (ansible.builtin.json, ansible.posix.jsonl, ...)."""
-    return "json" in str(C.config.get_config_value("DEFAULT_STDOUT_CALLBACK") or "").lower()
-
-
-class ActionModule(ActionBase):
-
-    _supports_check_mode = True
-    _supports_async = True
+    STEP_TIME_MAY_BE_ZERO = True
 
     # seams for the unit tests (a fake clock; what a line is written with; the board's clock and directory)
     _clock = staticmethod(time.monotonic)
@@ -102,42 +58,28 @@ class ActionModule(ActionBase):
     _wall = staticmethod(time.time)
     _board_base = None
 
-    def _say(self, line):
-        self._display.display(line, stderr=_to_stderr())
-
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)
         del tmp
         task_vars = task_vars or {}
         args = dict(self._task.args)
         join = args.pop("join", None)
-        try:
-            progress = boolean(args.pop("progress", True), strict=True)
-            step_time = args.pop("step_time", None)
-            step_time = STEP_TIME if step_time is None else float(step_time)
-            if not 0 <= step_time <= 86400:
-                raise TypeError("step_time must be >= 0 and <= 86400 (got %s)" % step_time)
-        except (TypeError, ValueError) as e:
-            raise AnsibleActionFail("progress / step_time: %s" % e)
-        wrap_async = bool(self._task.async_val) and not self._connection.has_native_async
-        check = bool(self._task.check_mode) or bool(self._play_context.check_mode)
-        stepping = (progress and not self._task.async_val and not check
-                    and args.get("state", "started") == "started")
-        if join and check and not self._task.async_val and args.get("state", "started") == "started":
+        progress, step_time = self._step_options(args)
+        check = self._checking()
+        started = args.get("state", "started") == "started"
+        stepping = progress and not self._task.async_val and not check and started
+        if join and check and not self._task.async_val and started:
             # check mode of a multi-node server: every node's plan, joined (a change on one node restarts them all)
-            host = task_vars.get("inventory_hostname") or self._play_context.remote_addr or "?"
             try:
-                result.update(self._joined(args, task_vars, host, join, plan_only=True))
+                result.update(self._joined(args, task_vars, self._host(task_vars), join, plan_only=True))
             finally:
                 self._remove_tmp_path(self._connection._shell.tmpdir)
             return self._with_text(result, args)
         if not stepping:
-            result.update(self._execute_module(module_args=args, task_vars=task_vars, wrap_async=wrap_async))
-            if not wrap_async:
-                self._remove_tmp_path(self._connection._shell.tmpdir)
+            result.update(self._one_call(args, task_vars))
             return result if self._task.async_val else self._with_text(result, args)
         args["_step_time"] = step_time
-        host = task_vars.get("inventory_hostname") or self._play_context.remote_addr or "?"
+        host = self._host(task_vars)
         try:
             if join:
                 result.update(self._joined(args, task_vars, host, join))
@@ -158,13 +100,12 @@ class ActionModule(ActionBase):
         name = module_args.get("name") or "sglang"
         log_dir = module_args.get("log_dir")
         default_log = "%s/%s.log" % (log_dir, name) if log_dir else "-"
-        return _result_text().add_text(result, name, default_log)
+        return sglang_result_text.add_text(result, name, default_log)
 
     def _steps(self, args, task_vars, host, watch=None):
         """The module in steps until it answers with a verdict. ``watch(res, steps, pending)``, when given (a
         multi-node server's join), is called after every step: a dict it returns ends the steps as the task's result."""
-        progress = _progress()
-        printer = progress.StepPrinter(host, self._say, self._clock, PRINT_EVERY, progress.progress_line)
+        printer = self._printer(host, sglang_progress.progress_line)
         steps = []
         limit = self._limit(args)
         started = self._clock()
@@ -193,205 +134,9 @@ class ActionModule(ActionBase):
             else:
                 args.pop("_resume_attempt", None)
 
-    # -- a multi-node server ----------------------------------------------------------------------------------------
+    # -- a multi-node server: GroupLaunch ---------------------------------------------------------------------------
     def _joined(self, args, task_vars, host, join, plan_only=False):
-        sj = _join_mod()
-        text = _progress().operator_text
-        try:
-            spec = sj.check_spec(join, host)
-            directory = sj.board_dir(self._board_base)
-        except sj.JoinError as e:
-            return {"failed": True, "msg": "join: %s. Nothing was stopped or launched." % e}
-        nodes, rank, group = spec["nodes"], spec["rank"], spec["group"]
-        here = set(task_vars.get("ansible_play_batch") or task_vars.get("ansible_play_hosts") or [host])
-        away = [(n, i) for i, n in enumerate(nodes) if n not in here]
-        if away:
-            return {"failed": True, "msg": text(
-                "multi-node server %s: %s not in this run (failed or unreachable before the launch, or left out by "
-                "--limit / serial): nothing was stopped or launched on rank %d (%s); run the group's hosts together"
-                % (group, ", ".join("rank %d (%s)" % (i, n) for n, i in away), rank, host))}
-        name = sj.board_name(getattr(self._task, "_uuid", ""), group, nodes, os.getppid())
-        sj.sweep(directory, self._wall(), keep=(name, name + ".lock"))
-        board = sj.Board(directory, name, clock=self._wall)
-        rnd = board.begin(host, rank)
-        ctx = {"sj": sj, "text": text, "board": board, "round": rnd, "nodes": nodes, "rank": rank, "host": host,
-               "group": group, "args": args, "task_vars": task_vars, "step_time": spec["step_time"]}
-        deadline = self._clock() + spec["timeout"]
-
-        # 1. the plan: would this node restart? (the module in check mode: it reads, it never acts)
-        plan = self._check_mode_call(args, task_vars)
-        if plan.get("failed"):
-            board.put(host, state="failed", failure=sj.summary_of(plan), failed_at=self._wall())
-            return self._node_failed(plan, ctx)
-        board.put(host, state="planned", restart=bool(plan.get("changed")),
-                  reason=plan.get("restart_reason") or ("would restart" if plan.get("changed") else None))
-        while True:
-            words = sj.current(board.read(), nodes, rnd)
-            if sj.group_failure(words, nodes):
-                return self._peer_failed(words, ctx, launched=False)
-            if sj.all_planned(words):
-                break
-            if self._clock() > deadline:
-                missing = [(n, i) for i, n in enumerate(nodes) if words.get(n) is None]
-                return self._give_up(ctx, "never joined: %s did not reach the launch within %d s"
-                                     % (", ".join("rank %d (%s)" % (i, n) for n, i in missing), spec["timeout"]),
-                                     launched=False)
-            self._sleep(BOARD_POLL)
-        why = sj.restart_needed(words, nodes)
-        if plan_only:  # check mode: what every node would do, the group's restart included
-            out = dict(plan)
-            if why is not None:
-                out["changed"] = True
-                out["restart_reason"] = text("the multi-node server %s would restart as a unit: rank %d (%s): %s"
-                                             % (group, why[1], why[0], why[2]))
-            out["nodes_group"] = self._group_view(words, ctx)
-            return out
-        args = dict(args, _step_time=spec["step_time"])
-        if why is not None and not plan.get("changed"):
-            args["force_restart"] = True  # the group restarts as a unit
-        ctx["args"] = args
-
-        # 2. the launch, in steps, the board read between them
-        started = self._clock()
-        deadline = started + spec["timeout"]
-        limit = self._limit(args)
-
-        def watch(res, steps, pending):
-            ctx["steps"] = steps
-            if res.get("failed"):
-                board.put(host, state="failed", failure=sj.summary_of(res), failed_at=self._wall())
-                return self._node_failed(_merge(steps), ctx)
-            if not pending:
-                board.put(host, state="ready", phase="ready")
-                return None
-            board.put(host, state="pending", phase=(res.get("progress") or {}).get("phase") or res.get("phase"))
-            words = sj.current(board.read(), nodes, rnd)
-            if sj.group_failure(words, nodes):
-                return self._peer_failed(words, ctx, launched=True, steps=steps)
-            missing = sj.never_joined(words, nodes) if self._clock() > deadline else []
-            if missing:
-                return self._give_up(ctx, "never joined: %s had not joined (its load not begun: torch.distributed's "
-                                          "rendezvous at rank 0 not done) %d s after the launch"
-                                     % (", ".join("rank %d (%s)" % (i, n) for n, i in missing), spec["timeout"]),
-                                     launched=True, steps=steps)
-            if self._clock() - started > limit:
-                return self._give_up(ctx, "still loading after %d s of steps, past the module's timeout" % limit,
-                                     launched=True, steps=steps)
-            return None
-
-        ended = self._steps(args, task_vars, host, watch=watch)
-        steps = ctx["steps"]
-        if ended.get("failed"):
-            return ended
-
-        # 3. this node is ready: the group is, once every node is
-        while True:
-            words = sj.current(board.read(), nodes, rnd)
-            if sj.group_failure(words, nodes):
-                return self._peer_failed(words, ctx, launched=True, steps=steps)
-            if sj.all_ready(words):
-                out = _merge(steps)
-                if why is not None and out.get("changed"):
-                    out["restart_reason"] = ctx["text"]("the multi-node server %s restarts as a unit: rank %d (%s): %s"
-                                                        % (group, why[1], why[0], why[2]))
-                out["nodes_group"] = self._group_view(words, ctx)
-                return out
-            if self._clock() - started > limit or (self._clock() > deadline and sj.never_joined(words, nodes)):
-                missing = sj.never_joined(words, nodes) or [
-                    (n, i) for i, n in enumerate(nodes) if (words.get(n) or {}).get("state") != "ready"]
-                return self._give_up(ctx, "%s not ready: %s" % (
-                    "never joined" if sj.never_joined(words, nodes) else "the group is",
-                    ", ".join("rank %d (%s)" % (i, n) for n, i in missing)), launched=True, steps=steps)
-            self._sleep(BOARD_POLL)
-
-    def _check_mode_call(self, args, task_vars):
-        """The module in check mode (its plan: keep or restart), whatever the task's own mode."""
-        was = self._task.check_mode
-        self._task.check_mode = True
-        try:
-            return self._execute_module(module_args=dict(args), task_vars=task_vars)
-        finally:
-            self._task.check_mode = was
-
-    def _stop_own(self, ctx):
-        """Stop this node's server (``state: stopped``, only ours); a follower first waits for rank 0's stop or
-        failure (followers end when rank 0 does)."""
-        sj, board = ctx["sj"], ctx["board"]
-        if ctx["rank"] > 0:
-            until = self._clock() + FOLLOWER_WAIT
-            while self._clock() < until:
-                w = sj.current(board.read(), ctx["nodes"], ctx["round"]).get(ctx["nodes"][0]) or {}
-                if w.get("state") in ("failed", "stopped") or not w:
-                    break
-                self._sleep(BOARD_POLL)
-        keys = ("name", "run_dir", "log_dir", "launcher", "stop_timeout")
-        stop_args = dict((k, ctx["args"][k]) for k in keys if ctx["args"].get(k) is not None)
-        stop_args["state"] = "stopped"
-        res = self._execute_module(module_args=stop_args, task_vars=ctx["task_vars"])
-        board.put(ctx["host"], state="stopped")
-        return {k: res.get(k) for k in ("changed", "msg", "failed", "signalled", "killed") if k in res}
-
-    def _group_view(self, words, ctx):
-        return {h: {"rank": ctx["nodes"].index(h), "state": (w or {}).get("state", "absent"),
-                    "phase": (w or {}).get("phase")} for h, w in words.items()}
-
-    def _node_failed(self, res, ctx):
-        """This node failed: its own failure, named as the group's rank (its supervisor stops its tree)."""
-        sj = ctx["sj"]
-        out = dict(res)
-        out["failed"] = True
-        words = sj.current(ctx["board"].read(), ctx["nodes"], ctx["round"])
-        if res.get("crash_class") in sj.CONSEQUENCE_CLASSES:
-            # most often what another node's death did to this one: wait until every other node has had its say after
-            # this failure (its step that was under way ended: a step that saw its own server die ends failed, after
-            # stopping that tree), for at most one step and one stop of its own
-            since = float((words.get(ctx["host"]) or {}).get("at", 0) or 0)
-            until = self._clock() + ctx["step_time"] + float(ctx["args"].get("stop_timeout") or 30) + CONSEQUENCE_SLACK
-            while self._clock() < until:
-                first = sj.group_failure(words, ctx["nodes"])
-                if first and first[0] != ctx["host"]:
-                    break
-                if sj.heard_since(words, ctx["nodes"], ctx["host"], since):
-                    break
-                self._sleep(BOARD_POLL)
-                words = sj.current(ctx["board"].read(), ctx["nodes"], ctx["round"])
-        first = sj.group_failure(words, ctx["nodes"])
-        also = ""
-        if first and first[0] != ctx["host"]:
-            also = "; first failure in the group: " + sj.failure_text(*first)
-            out["failed_rank"] = first[1]
-            out["group_failure"] = first[2].get("failure")
-        else:
-            out["failed_rank"] = ctx["rank"]
-        out["msg"] = ctx["text"]("multi-node server %s, rank %d (%s): %s%s" % (
-            ctx["group"], ctx["rank"], ctx["host"], res.get("msg") or "failed", also))
-        out["nodes_group"] = self._group_view(words, ctx)
-        return out
-
-    def _peer_failed(self, words, ctx, launched, steps=()):
-        host, rank, word = ctx["sj"].group_failure(words, ctx["nodes"])
-        return self._give_up(ctx, ctx["sj"].failure_text(host, rank, word), launched, steps, failed_rank=rank,
-                             failure=word.get("failure"))
-
-    def _give_up(self, ctx, why, launched, steps=(), failed_rank=None, failure=None):
-        """The group failed for ``why``: this node's server stopped (when this task launched it), the task failed."""
-        out = _merge(list(steps)) if steps else {}
-        out.pop("pending", None)
-        stopped = self._stop_own(ctx) if launched else None
-        if not launched:
-            ctx["board"].put(ctx["host"], state="stopped")
-        out.update(failed=True, changed=bool(out.get("changed")) or bool(stopped and stopped.get("changed")))
-        out["msg"] = ctx["text"]("multi-node server %s failed: %s; rank %d (%s) %s" % (
-            ctx["group"], why, ctx["rank"], ctx["host"],
-            "was stopped" if launched else "launched nothing"))
-        if stopped is not None:
-            out["group_stop"] = stopped
-        if failed_rank is not None:
-            out["failed_rank"] = failed_rank
-        if failure:
-            out["group_failure"] = failure
-        out["nodes_group"] = self._group_view(ctx["sj"].current(ctx["board"].read(), ctx["nodes"], ctx["round"]), ctx)
-        return out
+        return GroupLaunch(self, args, task_vars, host).run(join, plan_only=plan_only)
 
     @staticmethod
     def _limit(args):
@@ -423,13 +168,228 @@ def _merge(steps):
         for s in reversed(steps[:-1]):
             if key not in out and key in s:
                 out[key] = s[key]
-    for key in ("warnings", "deprecations"):
-        merged = []
-        for s in steps:
-            for item in s.get(key) or ():
-                if item not in merged:
-                    merged.append(item)
-        if merged:
-            out[key] = merged
+    merge_messages(steps, out)
     out["steps"] = len(steps)
     return out
+
+
+class GroupLaunch(object):
+    """One node's launch of a multi-node server, joined on the controller through a board (``sglang_join``; the
+    module's docstring above tells the protocol): the plan (would any node restart?), the launch in steps with the
+    board read between them, then the wait until every node is ready; a node's failure stops the others.
+    ``action`` is the ActionModule: its module calls, clocks (``_clock``, ``_sleep``, ``_wall``), board directory
+    (``_board_base``) and steps (``_steps``)."""
+
+    def __init__(self, action, args, task_vars, host):
+        self.action, self.args, self.task_vars, self.host = action, args, task_vars, host
+        self.sj = sglang_join
+        self.text = sglang_progress.operator_text
+        self.steps = []
+
+    def run(self, join, plan_only=False):
+        sj = self.sj
+        try:
+            spec = sj.check_spec(join, self.host)
+            directory = sj.board_dir(self.action._board_base)
+        except sj.JoinError as e:
+            return {"failed": True, "msg": "join: %s. Nothing was stopped or launched." % e}
+        self.nodes, self.rank, self.group = spec["nodes"], spec["rank"], spec["group"]
+        self.step_time, self.timeout = spec["step_time"], spec["timeout"]
+        here = set(self.task_vars.get("ansible_play_batch") or self.task_vars.get("ansible_play_hosts") or [self.host])
+        away = [(n, i) for i, n in enumerate(self.nodes) if n not in here]
+        if away:
+            return {"failed": True, "msg": self.text(
+                "multi-node server %s: %s not in this run (failed or unreachable before the launch, or left out by "
+                "--limit / serial): nothing was stopped or launched on rank %d (%s); run the group's hosts together"
+                % (self.group, ", ".join("rank %d (%s)" % (i, n) for n, i in away), self.rank, self.host))}
+        name = sj.board_name(getattr(self.action._task, "_uuid", ""), self.group, self.nodes, os.getppid())
+        sj.sweep(directory, self.action._wall(), keep=(name, name + ".lock"))
+        self.board = sj.Board(directory, name, clock=self.action._wall)
+        self.round = self.board.begin(self.host, self.rank)
+        ended, plan, words = self._plan()
+        if ended is not None:
+            return ended
+        why = sj.restart_needed(words, self.nodes)
+        if plan_only:  # check mode: what every node would do, the group's restart included
+            out = dict(plan)
+            if why is not None:
+                out["changed"] = True
+                out["restart_reason"] = self.text("the multi-node server %s would restart as a unit: rank %d (%s): %s"
+                                                  % (self.group, why[1], why[0], why[2]))
+            out["nodes_group"] = self._group_view(words)
+            return out
+        self.args = dict(self.args, _step_time=self.step_time)
+        if why is not None and not plan.get("changed"):
+            self.args["force_restart"] = True  # the group restarts as a unit
+        return self._launch(why)
+
+    def _words(self):
+        return self.sj.current(self.board.read(), self.nodes, self.round)
+
+    def _plan(self):
+        """1. the plan: would this node restart? (the module in check mode: it reads, it never acts), then every
+        node's. (result that ends the task or None, this node's plan, the board's words)."""
+        sj = self.sj
+        deadline = self.action._clock() + self.timeout
+        plan = self._check_mode_call()
+        if plan.get("failed"):
+            self.board.put(self.host, state="failed", failure=sj.summary_of(plan), failed_at=self.action._wall())
+            return self._node_failed(plan), plan, None
+        self.board.put(self.host, state="planned", restart=bool(plan.get("changed")),
+                       reason=plan.get("restart_reason") or ("would restart" if plan.get("changed") else None))
+        while True:
+            words = self._words()
+            if sj.group_failure(words, self.nodes):
+                return self._peer_failed(words, launched=False), plan, words
+            if sj.all_planned(words):
+                return None, plan, words
+            if self.action._clock() > deadline:
+                missing = [(n, i) for i, n in enumerate(self.nodes) if words.get(n) is None]
+                return self._give_up("never joined: %s did not reach the launch within %d s" % (
+                    ", ".join("rank %d (%s)" % (i, n) for n, i in missing), self.timeout), launched=False), plan, words
+            self.action._sleep(BOARD_POLL)
+
+    def _check_mode_call(self):
+        """The module in check mode (its plan: keep or restart), whatever the task's own mode."""
+        task = self.action._task
+        was = task.check_mode
+        task.check_mode = True
+        try:
+            return self.action._execute_module(module_args=dict(self.args), task_vars=self.task_vars)
+        finally:
+            task.check_mode = was
+
+    def _launch(self, why):
+        """2. the launch, in steps, the board read between them (``_watch``); 3. this node is ready: the group is,
+        once every node is."""
+        sj = self.sj
+        self.started = self.action._clock()
+        self.deadline = self.started + self.timeout
+        self.limit = self.action._limit(self.args)
+        ended = self.action._steps(self.args, self.task_vars, self.host, watch=self._watch)
+        if ended.get("failed"):
+            return ended
+        while True:
+            words = self._words()
+            if sj.group_failure(words, self.nodes):
+                return self._peer_failed(words, launched=True)
+            if sj.all_ready(words):
+                out = _merge(self.steps)
+                if why is not None and out.get("changed"):
+                    out["restart_reason"] = self.text("the multi-node server %s restarts as a unit: rank %d (%s): %s"
+                                                      % (self.group, why[1], why[0], why[2]))
+                out["nodes_group"] = self._group_view(words)
+                return out
+            never = sj.never_joined(words, self.nodes)
+            if self.action._clock() - self.started > self.limit or (self.action._clock() > self.deadline and never):
+                missing = never or [(n, i) for i, n in enumerate(self.nodes)
+                                    if (words.get(n) or {}).get("state") != "ready"]
+                return self._give_up("%s not ready: %s" % (
+                    "never joined" if never else "the group is",
+                    ", ".join("rank %d (%s)" % (i, n) for n, i in missing)), launched=True)
+            self.action._sleep(BOARD_POLL)
+
+    def _watch(self, res, steps, pending):
+        """After every step of the launch: this node's word on the board, and the group's failure read from it."""
+        sj, board, host = self.sj, self.board, self.host
+        self.steps = steps
+        if res.get("failed"):
+            board.put(host, state="failed", failure=sj.summary_of(res), failed_at=self.action._wall())
+            return self._node_failed(_merge(steps))
+        if not pending:
+            board.put(host, state="ready", phase="ready")
+            return None
+        board.put(host, state="pending", phase=(res.get("progress") or {}).get("phase") or res.get("phase"))
+        words = self._words()
+        if sj.group_failure(words, self.nodes):
+            return self._peer_failed(words, launched=True)
+        missing = sj.never_joined(words, self.nodes) if self.action._clock() > self.deadline else []
+        if missing:
+            return self._give_up("never joined: %s had not joined (its load not begun: torch.distributed's "
+                                 "rendezvous at rank 0 not done) %d s after the launch"
+                                 % (", ".join("rank %d (%s)" % (i, n) for n, i in missing), self.timeout),
+                                 launched=True)
+        if self.action._clock() - self.started > self.limit:
+            return self._give_up("still loading after %d s of steps, past the module's timeout" % self.limit,
+                                 launched=True)
+        return None
+
+    # -- a failure: this node's, another node's, or the group's ------------------------------------------------------
+    def _stop_own(self):
+        """Stop this node's server (``state: stopped``, only ours); a follower first waits for rank 0's stop or
+        failure (followers end when rank 0 does)."""
+        action = self.action
+        if self.rank > 0:
+            until = action._clock() + FOLLOWER_WAIT
+            while action._clock() < until:
+                w = self._words().get(self.nodes[0]) or {}
+                if w.get("state") in ("failed", "stopped") or not w:
+                    break
+                action._sleep(BOARD_POLL)
+        keys = ("name", "run_dir", "log_dir", "launcher", "stop_timeout")
+        stop_args = dict((k, self.args[k]) for k in keys if self.args.get(k) is not None)
+        stop_args["state"] = "stopped"
+        res = action._execute_module(module_args=stop_args, task_vars=self.task_vars)
+        self.board.put(self.host, state="stopped")
+        return {k: res.get(k) for k in ("changed", "msg", "failed", "signalled", "killed") if k in res}
+
+    def _group_view(self, words):
+        return {h: {"rank": self.nodes.index(h), "state": (w or {}).get("state", "absent"),
+                    "phase": (w or {}).get("phase")} for h, w in words.items()}
+
+    def _node_failed(self, res):
+        """This node failed: its own failure, named as the group's rank (its supervisor stops its tree)."""
+        sj, action, host = self.sj, self.action, self.host
+        out = dict(res)
+        out["failed"] = True
+        words = self._words()
+        if res.get("crash_class") in sj.CONSEQUENCE_CLASSES:
+            # most often what another node's death did to this one: wait until every other node has had its say after
+            # this failure (its step that was under way ended: a step that saw its own server die ends failed, after
+            # stopping that tree), for at most one step and one stop of its own
+            since = float((words.get(host) or {}).get("at", 0) or 0)
+            until = action._clock() + self.step_time + float(self.args.get("stop_timeout") or 30) + CONSEQUENCE_SLACK
+            while action._clock() < until:
+                first = sj.group_failure(words, self.nodes)
+                if first and first[0] != host:
+                    break
+                if sj.heard_since(words, self.nodes, host, since):
+                    break
+                action._sleep(BOARD_POLL)
+                words = self._words()
+        first = sj.group_failure(words, self.nodes)
+        also = ""
+        if first and first[0] != host:
+            also = "; first failure in the group: " + sj.failure_text(*first)
+            out["failed_rank"] = first[1]
+            out["group_failure"] = first[2].get("failure")
+        else:
+            out["failed_rank"] = self.rank
+        out["msg"] = self.text("multi-node server %s, rank %d (%s): %s%s" % (
+            self.group, self.rank, host, res.get("msg") or "failed", also))
+        out["nodes_group"] = self._group_view(words)
+        return out
+
+    def _peer_failed(self, words, launched):
+        host, rank, word = self.sj.group_failure(words, self.nodes)
+        return self._give_up(self.sj.failure_text(host, rank, word), launched, failed_rank=rank,
+                             failure=word.get("failure"))
+
+    def _give_up(self, why, launched, failed_rank=None, failure=None):
+        """The group failed for ``why``: this node's server stopped (when this task launched it), the task failed."""
+        out = _merge(list(self.steps)) if self.steps else {}
+        out.pop("pending", None)
+        stopped = self._stop_own() if launched else None
+        if not launched:
+            self.board.put(self.host, state="stopped")
+        out.update(failed=True, changed=bool(out.get("changed")) or bool(stopped and stopped.get("changed")))
+        out["msg"] = self.text("multi-node server %s failed: %s; rank %d (%s) %s" % (
+            self.group, why, self.rank, self.host, "was stopped" if launched else "launched nothing"))
+        if stopped is not None:
+            out["group_stop"] = stopped
+        if failed_rank is not None:
+            out["failed_rank"] = failed_rank
+        if failure:
+            out["group_failure"] = failure
+        out["nodes_group"] = self._group_view(self._words())
+        return out

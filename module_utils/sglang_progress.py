@@ -31,9 +31,9 @@ import math
 import re
 import time
 
-try:
-    from ansible.module_utils.sglang_contract import PHASES
-    from ansible.module_utils.sglang_proc import UntrustedState, read_json, safe_name, write_files
+try:  # relative: in ansible.module_utils on a host, in the collection's module_utils on the controller
+    from .sglang_contract import PHASES
+    from .sglang_proc import UntrustedState, read_json, safe_name, write_files
 except ImportError:  # a plain module next to sglang_proc.py (the host watcher program)
     from sglang_contract import PHASES
     from sglang_proc import UntrustedState, read_json, safe_name, write_files

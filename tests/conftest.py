@@ -1,4 +1,5 @@
-"""Shared test set-up: make the project's module_utils importable as ansible.module_utils.*."""
+"""Shared test set-up: make the project's module_utils importable as ansible.module_utils.*, and the project as the
+collection eagle.deploy (collections/, as ansible.cfg's collections_path shows it to the action plugins)."""
 from __future__ import annotations
 
 import os
@@ -6,6 +7,7 @@ import sys
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(ROOT, "library"))
+sys.path.insert(1, os.path.join(ROOT, "collections"))  # ansible_collections.eagle.deploy.plugins.*
 
 import ansible.module_utils  # noqa: E402 - the sys.path set-up above comes first
 

@@ -77,6 +77,8 @@ STAMPER=$!
 
 snap="$repo/.sgl/project"
 export ANSIBLE_LIBRARY="$snap/library" ANSIBLE_ACTION_PLUGINS="$snap/action_plugins" ANSIBLE_MODULE_UTILS="$snap/module_utils" ANSIBLE_ROLES_PATH="$snap/roles"
+# the project as the collection eagle.deploy: the action plugins' shared code and module_utils on the controller
+export ANSIBLE_COLLECTIONS_PATH="$snap/collections:$HOME/.ansible/collections:/usr/share/ansible/collections"
 : > /tmp/empty_ansible.cfg; export ANSIBLE_CONFIG=/tmp/empty_ansible.cfg ANSIBLE_STDOUT_CALLBACK=ansible.builtin.default ANSIBLE_CALLBACK_RESULT_FORMAT=yaml
 export ANSIBLE_PYTHON_INTERPRETER=/tmp/sgl-venv/bin/python ANSIBLE_LOCALHOST_WARNING=false ANSIBLE_INVENTORY_UNPARSED_WARNING=false
 common=(-e "venv=/tmp/sgl-venv" -e "snapshot=$snap" -e "tokenizer_ok=$tok" -e "ev=$ev"

@@ -36,6 +36,8 @@ BIN = os.path.dirname(sys.executable)
 API_KEY = "local-rehearsal-key"  # inventory/local's sglang_server_api_key
 LOOK = "Look at the host once (install, patch, server)"
 LAUNCH = "Launch SGLang and wait for health"
+# A failed launch: the failure is printed once, by this task; the task that fails after it says only that.
+SHOWN = "Show why the server did not come up"
 # Actions that run on the controller only: no module call on the host.
 CONTROLLER_ONLY = frozenset("ansible.builtin." + a for a in (
     "assert", "debug", "fail", "set_fact", "meta", "include_tasks", "import_tasks", "include_role", "validate_argument_spec"))
@@ -412,9 +414,11 @@ def test_a_port_held_by_another_server_is_refused_before_a_launch(host, serving)
     try:
         run = host["play"](prefix_=other)
         assert run.rc != 0
-        refusal = run.failures()[0]  # the launch; the role's rescue then fails the play with it
+        refusal = run.result(LAUNCH)  # the role prints its message once (SHOWN), then fails the play
         assert refusal["action"].endswith("wait_for_model") and "crash_class" not in refusal, run
         assert "port %d is held by a process that is not ours" % host["port"] in refusal["msg"]
+        assert run.result(SHOWN)["msg"] == refusal["failure_message"] == refusal["msg"]
+        assert run.failure_msgs() == ["server sglang did not come up: why is shown just above"], run
         assert not os.path.exists(os.path.join(other, "var/lib/eagle-deploy/run/sglang.json"))
         assert run_state(host)["pid"] == serving["pid"] and get(host, "/health")[0] == 200
     finally:

@@ -6,6 +6,7 @@ import pytest
 
 from action_harness import Clock, load_plugin, make_action
 from ansible.errors import AnsibleActionFail
+from ansible_collections.eagle.deploy.plugins.plugin_utils import sglang_action_steps
 
 plugin_mod = load_plugin("wait_for_model", "eagle_action_wait_for_model")
 
@@ -249,7 +250,7 @@ def test_results_without_progress_print_nothing():
 ])
 def test_lines_go_to_stderr_only_under_a_json_stdout_callback(monkeypatch, callback, to_stderr):
     monkeypatch.setenv("ANSIBLE_STDOUT_CALLBACK", callback)
-    assert plugin_mod._to_stderr() is to_stderr
+    assert sglang_action_steps.to_stderr() is to_stderr
     shown = []
     h = Harness([])
     monkeypatch.setattr(h.action._display, "display", lambda msg, stderr=False, **kw: shown.append((msg, stderr)))

@@ -64,7 +64,7 @@ def _edges(rooms):
 
 def _product_files():
     files = []
-    for top in ("library", "module_utils", "action_plugins"):
+    for top in ("library", "module_utils", "action_plugins", "plugin_utils"):
         files += ["%s/%s" % (top, f) for f in os.listdir(os.path.join(REPO, top)) if f.endswith(".py")]
     roles = os.path.join(REPO, "roles")
     for role in os.listdir(roles):

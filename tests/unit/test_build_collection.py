@@ -102,6 +102,7 @@ def test_the_tree_holds_the_project_s_plugins_roles_playbooks_and_metadata(tree)
     assert sorted(os.listdir(os.path.join(tree, "plugins", "modules"))) == _py("library")
     assert sorted(os.listdir(os.path.join(tree, "plugins", "module_utils"))) == _py("module_utils")
     assert sorted(os.listdir(os.path.join(tree, "plugins", "action"))) == _py("action_plugins")
+    assert sorted(os.listdir(os.path.join(tree, "plugins", "plugin_utils"))) == _py("plugin_utils")
     assert sorted(os.listdir(os.path.join(tree, "roles"))) == sorted(os.listdir(os.path.join(REPO, "roles")))
     for f in ("galaxy.yml", "meta/runtime.yml", "README.md", "playbooks/serve_eagle3.yml", "tests/sanity/ignore-2.19.txt"):
         assert os.path.isfile(os.path.join(tree, f)), f
@@ -109,7 +110,7 @@ def test_the_tree_holds_the_project_s_plugins_roles_playbooks_and_metadata(tree)
 
 def test_no_python_file_of_the_collection_imports_the_project_s_module_utils_by_the_playbook_path(tree):
     ours = set(f[:-3] for f in _py("module_utils"))
-    for sub in ("modules", "module_utils", "action"):
+    for sub in ("modules", "module_utils", "action", "plugin_utils"):
         for f in os.listdir(os.path.join(tree, "plugins", sub)):
             path = os.path.join(tree, "plugins", sub, f)
             with open(path, encoding="utf-8") as fh:

@@ -1,6 +1,6 @@
 """No private ansible-core API anywhere in the product (house rule; issue 34): no import of, attribute path into, or
 string naming ``ansible._internal`` or ``ansible.module_utils._internal``, in any Python or YAML file the project
-ships (library/, module_utils/, action_plugins/, roles/, playbooks/, bin/, collection/). Read as text and as Python's
+ships (library/, module_utils/, action_plugins/, plugin_utils/, roles/, playbooks/, bin/, collection/). Read as text and as Python's
 AST, so that neither ``from ansible import _internal`` nor ``importlib.import_module("ansible._internal...")``
 slips by."""
 from __future__ import annotations
@@ -10,7 +10,7 @@ import os
 import re
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-PRODUCT = ("library", "module_utils", "action_plugins", "roles", "playbooks", "bin", "collection")
+PRODUCT = ("library", "module_utils", "action_plugins", "plugin_utils", "roles", "playbooks", "bin", "collection")
 PRIVATE = re.compile(r"ansible(?:\.module_utils)?\._internal\b")
 
 

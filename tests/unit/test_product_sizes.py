@@ -1,5 +1,5 @@
 """Rooms of a size a person can hold (issue 34): no product class over 250 lines and no function over 60, in
-library/, module_utils/, action_plugins/ and the roles' files/. The rooms not yet split are named in TOO_BIG, a list
+library/, module_utils/, action_plugins/, plugin_utils/ and the roles' files/. The rooms not yet split are named in TOO_BIG, a list
 that may only shrink: a new offender fails, and so does a listed one that has come within the bounds (take it off)."""
 from __future__ import annotations
 
@@ -11,14 +11,12 @@ CLASS_LINES, FUNCTION_LINES = 250, 60
 
 # Still over the bounds; each is to be split by job, then taken off this list.
 TOO_BIG = {
-    "action_plugins/wait_for_model.py:ActionModule",
-    "action_plugins/wait_for_model.py:ActionModule._joined",
     "module_utils/sglang_watcher.py:Watcher",
 }
 
 
 def _product_files():
-    for top in ("library", "module_utils", "action_plugins"):
+    for top in ("library", "module_utils", "action_plugins", "plugin_utils"):
         for name in sorted(os.listdir(os.path.join(REPO, top))):
             if name.endswith(".py"):
                 yield "%s/%s" % (top, name)

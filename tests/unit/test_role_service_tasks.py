@@ -2,7 +2,8 @@
 does stop, GPU release and launch (no check-mode plan, no separate stop, no gpu_facts wait), and the report line of
 a restart names the stopped PIDs and the release seconds (composed by the action plugin's sglang_result_text, as
 the plugin puts it into the result, and printed by the role's task: rendered with jinja2 and Ansible's own filters);
-the failure's message is the result's own."""
+the failure's message is the result's own, printed once (issue 34): the launch does not fail itself, a debug task
+prints the message and the task that fails says only that the server did not come up."""
 from __future__ import annotations
 
 import os
@@ -61,8 +62,16 @@ def render_report(service, model_info=None):
 
 
 def render_failure(failed_result):
-    msg = by_name("Fail with what the server log says")["ansible.builtin.fail"]["msg"]
-    return environment().from_string(msg).render(ansible_failed_result=failed_result)
+    msg = by_name("Show why the server did not come up")["ansible.builtin.debug"]["msg"]
+    return environment().from_string(msg).render(sglang_server_service=failed_result)
+
+
+def shown(task, result):
+    """Whether ``task`` (its ``when``, a list or one condition) runs after a launch that returned ``result``."""
+    conds = task.get("when")
+    conds = conds if isinstance(conds, list) else [conds]
+    return all(environment().from_string("{{ %s }}" % c).render(sglang_server_service=result) == "True"
+               for c in conds)
 
 
 def test_the_report_of_a_restart_names_the_stop_and_the_release():
@@ -105,5 +114,22 @@ def test_the_failure_is_printed_as_the_result_composed_it():
                                          "sglang", "/var/log/sglang/sglang.log")
     assert render_failure(failed) == failed["failure_message"]
     assert "crash class: cuda_oom" in render_failure(failed)
-    # a failure of the action plugin itself (its own arguments) has only a message
-    assert render_failure({"failed": True, "msg": "progress / step_time: bad"}) == "progress / step_time: bad"
+    # a refusal (no crash class) has only its message
+    refused = sglang_result_text.add_text({"failed": True, "msg": "port 30000 is held"}, "sglang", "-")
+    assert render_failure(refused) == "port 30000 is held"
+
+
+def test_the_failure_is_printed_once_and_the_task_that_fails_repeats_none_of_it():
+    launch = by_name("Launch SGLang and wait for health")
+    # its own failure is not printed (ansible-core prints a failed task's message twice and its whole result)
+    assert launch["failed_when"] is False
+    show, fail = by_name("Show why the server did not come up"), by_name("Fail when the server did not come up")
+    failed = sglang_result_text.add_text({"failed": True, "msg": "server crashed: cuda_oom", "crash_class": "cuda_oom",
+                                          "hint": "lower --mem-fraction-static", "log_tail": ["a"]}, "sglang", "-")
+    ok = sglang_result_text.add_text({"changed": True, "pid": 42}, "sglang", "-")
+    assert shown(show, failed) and shown(fail, failed)
+    assert not shown(show, ok) and not shown(fail, ok)
+    msg = environment().from_string(fail["ansible.builtin.fail"]["msg"]).render(sglang_server_name="sglang")
+    assert msg == "server sglang did not come up: why is shown just above"
+    names = [t.get("name") for t in tasks()]
+    assert names.index("Launch SGLang and wait for health") + 2 == names.index(fail["name"])

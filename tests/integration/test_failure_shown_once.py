@@ -1,0 +1,62 @@
+"""A server that crashes while it loads, as the operator sees it (issue 34): the real playbook against this machine
+(`ansible-playbook playbooks/serve_eagle3.yml -i inventory/local`, the SGLang EMULATOR told to crash while it loads),
+with the console the project's ansible.cfg gives (ansible.builtin.default, results as YAML, no -v). The failure
+(the module's message, the crash class and exception, the hint, the deciding line, the log and its tail) is printed
+exactly once, with no censored no_log block, and the task that fails after it repeats none of it: ansible-core 2.19
+prints a failed task's message twice (its [ERROR] line and its fatal: block)."""
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+
+from ansible_run import free_port
+
+REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+BIN = os.path.dirname(sys.executable)
+API_KEY = "local-rehearsal-key"  # inventory/local's sglang_server_api_key
+FAILED = "server sglang did not come up: why is shown just above"
+
+
+def _play(playbook, prefix, port, *extra):
+    env = {k: v for k, v in os.environ.items() if not k.startswith("ANSIBLE_")}
+    env.update(PATH=BIN + os.pathsep + env.get("PATH", ""), ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"),
+               ANSIBLE_NOCOLOR="1")
+    cmd = [os.path.join(BIN, "ansible-playbook"), os.path.join("playbooks", playbook), "-i", "inventory/local",
+           "-e", "eagle_deploy_prefix=%s" % prefix, "-e", "sglang_server_port=%d" % port] + list(extra)
+    return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
+
+
+def test_a_crash_while_loading_is_printed_once():
+    # Not under pytest's tmp dir: /tmp/pytest-of-root is 0700 and the service user must walk into the prefix.
+    prefix = tempfile.mkdtemp(prefix="eagle-deploy-test-")
+    os.chmod(prefix, 0o755)
+    port = free_port()
+    try:
+        proc = _play("serve_eagle3.yml", prefix, port, "-e", "sglang_emulator_scenario=crash_loading")
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 2, out[-4000:]
+        launch = out.index("TASK [sglang_server : Launch SGLang and wait for health]")
+        shown = out.index("TASK [sglang_server : Show why the server did not come up]")
+        fail = out.index("TASK [sglang_server : Fail when the server did not come up]")
+        assert launch < shown < fail, out[launch:]
+        # the launch itself prints no failure: its result goes on to the two tasks after it
+        assert out[launch:shown].splitlines()[1:] == ["changed: [localhost]", ""], out[launch:shown]
+        # every part of the failure once, in the one task that shows it
+        for part in ("server crashed: cuda_oom (", "crash class: cuda_oom (", "hint: CUDA out of memory: ",
+                     "deciding line ", "log: %s/var/log/sglang/sglang_r1.log" % prefix, "---- log tail ----",
+                     "Received sigquit from a child process"):
+            assert out.count(part) == 1, (part, out[launch:])
+            assert shown < out.index(part) < fail, (part, out[launch:])
+        # the task that fails says only that: its [ERROR] line and its fatal: block, nothing of the crash
+        end = out[fail:]
+        assert end.count(FAILED) == 2 and "cuda_oom" not in end and "OutOfMemoryError" not in end, end
+        assert "[ERROR]: Task failed: Action failed: " + FAILED in end, end
+        assert "hidden due to the fact that" not in out[launch:], out[launch:]
+        assert API_KEY not in out
+    finally:
+        stopped = _play("stop.yml", prefix, port)
+        assert stopped.returncode == 0, stopped.stdout[-3000:] + stopped.stderr[-3000:]
+        shutil.rmtree(prefix, ignore_errors=True)
