@@ -59,7 +59,7 @@ class UnitGuard(object):
         for dropin, keys in sglang_unit.vendor_dropins(unit, show, found):
             self.w.warn(sglang_unit.accepted_words(dropin, keys))
         self.w.unit_before = dict(found).get(path)  # our own unit's text (None: there is none)
-        facts = unit_facts(p["name"], self.w.run_dir, p["unit_dir"], sys.executable)
+        facts = unit_facts(p["name"], self.w.run_dir, p["unit_dir"], sys.executable, p.get("program_dir"))
         facts.update(exists=self.w.unit_before is not None, loaded=unit_loaded(show, path))
         self.w.result.update(unit=unit, unit_facts=facts)
         if p["state"] != "started":

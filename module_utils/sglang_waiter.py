@@ -207,13 +207,15 @@ class ModelWaiter(object):
         return self.sup.launch(parts, fp)
 
     def keep(self, state, resuming):
-        """Our server with the same fingerprint: the supervisor program brought up to date (no restart), then ready
+        """Our server with the same fingerprint: a warning when the installed supervisor program is not this
+        eagle-deploy's (the role's copy brings it up to date, no restart), then ready
         when it answers, else its supervisor's word (a later step's verdict, or an attach). A detached one whose
         supervisor is gone is given one back (``--adopt``) when it answers; None when it does not: the module
         watches no server itself, so it is restarted."""
         p = self.p
-        if (self.launcher == "systemd" or state.get("watcher")) and self.sup.install_watcher()[1]:
-            self.result["changed"] = True  # the supervisor program brought up to date (its next start uses it)
+        problem = (self.launcher == "systemd" or state.get("watcher")) and self.sup.program_problem()
+        if problem:  # the role's copy brings it up to date (no restart: its next start uses it); this module writes none
+            self.warn(problem)
         systemd = state.get("launcher") == "systemd"
         alone = not systemd and not self.sup.supervisor_alive(state)
         # A later step of the launch this task started, its supervisor there: the supervisor's word comes first, and
