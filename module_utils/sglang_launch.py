@@ -159,8 +159,9 @@ class Supervision(object):
         cgroup_procs = os.path.join(cgroup[0], cgroup[1].lstrip("/"), "cgroup.procs") if cgroup else None
         err_fd = self.open_supervisor_log()
         try:
-            handle = self.w.popener.spawn_supervisor(sglang_program.argv(sys.executable, program, self.w.run_dir, p["name"]), err_fd,
-                                                     cgroup_procs=cgroup_procs)
+            handle = self.w.popener.spawn_supervisor(
+                sglang_program.argv(sys.executable, program, self.w.run_dir, p["name"]), err_fd,
+                cgroup_procs=cgroup_procs)
         except OSError as e:
             if cgroup:
                 self.w.cgroups.remove(*cgroup)
@@ -178,8 +179,8 @@ class Supervision(object):
         return self.w.status.wait_service(token, attached=False, supervisor=handle)
 
     def launch_unit(self, parts, fp):
-        """Check the installed supervisor program (the unit's ExecStart), write its config (0600: it holds the secret_environment
-        values, never the API key, which the watcher reads from the server's own --config file) and start our unit
+        """Check the installed supervisor program (the unit's ExecStart), write its config (0600: it holds the
+        secret_environment values, never the API key, which the watcher reads from the server's own --config file) and start our unit
         without blocking (a Type=notify start blocks until READY=1); then wait on the watcher's status file. The
         unit is the role's (check_unit made sure it is there, ours and loaded); the module writes, reloads and
         enables none."""
@@ -223,8 +224,9 @@ class Supervision(object):
         cgroup_procs = os.path.join(cg[0], cg[1].lstrip("/"), "cgroup.procs") if cg else None
         err_fd = self.open_supervisor_log()
         try:
-            handle = self.w.popener.spawn_supervisor(sglang_program.argv(sys.executable, program, self.w.run_dir, p["name"], "--adopt"),
-                                                     err_fd, cgroup_procs=cgroup_procs)
+            handle = self.w.popener.spawn_supervisor(
+                sglang_program.argv(sys.executable, program, self.w.run_dir, p["name"], "--adopt"), err_fd,
+                cgroup_procs=cgroup_procs)
         except OSError as e:
             raise WaitError("%s; a supervisor could not be put back: %s" % (words, e))
         finally:
@@ -263,7 +265,8 @@ class Supervision(object):
 
     def program_problem(self):
         """What is wrong with the installed supervisor program, in words, or None when it is this eagle-deploy's (its
-        files the copies in this module's payload) and trusted. Its next start would run (or refuse) the installed one."""
+        files the copies in this module's payload) and trusted. Its next start would run (or refuse) the installed
+        one."""
         directory = self.program_dir()
         drift = sglang_program.drift(directory, sglang_program.sources(SUPERVISOR_MODULES))
         if drift:

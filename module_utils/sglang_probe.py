@@ -4,8 +4,8 @@
 """Health that never harms the server: one health request per server at a time, never abandoned inside SGLang's own
 window, and, while it serves, the questions that cost it nothing (is it busy or stuck?).
 
-Standard library only. Used by the supervisor program (``sglang_watcher``, installed with this file: sglang_program) and by
-``wait_for_model`` (its attach, its ``state: watched`` requests): both go through the same gate.
+Standard library only. Used by the supervisor program (``sglang_watcher``, installed with this file: sglang_program)
+and by ``wait_for_model`` (its attach, its ``state: watched`` requests): both go through the same gate.
 
 SGLang 0.5.23's ``/health`` and ``/health_generate`` send a real one-token request and wait up to
 ``SGLANG_HEALTH_CHECK_TIMEOUT`` (20 s) for any output of the detokenizer; its scheduler skips health requests while

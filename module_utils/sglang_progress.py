@@ -5,7 +5,8 @@
 
 Standard library only. Shipped to the target with the modules that import it
 (``from ansible.module_utils.sglang_progress import ...``), installed with the supervisor program
-(sglang_program, which imports it as ``eagle_deploy.sglang_progress``), and used on the controller by the ``wait_for_model`` action
+(sglang_program, which imports it as ``eagle_deploy.sglang_progress``), and used on the controller by the
+``wait_for_model`` action
 plugin to print its lines.
 
 * :func:`status_text`: the phase and shard count as the operator reads them.

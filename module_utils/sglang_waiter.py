@@ -214,7 +214,7 @@ class ModelWaiter(object):
         watches no server itself, so it is restarted."""
         p = self.p
         problem = (self.launcher == "systemd" or state.get("watcher")) and self.sup.program_problem()
-        if problem:  # the role's copy brings it up to date (no restart: its next start uses it); this module writes none
+        if problem:  # the role's copy brings it up to date (no restart: its next start uses it); the module writes none
             self.warn(problem)
         systemd = state.get("launcher") == "systemd"
         alone = not systemd and not self.sup.supervisor_alive(state)

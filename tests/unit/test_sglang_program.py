@@ -231,7 +231,7 @@ def test_wait_for_model_refuses_an_untrusted_supervisor_and_starts_nothing(world
     assert world.supervisors == []
 
 
-def test_wait_for_model_refuses_a_supervisor_not_installed_and_starts_nothing(world, module_exits, tmp_path):  # noqa: F811
+def test_wait_for_model_refuses_a_supervisor_not_installed(world, module_exits, tmp_path):  # noqa: F811
     status, r = run(world, program_dir=str(tmp_path / "no-such-program"))
     assert status == "failed" and "the supervisor program is not installed in" in r["msg"], r
     assert "tasks/program.yml" in r["msg"] and world.supervisors == []
@@ -239,7 +239,8 @@ def test_wait_for_model_refuses_a_supervisor_not_installed_and_starts_nothing(wo
 
 def test_sglang_model_refuses_an_untrusted_fetch_program(tmp_path, monkeypatch):
     import importlib.util
-    spec = importlib.util.spec_from_file_location("sglang_model_module", os.path.join(REPO, "library", "sglang_model.py"))
+    spec = importlib.util.spec_from_file_location("sglang_model_module",
+                                                  os.path.join(REPO, "library", "sglang_model.py"))
     mod = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(mod)
     state = tmp_path / "state"
