@@ -20,8 +20,10 @@ import tempfile
 import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-sys.path.insert(0, os.path.join(REPO, "module_utils"))
-from sglang_log import LogClassifier, LogFollower  # noqa: E402 - module_utils/sglang_log.py, importable once sys.path has module_utils/
+import ansible.module_utils  # noqa: E402
+
+ansible.module_utils.__path__.append(os.path.join(REPO, "module_utils"))  # the project's module_utils, as tests do
+from ansible.module_utils.sglang_log import LogClassifier, LogFollower  # noqa: E402 - module_utils/sglang_log.py
 
 CORPUS = os.path.join(REPO, "tests", "data", "sglang-logs")
 GREP_SIGNATURES = [

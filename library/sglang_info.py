@@ -187,11 +187,17 @@ options:
         description: Where the role writes the unit.
         type: path
         default: /etc/systemd/system
+      program_dir:
+        description:
+          - Where the role installed the supervisor program the unit runs, as M(ansible.legacy.wait_for_model) takes
+            its C(program_dir) (default C(<run_dir>/supervisor)); part of the unit's C(ExecStart).
+        type: path
   keep:
     description:
       - Whether M(ansible.legacy.wait_for_model) with O(ignore:state=started) would keep the running server as it is,
         asked of that module's own code in check mode (nothing is written or signalled; its run lock is taken shared),
         the recorded server is ours, its fingerprint is the one these options give, its supervisor program is current
+        (the one installed in its C(program_dir) is the one this eagle-deploy ships)
         and watching, and it answers its health check; see RV(keep).
       - The options of M(ansible.legacy.wait_for_model) for the launch, exactly as that module takes them and checked
         against its own argument spec, less O(ignore:argv), O(ignore:fingerprint_files), O(ignore:fingerprint_data) and

@@ -21,7 +21,7 @@ description:
     O(python) given - the revision resolved to its commit, every file's size, LFS SHA-256 and git blob SHA-1), each file
     is planned (keep, verify, fetch resuming its part file), and the free disk space is checked against the bytes
     still to fetch plus O(disk_margin_mib); a shortfall fails with the numbers, nothing changed.
-  - The fetch runs in a program of its own (C(<state_dir>/program/sglang_model_fetch.py)), detached, one per model,
+  - The fetch runs in a program of its own (C(python -I -B <program_dir> run ...)), detached, one per model,
     which the module waits on by its status file. A lost connection loses nothing, and a re-run attaches to a fetch
     still running. A fetch killed halfway resumes on the next run where it stopped; a complete file is never fetched
     again.
@@ -118,7 +118,7 @@ options:
             required: true
   state_dir:
     description:
-      - Where the manifests, status, job and log files and the fetch program live. Trusted only as the run state of
+      - Where the manifests, status, job and log files live. Trusted only as the run state of
         M(ansible.legacy.wait_for_model) is - root's, writable by no one else, reached without symlinks through
         directories only root can write; created so when missing.
     type: path
@@ -137,6 +137,18 @@ options:
     description:
       - The Python that runs the fetch program - for a Hub source one with C(huggingface_hub) (the SGLang virtualenv's).
         Without it, the module's own interpreter (enough for a seed or a peer).
+    type: path
+  program_dir:
+    description:
+      - Where the model fetch program is installed - a directory C(__main__.py) + C(eagle_deploy/) that the role
+        C(sglang_model) copies from its C(files/fetch) (C(tasks/program.yml), variable C(sglang_model_program_dir)),
+        root-owned, files 0644, directories 0755; run as C(python -I -B <program_dir> list) (the listing of a Hub
+        source) and C(... run STATE_DIR NAME) (a fetch). This module never writes it.
+      - Before it runs the program the module refuses, saying what to fix, one that someone less privileged could
+        have written - the directory or anything in it owned by another user than root or the module's, writable by
+        its group or others, a symlink in it or on its path, or a directory above it writable by others (a sticky
+        root-owned one such as C(/tmp) excepted) - and one not installed.
+      - Default C(<state_dir>/fetch-program).
     type: path
   owner:
     description: Owner of the model's files and directories.
@@ -252,7 +264,7 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils import sglang_model, sglang_model_fetch, sglang_proc
+from ansible.module_utils import sglang_model, sglang_model_fetch, sglang_proc, sglang_program
 from ansible.module_utils.sglang_model import ARGUMENT_SPEC, ModelError, state_files
 from ansible.module_utils.sglang_progress import operator_text
 
@@ -260,10 +272,19 @@ POLL = 0.5
 START_GRACE = 10.0  # seconds a fetch program started may take to take its lock
 
 
-def program_files():
-    """{file name: source} of the fetch program and the module_utils it imports."""
-    return dict(("%s.py" % m.__name__.rsplit(".", 1)[-1], sglang_proc.module_source(m))
-                for m in (sglang_model_fetch, sglang_model, sglang_proc))
+INSTALLER = "the role sglang_model (tasks/program.yml)"
+
+
+def fetch_program(params):
+    """The fetch program's directory (O(program_dir), default ``<state_dir>/fetch-program``), once checked: installed
+    by the role, and nothing in it or above it writable by anyone less privileged than this module
+    (sglang_program.check). The module runs it; it never writes it."""
+    directory = params.get("program_dir") or os.path.join(params["state_dir"], sglang_program.FETCH_DIR)
+    try:
+        sglang_program.check(directory, "the model fetch program", INSTALLER)
+    except (sglang_program.ProgramError, OSError) as e:
+        raise ModelError(str(e))
+    return directory
 
 
 def known_hosts_text(address, port, host_keys):
@@ -284,15 +305,13 @@ class Host(object):
         self.module = module
 
     def list_repo(self, python, request, env):
-        """The lister's answer: the fetch program run from a private temporary directory (0700, removed after), its
-        huggingface_hub home there too, so that listing leaves nothing on the host."""
+        """The lister's answer: the installed fetch program (``list``), its huggingface_hub home in a private
+        temporary directory (0700, removed after), so that listing leaves nothing on the host."""
+        program = fetch_program(self.module.params)
         tmp = tempfile.mkdtemp(prefix="eagle-deploy-model-list-")
         try:
-            for fname, data in program_files().items():
-                with open(os.path.join(tmp, fname), "wb") as fh:
-                    fh.write(data)
             env = dict(env, HF_HOME=os.path.join(tmp, "hf-home"))
-            rc, out, err = self.module.run_command([python, "-I", "-B", os.path.join(tmp, sglang_model.PROGRAM), "list"],
+            rc, out, err = self.module.run_command(sglang_program.argv(python, program, "list"),
                                                    data=json.dumps(request), environ_update=env, binary_data=True)
         finally:
             shutil.rmtree(tmp, ignore_errors=True)
@@ -577,28 +596,9 @@ class ModelFetch(SourceListing, JobFiles, FetchWait):
         return True
 
     # ---------------------------------------------------------------- program
-    def install_program(self):
-        """The fetch program and its module_utils into <state_dir>/program/ (root's, 0644); only files whose content
-        differs are written. Returns its path."""
-        directory = os.path.join(self.state_dir, sglang_model.PROGRAM_DIR)
-        if not os.path.isdir(directory):
-            os.mkdir(directory, 0o755)
-        os.close(sglang_proc.open_run_dir(directory))
-        for fname, data in sorted(program_files().items()):
-            target = os.path.join(directory, fname)
-            try:
-                with open(target, "rb") as fh:
-                    if fh.read() == data and not os.path.islink(target):
-                        continue
-            except OSError:
-                pass
-            tmp = "%s.%s.tmp" % (target, secrets.token_hex(4))
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-            with os.fdopen(fd, "wb") as fh:
-                os.fchmod(fh.fileno(), 0o644)
-                fh.write(data)
-            os.rename(tmp, target)
-        return os.path.join(directory, sglang_model.PROGRAM)
+    def installed_program(self):
+        """The fetch program the role installed (fetch_program)."""
+        return fetch_program(self.p)
 
     # ---------------------------------------------------------------- the call
     def run(self):
@@ -699,7 +699,7 @@ class ModelFetch(SourceListing, JobFiles, FetchWait):
             sglang_model.make_state_dir(self.state_dir)
             lock_fd = self.planning_lock()
             try:
-                program = self.install_program()
+                program = self.installed_program()
                 for model, entry, record_source, source, tasks, need in plans:
                     job = self.read_job(model["name"]) or {}
                     if self.starting_or_running(model["name"], job, self.read_status(model["name"])):
@@ -749,7 +749,7 @@ class ModelFetch(SourceListing, JobFiles, FetchWait):
         env = {"PATH": os.environ.get("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
                "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1"}
         env.update(sglang_model_fetch.hub_env(self.p["endpoint"], os.path.join(self.state_dir, "hf-home")))
-        pid = self.host.spawn([python, "-I", "-B", program, "run", self.state_dir, name],
+        pid = self.host.spawn(sglang_program.argv(python, program, "run", self.state_dir, name),
                               os.path.join(self.state_dir, files["log"]),
                               json.dumps({"token": self.p["token"]} if self.p["token"] else {}), env)
         entry.update(action="copied" if peer else "fetched", pid=pid, commit=record_source.get("commit"),

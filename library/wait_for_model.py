@@ -394,7 +394,7 @@ options:
     description:
       - How the server runs. C(systemd) - the unit C(sglang-<name>.service) in O(unit_dir) (C(Type=notify), enabled at
         boot, C(KillMode=control-group), C(LimitMEMLOCK=infinity)) runs the host watcher program
-        (C(module_utils/sglang_watcher.py), installed by this module in C(<run_dir>/watcher/)), which starts SGLang as
+        (C(module_utils/sglang_watcher.py), installed by the role in O(program_dir)), which starts SGLang as
         its child, writes its redacted log, sends C(STATUS=) per phase, C(EXTEND_TIMEOUT_USEC) while the log moves and
         C(READY=1) once the health URL answered 200, and exits 78 (not restarted) when a start failed or 69
         (C(Restart=on-failure), within a start limit) when a serving server died. The module waits on the
@@ -406,8 +406,8 @@ options:
         which takes what the template needs from this module in check mode (RV(unit_facts)). A launch
         (O(state=started), not check mode) requires that unit at C(<unit_dir>/sglang-<name>.service), this
         deployment's and loaded by systemd as it is on disk; otherwise it fails naming the file (run the role, or
-        C(include_role) C(sglang_server) with C(tasks_from=unit.yml), first). It then installs the watcher program,
-        writes its config and runs C(systemctl start --no-block).
+        C(include_role) C(sglang_server) with C(tasks_from=unit.yml), first). It then checks the installed watcher
+        program (O(program_dir)), writes its config and runs C(systemctl start --no-block).
       - The unit is one deployment's (O(name) + the real path of O(run_dir), recorded on a comment line of the unit
         file's header, next to the eagle-deploy mark). Before anything is written or stopped (check mode too, and so
         in the role's check before its template) the module asks C(systemctl show) (FragmentPath, DropInPaths,
@@ -418,7 +418,7 @@ options:
         eagle-deploy wrote from this module (mark C(# Written by eagle-deploy (wait_for_model).)) is this
         deployment's when it names its run dir, and the role's template takes it over. Start, stop and disable act
         only on a unit file with our mark and our deployment.
-      - C(detached) - the module starts the same supervisor program (C(python3 -I <run_dir>/watcher/sglang_watcher.py))
+      - C(detached) - the module starts the same supervisor program (C(python3 -I -B <program_dir> RUN_DIR NAME))
         in a session (and, as root, a cgroup) of its own, its own lines in C(<run_dir>/<name>.supervisor.log), and
         waits on its status file as for a unit; stop is SIGTERM to the supervisor, then the recorded process tree.
         A serving server whose supervisor is gone gets one put back (C(--adopt)) without a restart. For hosts
@@ -428,6 +428,20 @@ options:
     type: str
     choices: [auto, systemd, detached]
     default: auto
+  program_dir:
+    description:
+      - Where the supervisor program (both launchers) is installed - a directory C(__main__.py) +
+        C(eagle_deploy/) that the role C(sglang_server) copies from its C(files/supervisor) (C(tasks/program.yml),
+        variable C(sglang_server_program_dir)), root-owned, files 0644, directories 0755; run as
+        C(python -I -B <program_dir> RUN_DIR NAME) (RV(unit_facts) C(exec_start)). This module never writes it.
+      - Before it runs the program (a launch, or a supervisor put back) the module refuses, saying what to fix, a
+        program that someone less privileged could have written - the directory or anything in it owned by another
+        user than root or the module's, writable by its group or others, a symlink in it or on its path, or a
+        directory above it writable by others (a sticky root-owned one such as C(/tmp) excepted) - and one not installed.
+      - Keeping a running server, it compares the installed program with the one it ships and warns when they differ
+        (the role's copy brings it up to date; the server is not restarted, its next start runs it).
+      - Default C(<run_dir>/supervisor).
+    type: path
   unit_dir:
     description: Where the unit file of O(launcher=systemd) is (the role's unit tasks write it there). A unit of the
       same name that eagle-deploy did not write for this deployment, here or in any other unit directory of systemd,
@@ -791,16 +805,16 @@ unit_facts:
     - What the role's unit template (C(roles/sglang_server/templates/sglang.service.j2)) takes from the module, so that
       the role computes none of it - C(name) and C(path) of the unit, C(deployment_line) (the header line that records
       the deployment, with the run dir's hash), C(exec_start) (the words of C(ExecStart) - the module's C(python),
-      C(-I), the watcher C(program), C(run_dir), O(name)), whether the file C(exists) and whether systemd has it
+      C(-I), C(-B), the supervisor C(program) directory O(program_dir), C(run_dir), O(name)), whether the file C(exists) and whether systemd has it
       C(loaded) as it is on disk (no C(daemon-reload) pending).
     - Returned in check mode too (the role's check before its template).
   returned: with O(launcher=systemd), once the unit was checked
   type: dict
   sample: {"name": "sglang-sglang.service", "path": "/etc/systemd/system/sglang-sglang.service",
            "deployment_line": "# eagle-deploy deployment: sglang-0123456789ab run_dir=/var/lib/eagle-deploy/run",
-           "python": "/usr/bin/python3", "program": "/var/lib/eagle-deploy/run/watcher/sglang_watcher.py",
+           "python": "/usr/bin/python3", "program": "/var/lib/eagle-deploy/run/supervisor",
            "run_dir": "/var/lib/eagle-deploy/run", "exists": true, "loaded": true,
-           "exec_start": ["/usr/bin/python3", "-I", "/var/lib/eagle-deploy/run/watcher/sglang_watcher.py",
+           "exec_start": ["/usr/bin/python3", "-I", "-B", "/var/lib/eagle-deploy/run/supervisor",
                           "/var/lib/eagle-deploy/run", "sglang"]}
 unit_state:
   description: The unit's C(ActiveState), C(SubState), C(Result), C(NRestarts), C(ExecMainStatus) and C(StatusText)

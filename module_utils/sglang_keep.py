@@ -32,8 +32,9 @@ def keep(s, host, state, resuming):
 def _keep(s, host, state, resuming, report):
     p = s.p
     sup = Supervision(s, host)
-    if (s.launcher == "systemd" or state.get("watcher")) and sup.install_watcher()[1]:
-        report["changed"] = True  # the supervisor program brought up to date (its next start uses it)
+    problem = (s.launcher == "systemd" or state.get("watcher")) and sup.program_problem()
+    if problem:  # the role's copy brings it up to date (no restart: its next start uses it); the module writes none
+        host.say(problem)
     systemd = state.get("launcher") == "systemd"
     alone = not systemd and not host.supervisors.alive(state)
     # A later step of the launch this task started, its supervisor there: the supervisor's word comes first, and

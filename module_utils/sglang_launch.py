@@ -2,8 +2,9 @@
 # Copyright: (c) 2026, eagle-deploy contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """wait_for_model asks the supervisor program to start: the detached launcher's supervisor (``setsid``, the
-deployment's cgroup), its config (``sglang_contract.supervisor_config``), the program's files in
-``<run_dir>/watcher/``, and a supervisor put back (``--adopt``) next to a serving server whose own is gone.
+deployment's cgroup), its config (``sglang_contract.supervisor_config``), the program the role sglang_server installed
+(``program_dir``, checked before it runs: sglang_program), and a supervisor put back (``--adopt``) next to a serving
+server whose own is gone.
 
 Module side only. Process launch, cgroups and the recorded supervisor's checks are injectable (the Host's).
 :class:`Supervision` takes the Settings and the Host; its launches return their report, the verdict's included.
@@ -16,26 +17,23 @@ import json
 import os
 import secrets
 import signal
-import stat
 import subprocess
 import sys
 
 from ansible.module_utils import (
-    sglang_contract, sglang_log, sglang_probe, sglang_proc, sglang_progress, sglang_redact, sglang_watch,
-    sglang_watcher,
+    sglang_contract, sglang_log, sglang_probe, sglang_proc, sglang_program, sglang_progress, sglang_redact,
+    sglang_watch, sglang_watcher,
 )
-from ansible.module_utils.sglang_unit import WATCHER_DIR, unit_name
+from ansible.module_utils.sglang_unit import supervisor_dir, unit_name
 from ansible.module_utils.sglang_inputs import WaitError
 from ansible.module_utils import sglang_settings, sglang_unit_check
 from ansible.module_utils.sglang_reports import findings
 from ansible.module_utils.sglang_status_client import StatusWait
 
-
-def watcher_files():
-    """{file name: source} of the host watcher program and the module_utils it imports."""
-    return dict(("%s.py" % m.__name__.rsplit(".", 1)[-1], sglang_proc.module_source(m))
-                for m in (sglang_watcher, sglang_contract, sglang_watch, sglang_log, sglang_proc, sglang_redact,
-                          sglang_progress, sglang_probe))
+# The supervisor program's files this module ships (sglang_program.SUPERVISOR): what an installed one is compared with.
+SUPERVISOR_MODULES = (sglang_watcher, sglang_contract, sglang_watch, sglang_log, sglang_proc, sglang_redact,
+                      sglang_progress, sglang_probe)
+INSTALLER = "the role sglang_server (tasks/program.yml)"
 
 
 class Popener(object):
@@ -164,14 +162,15 @@ class Supervision(object):
 
     def _launch(self, parts, fp, report):
         p = self.s.p
-        program, _changed = self.install_watcher()
+        program = self.installed_program()
         cgroup = self._own_cgroup(report)
         token = self.supervisor_config(parts, fp, cgroup)
         cgroup_procs = os.path.join(cgroup[0], cgroup[1].lstrip("/"), "cgroup.procs") if cgroup else None
         err_fd = self.open_supervisor_log()
         try:
-            handle = self.host.popener.spawn_supervisor([sys.executable, "-I", program, self.s.run_dir, p["name"]],
-                                                        err_fd, cgroup_procs=cgroup_procs)
+            handle = self.host.popener.spawn_supervisor(
+                sglang_program.argv(sys.executable, program, self.s.run_dir, p["name"]), err_fd,
+                cgroup_procs=cgroup_procs)
         except OSError as e:
             if cgroup:
                 self.host.cgroups.remove(*cgroup)
@@ -190,14 +189,14 @@ class Supervision(object):
         return report
 
     def launch_unit(self, parts, fp):
-        """Install the watcher program (the unit's ExecStart), write its config (0600: it holds the secret_environment
-        values, never the API key, which the watcher reads from the server's own --config file) and start our unit
+        """Check the installed supervisor program (the unit's ExecStart), write its config (0600: it holds the
+        secret_environment values, never the API key, which the watcher reads from the server's own --config file) and start our unit
         without blocking (a Type=notify start blocks until READY=1); then wait on the watcher's status file. The
         unit is the role's (check_unit made sure it is there, ours and loaded); the module writes, reloads and
         enables none. Returns the report, the verdict's included."""
         # (another deployment may have taken the name since check_unit)
         sglang_unit_check.check_unit_still_ours(self.s.p, self.s.run_dir, "start")
-        self.install_watcher()
+        self.installed_program()
         token = self.supervisor_config(parts, fp)
         unit = unit_name(self.s.p["name"])
         self.host.systemctl("reset-failed", unit)  # a unit that hit its start limit refuses a start until reset
@@ -239,13 +238,14 @@ class Supervision(object):
                     else "force_restart starts it again under one")
             self.host.say(words + "; %s" % then)
             return
-        program, _changed = self.install_watcher()
+        program = self.installed_program()
         cg = sglang_proc.dedicated_cgroup(state)
         cgroup_procs = os.path.join(cg[0], cg[1].lstrip("/"), "cgroup.procs") if cg else None
         err_fd = self.open_supervisor_log()
         try:
             handle = self.host.popener.spawn_supervisor(
-                [sys.executable, "-I", program, self.s.run_dir, p["name"], "--adopt"], err_fd, cgroup_procs=cgroup_procs)
+                sglang_program.argv(sys.executable, program, self.s.run_dir, p["name"], "--adopt"), err_fd,
+                cgroup_procs=cgroup_procs)
         except OSError as e:
             raise WaitError("%s; a supervisor could not be put back: %s" % (words, e))
         finally:
@@ -268,52 +268,31 @@ class Supervision(object):
         """Whether the supervisor program recorded in ``state`` (detached) still runs."""
         return self.host.supervisors.alive(state)
 
-    def install_watcher(self):
-        """Install the watcher program and its module_utils into ``<run_dir>/watcher/`` (root-owned, 0644): only
-        files whose content differs are written (temporary name + rename). Returns (program path, changed)."""
-        files = watcher_files()
-        program = os.path.join(self.s.run_dir, WATCHER_DIR, "sglang_watcher.py")
+    def program_dir(self):
+        """Where the role installed the supervisor program (``program_dir``, default ``<run_dir>/supervisor``)."""
+        return supervisor_dir(self.s.run_dir, self.s.p.get("program_dir"))
+
+    def installed_program(self):
+        """The supervisor program's directory, once checked: installed, and nothing in it or above it writable by
+        anyone less privileged than this module (sglang_program.check). The module runs it; it never writes it."""
+        directory = self.program_dir()
         try:
-            dir_fd = sglang_proc.open_run_dir(self.s.run_dir)
-        except sglang_proc.UntrustedState as e:
+            sglang_program.check(directory, "the supervisor program", INSTALLER)
+        except (sglang_program.ProgramError, OSError) as e:
             raise WaitError(str(e))
+        return directory
+
+    def program_problem(self):
+        """What is wrong with the installed supervisor program, in words, or None when it is this eagle-deploy's (its
+        files the copies in this module's payload) and trusted. Its next start would run (or refuse) the installed
+        one."""
+        directory = self.program_dir()
+        drift = sglang_program.drift(directory, sglang_program.sources(SUPERVISOR_MODULES))
+        if drift:
+            return ("the supervisor program in %s is not this eagle-deploy's (%s differ): its next start runs it as it "
+                    "is; %s installs this one" % (directory, ", ".join(drift), INSTALLER))
         try:
-            if not self.s.check:
-                try:
-                    os.mkdir(WATCHER_DIR, 0o755, dir_fd=dir_fd)
-                except FileExistsError:
-                    pass
-            try:
-                wfd = os.open(WATCHER_DIR, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-            except FileNotFoundError:
-                return program, True  # check mode on a host without it yet
-        finally:
-            os.close(dir_fd)
-        changed = False
-        try:
-            st = os.fstat(wfd)
-            if st.st_uid not in (0, os.geteuid()) or st.st_mode & 0o022:
-                raise WaitError("%s/%s is not a directory only root can write: remove it" % (self.s.run_dir, WATCHER_DIR))
-            for fname, data in sorted(files.items()):
-                try:
-                    fd = os.open(fname, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=wfd)
-                    with os.fdopen(fd, "rb") as fh:
-                        fst = os.fstat(fh.fileno())
-                        same = (fh.read() == data and stat.S_ISREG(fst.st_mode) and fst.st_uid in (0, os.geteuid())
-                                and not fst.st_mode & 0o022)
-                except OSError:
-                    same = False
-                if same:
-                    continue
-                changed = True
-                if self.s.check:
-                    continue
-                tmp = "%s.%s.tmp" % (fname, secrets.token_hex(4))
-                fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644, dir_fd=wfd)
-                with os.fdopen(fd, "wb") as fh:
-                    os.fchmod(fh.fileno(), 0o644)
-                    fh.write(data)
-                os.rename(tmp, fname, src_dir_fd=wfd, dst_dir_fd=wfd)
-        finally:
-            os.close(wfd)
-        return program, changed
+            sglang_program.check(directory, "the supervisor program", INSTALLER)
+        except (sglang_program.ProgramError, OSError) as e:
+            return "%s; its next start is refused" % e
+        return None

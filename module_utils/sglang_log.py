@@ -30,10 +30,7 @@ import time
 # Phases, in the order a healthy start goes through them. A phase never moves backwards:
 # ranks interleave, and a late "Loading ... shards" line from rank 5 does not undo rank 0's
 # "Load weight end".
-try:
-    from ansible.module_utils.sglang_contract import PHASES
-except ImportError:  # a plain module next to sglang_contract.py (the supervisor program)
-    from sglang_contract import PHASES
+from .sglang_contract import PHASES
 _PHASE_INDEX = {p: i for i, p in enumerate(PHASES)}
 
 CRASH_CLASSES = (

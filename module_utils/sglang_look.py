@@ -33,6 +33,7 @@ UNIT_OPTIONS = dict(
     run_dir=dict(type="path", required=True),
     launcher=dict(type="str", default="auto", choices=["auto", "systemd", "detached"]),
     unit_dir=dict(type="path", default="/etc/systemd/system"),
+    program_dir=dict(type="path"),
 )
 
 
@@ -149,7 +150,7 @@ def look_unit(spec, systemctl, booted=systemd_here, euid=os.geteuid, unit_dirs=N
         return out
     unit = unit_name(name)
     path = os.path.join(unit_dir, unit)
-    facts = unit_facts(name, run_dir, unit_dir, sys.executable)
+    facts = unit_facts(name, run_dir, unit_dir, sys.executable, spec.get("program_dir"))
     out.update(unit=unit, unit_facts=facts)
     if any(c in run_dir for c in "\n\r"):
         out["why"] = "run_dir has a line break"

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Model weights on a host: what ``sglang_model`` (and ``sglang_info``'s ``models`` look) decide on, standard library
 only. Shipped to the target with the modules that import it, and installed with the fetch program
-(``sglang_model_fetch.py``), which imports it as a plain module.
+(``sglang_model_fetch.py``; role sglang_model, sglang_program), which imports it relatively, as the modules do.
 
 * :data:`ARGUMENT_SPEC`: ``sglang_model``'s options (``sglang_info`` checks its ``models`` option against it).
 * The **manifest** ``<state_dir>/<name>.manifest.json``: what was verified, per file its size, SHA-256 (and git blob
@@ -31,17 +31,12 @@ import re
 import stat
 import subprocess
 
-try:
-    from ansible.module_utils import sglang_proc
-except ImportError:  # a plain module next to sglang_proc.py (the fetch program)
-    import sglang_proc
+from . import sglang_proc
 
 MANIFEST_VERSION = 1
 # Inside the model dir, root's 0700: the part files of a fetch (same file system as the files, so a rename puts one in
 # place), removed once the model is complete.
 STAGING = ".eagle-fetch"
-PROGRAM_DIR = "program"
-PROGRAM = "sglang_model_fetch.py"
 DEFAULT_ENDPOINT = "https://huggingface.co"
 _HEX40 = re.compile(r"^[0-9a-f]{40}$")
 _REPO_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]*/[A-Za-z0-9][A-Za-z0-9._-]*$")
@@ -74,6 +69,7 @@ ARGUMENT_SPEC = dict(
     endpoint=dict(type="str", default=DEFAULT_ENDPOINT),
     token=dict(type="str", no_log=True),
     python=dict(type="path"),
+    program_dir=dict(type="path"),
     owner=dict(type="str", default="root"),
     group=dict(type="str", default="root"),
     file_mode=dict(type="raw", default="0644"),

@@ -2,16 +2,17 @@
 # Copyright: (c) 2026, eagle-deploy contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The fetch program of ``sglang_model``: lists a Hugging Face repo, and fetches, verifies and puts a model's files in
-place, resumably. Installed by the module into ``<state_dir>/program/`` (root's) with :mod:`sglang_model` and
-:mod:`sglang_proc`, run as a program (never imported by a module):
+place, resumably. Installed by the role sglang_model (``tasks/program.yml``) with :mod:`sglang_model` and
+:mod:`sglang_proc` as the package ``eagle_deploy`` in ``<program_dir>`` (root's; sglang_program), and run as a program
+by ``sglang_model`` (a module imports it only for its helpers, ``hub_env``):
 
-``python -I -B sglang_model_fetch.py list``
+``python -I -B <program_dir> list``
     The repo's file list at a revision, through ``huggingface_hub`` (``HfApi.model_info`` resolves the revision to its
     commit, ``HfApi.list_repo_tree(recursive=True)`` gives each file's size, LFS SHA-256 and git blob SHA-1). Reads
     ``{endpoint, repo, revision, token, allow_patterns, ignore_patterns}`` as JSON on stdin, prints the answer as JSON.
     Writes nothing.
 
-``python -I -B sglang_model_fetch.py run STATE_DIR NAME``
+``python -I -B <program_dir> run STATE_DIR NAME``
     The fetch of model NAME as its job file ``<NAME>.job.json`` (written by the module) says, started detached by the
     module; the token, if any, arrives on stdin (never in argv, the environment or a file). It holds ``<NAME>.lock``
     (flock) while it runs, writes ``<NAME>.status.json`` every second (bytes, files, rate, ETA, phase, verdict), and at
@@ -46,14 +47,9 @@ import time
 import traceback
 from urllib.parse import urlsplit
 
-if __name__ == "__main__":  # run as a program: its module_utils lie next to it (python -I keeps them off sys.path)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-try:
-    from ansible.module_utils import sglang_model, sglang_proc
-except ImportError:  # the installed program: plain modules next to it
-    import sglang_model
-    import sglang_proc
+# Relative imports only: the modules import this file as ansible.module_utils.sglang_model_fetch, the installed
+# program as eagle_deploy.sglang_model_fetch (sglang_program), the same files either way.
+from . import sglang_model, sglang_proc
 
 EXIT_DONE, EXIT_FAILED, EXIT_LOCKED = 0, 1, 3
 ATTEMPTS = 2  # a file whose bytes are wrong is fetched once more from zero
@@ -619,7 +615,7 @@ def main(argv=None):
         return 0
     if argv[:1] == ["run"] and len(argv) == 3:
         return run(argv[1], argv[2])
-    sys.stderr.write("usage: sglang_model_fetch.py list | run STATE_DIR NAME\n")
+    sys.stderr.write("usage: python -I -B <program_dir> list | run STATE_DIR NAME\n")
     return 2
 
 

@@ -4,8 +4,8 @@
 """Health that never harms the server: one health request per server at a time, never abandoned inside SGLang's own
 window, and, while it serves, the questions that cost it nothing (is it busy or stuck?).
 
-Standard library only. Used by the supervisor program (``sglang_watcher``, installed next to this file) and by
-``wait_for_model`` (its attach, its ``state: watched`` requests): both go through the same gate.
+Standard library only. Used by the supervisor program (``sglang_watcher``, installed with this file: sglang_program)
+and by ``wait_for_model`` (its attach, its ``state: watched`` requests): both go through the same gate.
 
 SGLang 0.5.23's ``/health`` and ``/health_generate`` send a real one-token request and wait up to
 ``SGLANG_HEALTH_CHECK_TIMEOUT`` (20 s) for any output of the detokenizer; its scheduler skips health requests while
@@ -36,10 +36,7 @@ import stat
 import time
 from urllib.parse import urlparse
 
-try:
-    from ansible.module_utils import sglang_proc
-except ImportError:  # the host watcher program: module_utils files side by side
-    import sglang_proc
+from . import sglang_proc
 
 WINDOW_VAR = "SGLANG_HEALTH_CHECK_TIMEOUT"
 DEFAULT_WINDOW = 20.0  # s: SGLang 0.5.23's default SGLANG_HEALTH_CHECK_TIMEOUT

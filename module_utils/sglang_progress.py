@@ -4,8 +4,9 @@
 """Progress of a server load in operator words, and how long it still takes.
 
 Standard library only. Shipped to the target with the modules that import it
-(``from ansible.module_utils.sglang_progress import ...``), installed with the host watcher program
-and imported there as a plain module, and used on the controller by the ``wait_for_model`` action
+(``from ansible.module_utils.sglang_progress import ...``), installed with the supervisor program
+(sglang_program, which imports it as ``eagle_deploy.sglang_progress``), and used on the controller by the
+``wait_for_model`` action
 plugin to print its lines.
 
 * :func:`status_text`: the phase and shard count as the operator reads them.
@@ -31,12 +32,8 @@ import math
 import re
 import time
 
-try:  # relative: in ansible.module_utils on a host, in the collection's module_utils on the controller
-    from .sglang_contract import PHASES
-    from .sglang_proc import UntrustedState, read_json, safe_name, write_files
-except ImportError:  # a plain module next to sglang_proc.py (the host watcher program)
-    from sglang_contract import PHASES
-    from sglang_proc import UntrustedState, read_json, safe_name, write_files
+from .sglang_contract import PHASES
+from .sglang_proc import UntrustedState, read_json, safe_name, write_files
 
 HISTORY_VERSION = 1
 HISTORY_KEEP = 10

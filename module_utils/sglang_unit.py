@@ -3,8 +3,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The systemd launcher's pieces that need no module: what the role's unit template needs (``unit_facts``), whose unit
 a file of our name is (``unit_owner``, ``unit_refusal``), what a launch needs of the unit (``launch_problem``),
-``systemctl`` (injectable), whether systemd runs this host, whether the caller is still there, and the watcher
-program's files taken from the module's own payload. The unit itself is the role's template
+``systemctl`` (injectable), whether systemd runs this host, whether the caller is still there, and where the
+supervisor program the unit runs is (``supervisor_dir``, installed by the role). The unit itself is the role's template
 (``roles/sglang_server/templates/sglang.service.j2``, written by ``roles/sglang_server/tasks/unit.yml``).
 
 Standard library only (``wait_for_model`` is their one user).
@@ -19,6 +19,7 @@ import stat
 import sys
 
 from ansible.module_utils import sglang_proc
+from ansible.module_utils.sglang_program import SUPERVISOR_DIR, argv
 
 # The mark on a unit eagle-deploy wrote (a comment line of its header): the role's template writes UNIT_MARK; the
 # module itself wrote OLD_UNIT_MARK (first line) before the unit became a template. A unit with either is ours when its
@@ -26,7 +27,7 @@ from ansible.module_utils import sglang_proc
 UNIT_MARK = "# Written by eagle-deploy (role sglang_server, tasks/unit.yml)."
 OLD_UNIT_MARK = "# Written by eagle-deploy (wait_for_model)."
 UNIT_MARKS = (UNIT_MARK, OLD_UNIT_MARK)
-WATCHER_DIR = "watcher"
+WATCHER_DIR = "watcher"  # where the module itself installed the supervisor before the role did (a legacy unit names it)
 SHOW_EVERY = 1.0  # s between two looks at the unit (systemctl show) while waiting on the watcher's status file
 # The watcher ends a start at `timeout` after its launch; the module stops waiting this much later (its backstop).
 SERVICE_TIMEOUT_MARGIN = 30.0
@@ -63,21 +64,22 @@ def deployment_line(name, run_dir):
     return "%s%s run_dir=%s" % (DEPLOYMENT_PREFIX, sglang_proc.deployment_name(name, run_dir), os.path.realpath(run_dir))
 
 
-def watcher_program(run_dir):
-    """The supervisor program the unit runs (installed by the module, install_watcher)."""
-    return os.path.join(run_dir, WATCHER_DIR, "sglang_watcher.py")
+def supervisor_dir(run_dir, program_dir=None):
+    """The supervisor program the unit runs: the directory the role sglang_server installed it in (wait_for_model's
+    ``program_dir``, default ``<run_dir>/supervisor``; sglang_program)."""
+    return program_dir or os.path.join(run_dir, SUPERVISOR_DIR)
 
 
-def unit_facts(name, run_dir, unit_dir, python):
+def unit_facts(name, run_dir, unit_dir, python, program_dir=None):
     """What the role's unit template (roles/sglang_server/templates/sglang.service.j2) takes from the module, so that
     the role computes none of it itself: the unit's name and path, the deployment line (the run dir's hash, as
-    sglang_proc.deployment_name makes it) and ExecStart's words (the module's python, ``-I``, the watcher program,
-    the run dir, the name)."""
+    sglang_proc.deployment_name makes it) and ExecStart's words (the module's python, ``-I -B``, the supervisor
+    program's directory, the run dir, the name: sglang_program.argv)."""
     unit = unit_name(name)
-    program = watcher_program(run_dir)
+    program = supervisor_dir(run_dir, program_dir)
     return {"name": unit, "path": os.path.join(unit_dir, unit), "deployment_line": deployment_line(name, run_dir),
             "python": python, "program": program, "run_dir": run_dir,
-            "exec_start": [python, "-I", program, run_dir, name]}
+            "exec_start": argv(python, program, run_dir, name)}
 
 
 def exec_words(value):

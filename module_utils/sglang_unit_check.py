@@ -60,7 +60,7 @@ def check_unit(p, run_dir, host, check):
         host.say(sglang_unit.accepted_words(dropin, keys))
     before = dict(found).get(path)  # our own unit's text (None: there is none)
     with findings() as report:
-        facts = unit_facts(p["name"], run_dir, p["unit_dir"], sys.executable)
+        facts = unit_facts(p["name"], run_dir, p["unit_dir"], sys.executable, p.get("program_dir"))
         facts.update(exists=before is not None, loaded=unit_loaded(show, path))
         report.update(unit=unit, unit_facts=facts)
         if p["state"] != "started":

@@ -58,6 +58,7 @@ def argument_spec():
         log_tail_lines=dict(type="int", default=40),
         launcher=dict(type="str", default="auto", choices=["auto", "systemd", "detached"]),
         unit_dir=dict(type="path", default="/etc/systemd/system"),
+        program_dir=dict(type="path"),
         # The action plugin's protocol, not user options (undocumented on purpose): a step of at most _step_time s,
         # and the attempt a later step goes on waiting for.
         _step_time=dict(type="float"),

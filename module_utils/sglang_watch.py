@@ -5,8 +5,8 @@
 words (``explain()``).
 
 Standard library only. Used by ``library/wait_for_model.py`` on the target (``from ansible.module_utils.sglang_watch
-import ...``) and by the host watcher program (``sglang_watcher.py``, installed next to this file, which imports it
-as a plain module): one code decides for both launchers.
+import ...``) and by the host watcher program (``sglang_watcher.py``, installed with this file by the role
+sglang_server, sglang_program): one code decides for both launchers.
 
 Text never acts alone (``decide()``): what stops, fails or restarts a server is evidence no client can write (the
 leader exited, a worker died, health failing in a row while watching, the clock); a crash the log shows explains and
@@ -24,13 +24,8 @@ import select
 import threading
 import time
 
-try:
-    from ansible.module_utils import sglang_proc, sglang_progress
-    from ansible.module_utils.sglang_probe import GATED, http_get
-except ImportError:  # the host watcher program: module_utils files side by side
-    import sglang_proc
-    import sglang_progress
-    from sglang_probe import GATED, http_get
+from . import sglang_proc, sglang_progress
+from .sglang_probe import GATED, http_get
 
 
 def http_status(url, headers, timeout):

@@ -3,11 +3,12 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The host watcher program: what ``sglang-<name>.service`` runs (``Type=notify``).
 
-    python3 -I <run_dir>/watcher/sglang_watcher.py RUN_DIR NAME
+    python3 -I -B <program_dir> RUN_DIR NAME
 
-Standard library only, plus the module_utils it is installed with (``wait_for_model`` copies this file,
-``sglang_watch``, ``sglang_log``, ``sglang_proc``, ``sglang_redact`` and ``sglang_progress`` into
-``<run_dir>/watcher/``, root-owned). It:
+Standard library only, plus the module_utils it is installed with: the role sglang_server installs this file and the
+ones it imports (sglang_program.SUPERVISOR) as the package ``eagle_deploy`` in ``<program_dir>`` (default
+``<run_dir>/supervisor``, root-owned), with a launcher that calls :func:`main`; ``wait_for_model`` runs it and never
+writes it (sglang_program). It:
 
 * reads its configuration from ``<run_dir>/<name>.watcher.json`` (written by ``wait_for_model``, 0600, trusted only
   through the root-owned run dir): the server's argv, environment (the secret environment included), user, working
@@ -45,31 +46,16 @@ import sys
 import threading
 import time
 
-if __name__ == "__main__":  # run as a program: its module_utils lie next to it (python -I keeps them off sys.path)
-    sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-
-try:
-    from ansible.module_utils import sglang_probe, sglang_proc, sglang_progress, sglang_redact, sglang_watch
-    from ansible.module_utils.sglang_contract import (
-        API_KEY_NAMES, CONFIG, EXIT_PERMANENT, EXIT_SETUP, EXIT_STOPPED, STATUS, exit_status,
-        read_config_secret,
-    )
-    from ansible.module_utils.sglang_log import LogClassifier, LogFollower
-except ImportError:  # the installed program
-    from sglang_contract import (
-        API_KEY_NAMES, CONFIG, EXIT_PERMANENT, EXIT_SETUP, EXIT_STOPPED, STATUS, exit_status,
-        read_config_secret,
-    )
-    import sglang_probe
-    import sglang_proc
-    import sglang_progress
-    import sglang_redact
-    import sglang_watch
-    from sglang_log import LogClassifier, LogFollower
+# Relative imports only: the modules import this file as ansible.module_utils.sglang_watcher, the installed program
+# as eagle_deploy.sglang_watcher (sglang_program), the same files either way.
+from . import sglang_probe, sglang_proc, sglang_progress, sglang_redact, sglang_watch
+from .sglang_contract import (
+    API_KEY_NAMES, CONFIG, EXIT_PERMANENT, EXIT_SETUP, EXIT_STOPPED, STATUS, exit_status,
+    read_config_secret,
+)
+from .sglang_log import LogClassifier, LogFollower
 
 # The contract with wait_for_model (file names, exit statuses, the config's API key source): sglang_contract.
-PROGRAM_FILES = ("sglang_watcher.py", "sglang_contract.py", "sglang_watch.py", "sglang_log.py", "sglang_proc.py",
-                 "sglang_redact.py", "sglang_progress.py", "sglang_probe.py")
 SERVE_POLL = 0.5  # s between looks at a serving server's processes
 SERVE_HEALTH_INTERVAL = 10.0  # s between health requests to a serving server (each /health_generate is a generation);
 # never shorter than the server's health window plus sglang_probe.MARGIN (serve_numbers)

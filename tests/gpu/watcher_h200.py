@@ -1,8 +1,9 @@
 """The host watcher program with real SGLang on the lent H200 (TEST-ONLY; run by playbook_h200.sh part w, as root).
 
 The device has no systemd as PID 1, so this script plays systemd's part for the watcher: it installs the program
-(module_utils/sglang_watcher.py and the files it imports) into the run dir as wait_for_model does, writes its 0600
-config from the server the playbook ran (its argv and environment, read from /proc before that server was stopped),
+(module_utils/sglang_watcher.py and the files it imports) into <run_dir>/supervisor as the role sglang_server does,
+writes its 0600 config from the server the playbook ran (its argv and environment, read from /proc before that
+server was stopped),
 listens on a NOTIFY_SOCKET and stamps every message, then:
   1. waits for READY=1 (the watcher sends it once /health_generate answered 200) and asks /generate itself;
   2. kill -9 of the scheduler: the watcher must exit 69 (a serving server died) with its class in the status file;
@@ -13,7 +14,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -22,18 +22,16 @@ import time
 import urllib.request
 
 EV, P, RUNDIR, LOGDIR, KEY = sys.argv[1:6]
-sys.path.insert(0, os.path.join(P, "module_utils"))
-import sglang_proc  # noqa: E402 - the project's module_utils, from the carried checkout
-import sglang_contract  # noqa: E402
-import sglang_watcher  # noqa: E402
+sys.path.insert(0, os.path.join(P, "tests", "integration"))
+import ansible.module_utils  # noqa: E402
+
+ansible.module_utils.__path__.append(os.path.join(P, "module_utils"))  # the project's module_utils, as tests do
+from ansible.module_utils import sglang_contract, sglang_proc, sglang_program  # noqa: E402
+from installed_programs import install_supervisor  # noqa: E402 - as the role sglang_server installs it
 
 NAME = "sglang"
 saved = json.load(open(os.path.join(EV, "server_before_stop.json")))
-wdir = os.path.join(RUNDIR, "watcher")
-os.makedirs(wdir, mode=0o755, exist_ok=True)
-for fname in sglang_watcher.PROGRAM_FILES:
-    shutil.copy(os.path.join(P, "module_utils", fname), os.path.join(wdir, fname))
-    os.chmod(os.path.join(wdir, fname), 0o644)
+program = install_supervisor(RUNDIR)
 port = saved["port"]
 config = {
     "launch": "h200", "argv": saved["cmdline"], "env": saved["env"], "chdir": LOGDIR, "user": "sglang",
@@ -54,7 +52,7 @@ notes = open(os.path.join(EV, "notify.tsv"), "w")
 err = open(os.path.join(EV, "watcher.stderr.txt"), "w")
 journal = open(os.path.join(EV, "watcher.stdout.txt"), "w")
 t0 = time.time()
-proc = subprocess.Popen([sys.executable, "-I", os.path.join(wdir, "sglang_watcher.py"), RUNDIR, NAME],
+proc = subprocess.Popen(sglang_program.argv(sys.executable, program, RUNDIR, NAME),
                         env={"PATH": "/usr/sbin:/usr/bin:/sbin:/bin", "NOTIFY_SOCKET": sock_path},
                         stdout=journal, stderr=err, start_new_session=True)
 result = {"watcher_pid": proc.pid, "launched_at": t0}

@@ -2,6 +2,7 @@
 and find a free loopback port."""
 from __future__ import annotations
 
+import atexit
 import json
 import os
 import shutil
@@ -17,10 +18,27 @@ EMULATOR = os.path.join(REPO, "tests", "emulator", "sglang-emulator")  # the emu
 TARGET_PYTHON = shutil.which("python3", path="/usr/bin") or sys.executable
 
 
+_PROGRAMS = {}
+
+
+def installed_program(module):
+    """The program ``module`` runs (the supervisor, the model fetch program), installed once per test process as its
+    role does, in a private directory of its own (0700 above it): the tests that call a module directly play the
+    role's part (tasks/program.yml)."""
+    if module not in _PROGRAMS:
+        from installed_programs import FETCH, SUPERVISOR, install
+        top = tempfile.mkdtemp(prefix="eagle-deploy-programs-")
+        atexit.register(shutil.rmtree, top, True)
+        _PROGRAMS[module] = install(SUPERVISOR if module == "wait_for_model" else FETCH, os.path.join(top, module))
+    return _PROGRAMS[module]
+
+
 def run_module(module, args, check=False, timeout=300, python=TARGET_PYTHON):
     if module == "wait_for_model" and "launcher" not in args:
         # these tests run servers as this machine's processes: never as a systemd unit of the test machine
         args = dict(args, launcher="detached")
+    if module in ("wait_for_model", "sglang_model") and "program_dir" not in args:
+        args = dict(args, program_dir=installed_program(module))
     env = dict(os.environ)
     env.update({
         "ANSIBLE_CONFIG": os.path.join(REPO, "ansible.cfg"),

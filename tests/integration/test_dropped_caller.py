@@ -12,7 +12,7 @@ import time
 
 from ansible.module_utils import sglang_proc
 
-from ansible_run import BIN, EMULATOR, REPO, TARGET_PYTHON, free_port, run_module
+from ansible_run import BIN, EMULATOR, REPO, TARGET_PYTHON, free_port, installed_program, run_module
 
 
 def test_the_wait_ends_with_its_caller_and_the_next_run_attaches(tmp_path):
@@ -22,7 +22,8 @@ def test_the_wait_ends_with_its_caller_and_the_next_run_attaches(tmp_path):
     args = {"name": "emu", "launcher": "detached", "log_dir": log_dir, "timeout": 120, "stall_timeout": 60,
             "argv": [TARGET_PYTHON, EMULATOR, "--port", str(port), "--model-path", "/models/tiny",
                      "--emulator-load-seconds", "14", "--emulator-shards", "7", "--emulator-capture-seconds", "0.3"],
-            "health_url": "http://127.0.0.1:%d/health_generate" % port}
+            "health_url": "http://127.0.0.1:%d/health_generate" % port,
+            "program_dir": installed_program("wait_for_model")}
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_LIBRARY=os.path.join(REPO, "library"),
                ANSIBLE_MODULE_UTILS=os.path.join(REPO, "module_utils"), ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json")
     # progress: false = one module call that waits for the whole load (the longest wait a caller can leave behind)

@@ -423,7 +423,10 @@ def test_a_rerun_after_the_playbook_was_interrupted_attaches_to_the_fetch_still_
 # ------------------------------------------------------------------ refusals before any byte
 def _nothing_made(m, v):
     assert not HOST.file(m["path"]).exists, m["path"]
-    assert not HOST.file(v["sglang_model_state_dir"]).exists, os.listdir(v["sglang_model_state_dir"])
+    # Nothing of the model: no manifest, job, status or log. The role installed the fetch program (tasks/program.yml,
+    # its default place <state_dir>/fetch-program) before the module listed the source with it; nothing else is there.
+    state = v["sglang_model_state_dir"]
+    assert not os.path.exists(state) or os.listdir(state) == ["fetch-program"], os.listdir(state)
 
 
 def test_too_little_disk_space_fails_with_the_numbers_before_any_byte_and_changes_nothing(world):

@@ -232,7 +232,13 @@ def test_first_run_converges_and_serves(host, converged):
     assert "log_writer" not in state and state["launcher"] == "detached"
     sup = state["watcher"]
     assert run.result("Launch SGLang and wait for health")["supervisor_pid"] == sup["pid"] != state["pid"]
-    assert sup["cmdline"][1:] == ["-I", os.path.join(run_dir(host), "watcher/sglang_watcher.py"), run_dir(host), "sglang"]
+    # the program the role installed (tasks/program.yml: root's, 0644/0755), not a copy the module wrote
+    program = os.path.join(run_dir(host), "supervisor")
+    assert sup["cmdline"][1:] == ["-I", "-B", program, run_dir(host), "sglang"]
+    assert not os.path.exists(os.path.join(run_dir(host), "watcher"))
+    for path in [program] + [os.path.join(d, f) for d, ds, fs in os.walk(program) for f in ds + fs]:
+        st_p = os.stat(path)
+        assert st_p.st_uid == 0 and stat.S_IMODE(st_p.st_mode) == (0o755 if os.path.isdir(path) else 0o644), path
     with open("/proc/%d/cmdline" % sup["pid"], "rb") as f:
         assert f.read().split(b"\0")[:-1] == [a.encode() for a in sup["cmdline"]]
     assert os.stat("/proc/%d" % sup["pid"]).st_uid == 0 and os.stat("/proc/%d" % state["pid"]).st_uid == st.st_uid

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import socket
 import subprocess
@@ -13,9 +12,10 @@ import time
 
 import pytest
 
-from ansible.module_utils import sglang_contract, sglang_proc, sglang_watcher
+from ansible.module_utils import sglang_contract, sglang_proc, sglang_program
 
-from ansible_run import EMULATOR, REPO, TARGET_PYTHON, free_port
+from ansible_run import EMULATOR, TARGET_PYTHON, free_port
+from installed_programs import install_supervisor
 
 SECRET = "sk-watcher-test-0123456789"
 
@@ -26,11 +26,10 @@ class Watched(object):
     def __init__(self, tmp_path):
         self.run_dir = str(tmp_path / "run")
         self.log_dir = str(tmp_path / "logs")
-        os.makedirs(os.path.join(self.run_dir, "watcher"), mode=0o755)
+        os.makedirs(self.run_dir, mode=0o755)
         os.chmod(self.run_dir, 0o755)
         os.makedirs(self.log_dir)
-        for fname in sglang_watcher.PROGRAM_FILES:
-            shutil.copy(os.path.join(REPO, "module_utils", fname), os.path.join(self.run_dir, "watcher", fname))
+        self.program = install_supervisor(self.run_dir)  # as the role sglang_server does (tasks/program.yml)
         self.port = free_port()
         self.sock_path = str(tmp_path / "notify.sock")
         self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
@@ -58,9 +57,8 @@ class Watched(object):
         if api_key_file is not None:
             config["api_key_file"] = api_key_file
         sglang_proc.write_files(self.run_dir, ((sglang_contract.CONFIG % "emu", json.dumps(config)),), mode=0o600)
-        program = os.path.join(self.run_dir, "watcher", "sglang_watcher.py")
         env = {"PATH": os.environ["PATH"], "NOTIFY_SOCKET": self.sock_path}
-        self.proc = subprocess.Popen([TARGET_PYTHON, "-I", program, self.run_dir, "emu"], env=env,
+        self.proc = subprocess.Popen(sglang_program.argv(TARGET_PYTHON, self.program, self.run_dir, "emu"), env=env,
                                      stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         return self
 

@@ -14,7 +14,7 @@ import threading
 import time
 import urllib.request
 
-from ansible_run import BIN, EMULATOR, REPO, TARGET_PYTHON, free_port, run_module
+from ansible_run import BIN, EMULATOR, REPO, TARGET_PYTHON, free_port, installed_program, run_module
 
 
 def _first_request(port):
@@ -45,7 +45,8 @@ def test_a_verdict_in_a_later_step_fails_the_task_within_a_second(tmp_path):
     args = {"name": "stepv", "log_dir": log_dir, "launcher": "detached", "timeout": 120, "stall_timeout": 60,
             "port": port, "health_url": "http://127.0.0.1:%d/health_generate" % holder.getsockname()[1],
             "step_time": 2, "argv": [TARGET_PYTHON, EMULATOR, "--port", str(port), "--emulator-scenario", "crash_hang",
-                                     "--emulator-load-seconds", "0.3", "--emulator-capture-seconds", "0.1"]}
+                                     "--emulator-load-seconds", "0.3", "--emulator-capture-seconds", "0.1"],
+            "program_dir": installed_program("wait_for_model")}
     env = dict(os.environ, ANSIBLE_CONFIG=os.path.join(REPO, "ansible.cfg"), ANSIBLE_STDOUT_CALLBACK="ansible.builtin.json",
                ANSIBLE_LOAD_CALLBACK_PLUGINS="1",
                PATH=BIN + os.pathsep + os.environ.get("PATH", ""))

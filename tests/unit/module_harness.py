@@ -14,6 +14,7 @@ from ansible.module_utils.testing import patch_module_args
 
 import wait_for_model as wfm
 from ansible_run import free_port
+from installed_programs import install_supervisor
 
 
 class ExitJson(Exception):
@@ -75,6 +76,9 @@ class World(object):
         self.t0 = None
         self.events = []  # (t_after_launch, fn)
         self.log_dir = log_dir
+        # the role's part (tasks/program.yml), next to the run dir (its listing stays the module's): it runs it only
+        self.program_dir = install_supervisor(None, os.path.join(
+            os.path.dirname(log_dir), "%s.supervisor" % os.path.basename(log_dir)))
         self.health = lambda t: None  # t -> status or None
         self.rc = None
         self.children = {}
@@ -307,6 +311,7 @@ def run(world, check_mode=False, inject=None, **args):
         "timeout": 600,
         "stall_timeout": 120,
         "port": free_port(),  # the real port check runs: never depend on what else listens here
+        "program_dir": world.program_dir,
     }
     params.update(args)
     if params.get("api_key") and "argv" not in args:

@@ -41,13 +41,15 @@ def _imports(path):
         tree = ast.parse(fh.read())
     out = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module:
+        if isinstance(node, ast.ImportFrom) and node.level:  # the program files' relative imports (sglang_program)
+            out |= {node.module.split(".")[0]} if node.module else {a.name for a in node.names}
+        elif isinstance(node, ast.ImportFrom) and node.module:
             if node.module == "ansible.module_utils":
                 out |= {a.name for a in node.names}
             elif node.module.startswith("ansible.module_utils."):
                 out.add(node.module.split(".")[2])
-            elif node.level == 0:
-                out.add(node.module.split(".")[0])  # the supervisor program's side-by-side imports
+            else:
+                out.add(node.module.split(".")[0])
         elif isinstance(node, ast.Import):
             out |= {a.name.split(".")[0] for a in node.names}
     return out

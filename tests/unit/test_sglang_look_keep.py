@@ -45,7 +45,7 @@ def spec_for(world, tmp_path, **extra):
     if not config.exists():
         config.write_text('model-path: "/models/m"\n')
     spec = {"command": list(COMMAND), "config_path": str(config), "expected_version": "0.5.23",
-            "log_dir": world.log_dir, "name": "sglang", "port": None}
+            "log_dir": world.log_dir, "name": "sglang", "port": None, "program_dir": world.program_dir}
     spec.update(extra)
     return spec
 
@@ -125,6 +125,28 @@ def test_a_patched_file_changed_on_disk_is_not_kept(world, stops, module_exits, 
         fh.write("# edited\n")
     out = look(world, spec, args)
     assert out["kept"] is False and out["why"].startswith("would restart the server (fingerprint changed: file ")
+
+
+@pytest.mark.parametrize("change", ["edited", "missing", "group-writable"])
+def test_an_installed_supervisor_program_that_is_not_this_trees_is_not_kept(world, stops, module_exits, ours, tmp_path,
+                                                                            change):
+    """The play's no-op proves nothing drifted: a supervisor program in program_dir that is not the one this tree ships
+    (the copies in the module's payload) is not kept - the role's copy task then installs this one (no restart)."""
+    args = args_check(tmp_path)
+    spec = spec_for(world, tmp_path)
+    launched(world, tmp_path, spec, args)
+    spawned = len(world.spawned)
+    path = os.path.join(world.program_dir, "eagle_deploy", "sglang_watch.py")
+    if change == "edited":
+        with open(path, "a") as fh:
+            fh.write("# an older eagle-deploy's\n")
+    elif change == "missing":
+        os.unlink(path)
+    else:
+        os.chmod(path, 0o664)
+    out = look(world, spec, args)
+    assert out["kept"] is False and "supervisor program" in out["why"] and "sglang_watch.py" in out["why"], out
+    assert len(world.spawned) == spawned and stops == []
 
 
 def test_a_server_that_does_not_answer_health_is_not_kept(world, stops, module_exits, ours, tmp_path):

@@ -24,6 +24,7 @@ from ansible.module_utils.testing import patch_module_args
 from module_harness import ExitJson, FailJson
 from module_harness import exit_json as _exit_json
 from module_harness import fail_json as _fail_json
+from installed_programs import install_fetch_program
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 _spec = importlib.util.spec_from_file_location("sglang_model_mod", os.path.join(REPO, "library", "sglang_model.py"))
@@ -52,9 +53,12 @@ def files_of(tmp_path, name="src"):
 
 
 def params(tmp_path, models, **kw):
+    program = str(tmp_path / "fetch-program")
+    if not os.path.isdir(program):
+        install_fetch_program(None, program)  # the role's part (tasks/program.yml): the module only runs it
     p = dict(models=models, state_dir=str(tmp_path / "state"), endpoint="https://hub.example", token=None,
              python=None, owner="root", group=ROOT_GROUP, file_mode="0640", dir_mode="0750", verify="auto",
-             disk_margin_mib=0, parallel=2, timeout=0, _step_time=None, _jobs=None)
+             disk_margin_mib=0, parallel=2, timeout=0, _step_time=None, _jobs=None, program_dir=program)
     p.update(kw)
     return p
 
@@ -440,7 +444,8 @@ def test_a_fetch_starts_with_the_token_on_stdin_only_and_a_job_file_without_it(t
     job_path = tmp_path / "state" / "m.job.json"
     assert stat.S_IMODE(os.stat(job_path).st_mode) == 0o600 and token not in job_path.read_text()
     assert json.loads(job_path.read_text())["commit"] == COMMIT
-    assert (tmp_path / "state" / "program" / "sglang_model_fetch.py").exists()
+    assert spawn["argv"][3] == str(tmp_path / "fetch-program")  # the role's program, run as it is
+    assert not (tmp_path / "state" / "program").exists() and not (tmp_path / "state" / "fetch-program").exists()
     assert host.listed[0][1]["token"] == token  # the lister gets it on its stdin (run_command data)
 
 

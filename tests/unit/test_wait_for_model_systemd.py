@@ -169,13 +169,10 @@ def test_launch_writes_the_unit_the_program_and_a_private_config_then_waits_for_
         assert line in unit.splitlines(), line
     assert sglang_unit.unit_owner(unit) is not None and unit.splitlines()[3].startswith(sglang_unit.UNIT_MARK)
     assert "sk-unit" not in unit  # the unit file is world-readable: no secret in it
-    program = os.path.join(world.log_dir, "watcher", "sglang_watcher.py")
-    assert ('"%s" "-I" "%s"' % (sys.executable, program)) in unit
-    for fname in sglang_watcher.PROGRAM_FILES:
-        path = os.path.join(world.log_dir, "watcher", fname)
-        assert stat.S_IMODE(os.stat(path).st_mode) == 0o644
-        assert open(path, "rb").read() == open(os.path.join(os.path.dirname(wfm.__file__), "..", "module_utils", fname),
-                                               "rb").read()
+    # The unit runs the supervisor program the role installed (program_dir); the module writes no program.
+    assert ('"%s" "-I" "-B" "%s" "%s" "sglang"' % (sys.executable, world.program_dir, world.log_dir)) in unit
+    assert not os.path.exists(os.path.join(world.log_dir, "watcher"))
+    assert not os.path.exists(os.path.join(world.log_dir, "supervisor"))
     cfg_path = os.path.join(world.log_dir, "sglang.watcher.json")
     assert stat.S_IMODE(os.stat(cfg_path).st_mode) == 0o600
     cfg = json.load(open(cfg_path))
@@ -725,8 +722,11 @@ def test_a_unit_the_module_wrote_is_taken_over_by_the_roles_template(world, depl
     assert sglang_unit.UNIT_MARK in sglang_unit.unit_header(text)[3] and "wait_for_model" not in text
     assert sglang_unit.unit_owner(text) == (sglang_proc.deployment_name("sglang", world.log_dir),
                                             os.path.realpath(world.log_dir))
-    # Below the header the template writes the unit the module wrote (same settings, same ExecStart).
-    assert text.split("[Unit]", 1)[1] == old_module_unit_text(world.log_dir).split("[Unit]", 1)[1]
+    # Below the header the template writes the unit the module wrote (same settings); its ExecStart runs the supervisor
+    # program the role installed (program_dir), no longer the copy the module wrote into <run_dir>/watcher.
+    new, old = (t.split("[Unit]", 1)[1].splitlines() for t in (text, old_module_unit_text(world.log_dir)))
+    assert [w for w in new if not w.startswith("ExecStart=")] == [w for w in old if not w.startswith("ExecStart=")]
+    assert 'ExecStart="%s" "-I" "-B" "%s" "%s" "sglang"' % (sys.executable, world.program_dir, world.log_dir) in new
 
 
 @pytest.mark.parametrize("role", [True, False], ids=["role", "module"])
@@ -763,13 +763,12 @@ def test_the_roles_check_returns_what_the_template_needs_and_writes_nothing(worl
     status, r = run(world, check_mode=True, inject=inject, launcher="auto", unit_dir=dirs[0], prove_launch=True)
     assert status == "ok" and r["launcher"] == "systemd" and r["unit"] == "sglang-sglang.service", r
     facts = r["unit_facts"]
-    assert facts == dict(sglang_unit.unit_facts("sglang", world.log_dir, dirs[0], sys.executable),
+    assert facts == dict(sglang_unit.unit_facts("sglang", world.log_dir, dirs[0], sys.executable, world.program_dir),
                          exists=False, loaded=False)
     assert facts["path"] == unit_file(world)
     assert facts["deployment_line"] == "# eagle-deploy deployment: %s run_dir=%s" % (
         sglang_proc.deployment_name("sglang", world.log_dir), os.path.realpath(world.log_dir))
-    program = os.path.join(world.log_dir, "watcher", "sglang_watcher.py")
-    assert facts["exec_start"] == [sys.executable, "-I", program, world.log_dir, "sglang"]
+    assert facts["exec_start"] == [sys.executable, "-I", "-B", world.program_dir, world.log_dir, "sglang"]
     assert fake.touched() == [] and os.listdir(dirs[0]) == []
     assert not os.path.exists(os.path.join(world.log_dir, "watcher"))
 

@@ -62,7 +62,7 @@ def test_no_api_key_in_any_environment_or_ps_line(host, state):
     # Not vacuous: the scan reads the environment of the service user's server (it holds PYTHONUNBUFFERED=1).
     assert f"/proc/{state['pid']}/environ" in hostcheck.environ_holders(host, "PYTHONUNBUFFERED=1")
     ps = host.check_output("ps -eww -o user=,pid=,args=")
-    assert KEY not in ps and f"{RUN_DIR}/watcher/sglang_watcher.py {RUN_DIR} sglang" in ps  # ps shows the supervisor
+    assert KEY not in ps and f"-I -B {RUN_DIR}/supervisor {RUN_DIR} sglang" in ps  # ps shows the supervisor
 
 
 def test_api_key_is_in_no_file_under_the_log_dir(host):

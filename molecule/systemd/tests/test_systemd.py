@@ -79,7 +79,8 @@ def test_the_unit_file_is_the_roles_template_and_records_its_deployment(host):
     assert len(deployment) == 1 and deployment[0].endswith(f" run_dir={RUN_DIR}"), header
     assert "wait_for_model" not in text
     exec_start = next(line for line in text.splitlines() if line.startswith("ExecStart="))
-    assert exec_start.endswith(f' "-I" "{RUN_DIR}/watcher/sglang_watcher.py" "{RUN_DIR}" "sglang"'), exec_start
+    # the supervisor program the role installed (tasks/program.yml), run as a directory
+    assert exec_start.endswith(f' "-I" "-B" "{RUN_DIR}/supervisor" "{RUN_DIR}" "sglang"'), exec_start
     assert unit(host)["NeedDaemonReload"] == "no"
 
 
@@ -93,7 +94,7 @@ def test_main_pid_is_the_watcher_as_root_and_the_server_runs_as_the_service_user
     main = int(u["MainPID"])
     watcher = next(p for p in procs if p["pid"] == main)
     assert watcher["user"] == "root"
-    assert any(a.endswith("/watcher/sglang_watcher.py") for a in watcher["argv"]), watcher["argv"]
+    assert watcher["argv"][1:4] == ["-I", "-B", f"{RUN_DIR}/supervisor"], watcher["argv"]
     assert watcher["argv"][-2:] == [RUN_DIR, "sglang"]
     status = json.loads(host.file(f"{RUN_DIR}/sglang.status.json").content_string)
     assert status["watcher_pid"] == main
