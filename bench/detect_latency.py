@@ -12,7 +12,7 @@ evidence = module return - that moment. In the same run, a second thread applies
 (popen_launch_server: poll /health_generate every 10 s, look only at whether the parent exited) to the
 same server, and we stamp when it would have noticed.
 
-The wait looks at each event (a process exits, the log is written, a health answer comes in: sglang_watch.Waker).
+The wait looks at each event (a process exits, the log is written, a health answer comes in: sglang_verdict.Waker).
 With --baseline (the default) every run is repeated, alternated, with the events off (the timed 0.1 s poll, as the
 module waited before): the machine is noisy, so the two are compared within the same run.
 

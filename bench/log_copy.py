@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""What the supervisor's log copy (sglang_watcher.LogCopy, sglang_redact.Redactor) costs between server and log file.
+"""What the supervisor's log copy (sglang_supervisor.LogCopy, sglang_redact.Redactor) costs between server and log file.
 
 The real LogCopy thread in a process of its own (forked; its main thread waits on it, as the supervisor's mostly
 sleeps), between a real pipe and a real file, with three secrets (an API key, a token, a string with quotes and
@@ -21,7 +21,7 @@ REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 import ansible.module_utils  # noqa: E402
 
 ansible.module_utils.__path__.append(os.path.join(REPO, "module_utils"))
-from ansible.module_utils import sglang_watcher  # noqa: E402
+from ansible.module_utils import sglang_supervisor  # noqa: E402
 
 SECRETS = ["bench-api-key-4b1e0d9f2c", "hf_benchtokenABCDEFGHIJKLMNOP", "k3y'with\"quotes/é"]
 
@@ -53,7 +53,7 @@ def start_copy(pipe_r, pipe_w, log_fd):
     if pid == 0:
         try:
             os.close(pipe_w)  # the server's end is ours alone: its close is the copy's end of file
-            copy = sglang_watcher.LogCopy(pipe_r, log_fd, SECRETS)
+            copy = sglang_supervisor.LogCopy(pipe_r, log_fd, SECRETS)
             copy.start()
             copy.join()
         finally:
@@ -67,7 +67,7 @@ def main():
     ap.add_argument("-n", type=int, default=200, help="lines for the hop")
     ap.add_argument("--mib", type=int, default=64, help="MiB for the throughput")
     args = ap.parse_args()
-    assert sum(len(sglang_watcher.sglang_redact.encoded_forms(s)) for s in SECRETS) == 34
+    assert sum(len(sglang_supervisor.sglang_redact.encoded_forms(s)) for s in SECRETS) == 34
     with tempfile.TemporaryDirectory(prefix="bench-log-copy-") as tmp:
         path = os.path.join(tmp, "w.log")
         fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)

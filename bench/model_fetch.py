@@ -7,7 +7,7 @@ tests/integration/hub_double.py, in this process), and an unchanged re-run for a
    SHA-256 of every file, the manifest) into a fresh directory, --runs times. Figures: the fetch program's own time
    (from its status file: listing and start-up excluded) and the whole task's, as MB/s (10^6 bytes).
 2. A model of --files files (1,000: config, shards and many small ones) fetched once, then the no-op: the look alone
-   in process (``sglang_model.look``: the manifest and an lstat per file), the module's own check-mode call through
+   in process (``sglang_weights.look``: the manifest and an lstat per file), the module's own check-mode call through
    ansible (``ansible localhost -m sglang_model --check``), and the whole role play, each --noop-runs times (medians),
    against an empty play (ansible's start-up).
 
@@ -39,7 +39,7 @@ import hf_wheels  # noqa: E402
 import hub_double  # noqa: E402
 
 ansible.module_utils.__path__.append(os.path.join(REPO, "module_utils"))  # the project's module_utils, as tests do
-from ansible.module_utils import sglang_model  # noqa: E402
+from ansible.module_utils import sglang_weights  # noqa: E402
 
 PLAYBOOK = os.path.join(REPO, "tests", "integration", "model_role.yml")
 EMPTY = "- name: Empty play\n  hosts: all\n  gather_facts: false\n  tasks: []\n"
@@ -135,13 +135,13 @@ def main():
         print("== no-op: a model of %d files" % len(many))
         v = settings(prefix, "noop", endpoint, python, "bench/many", "many")
         play(prefix, v)
-        look_params = dict((k, d.get("default")) for k, d in sglang_model.ARGUMENT_SPEC.items())
+        look_params = dict((k, d.get("default")) for k, d in sglang_weights.ARGUMENT_SPEC.items())
         look_params.update(models=v["sglang_model_models"], state_dir=v["sglang_model_state_dir"], group="root",
                            file_mode="0640", dir_mode="0750")
         look_ms = []
         for _ in range(20):
             t0 = time.perf_counter()
-            assert sglang_model.look(look_params)["in_place"]
+            assert sglang_weights.look(look_params)["in_place"]
             look_ms.append((time.perf_counter() - t0) * 1000)
         module_args = {"models": v["sglang_model_models"], "state_dir": v["sglang_model_state_dir"],
                        "python": python, "group": "root", "file_mode": "0640", "dir_mode": "0750"}

@@ -3,7 +3,7 @@
 
 The emulator is started in its `hang` scenario (it prints its first lines and then nothing, no HTTP) by the
 module's own code (ModelWaiter, launcher detached): the module starts the supervisor program
-(module_utils/sglang_watcher.py) in a session of its own; the supervisor starts the server, follows its log, its
+(module_utils/sglang_supervisor.py) in a session of its own; the supervisor starts the server, follows its log, its
 processes (/proc) and asks health (every 0.25 s, its default), and ends the start at its `timeout` (default 60 s)
 with the verdict `timeout` in its status file; the module meanwhile waits on that status file. Both wait with
 their default intervals. We measure, from just before the module's run() to its return:
@@ -43,7 +43,7 @@ import time
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "bench"))
 from detect_latency import EMULATOR, FakeModule, free_port, wfm, sglang_proc  # noqa: E402 - bench/detect_latency.py, importable once sys.path has bench/
-from ansible.module_utils import sglang_watch  # noqa: E402 - on ansible.module_utils once detect_latency is imported
+from ansible.module_utils import sglang_verdict  # noqa: E402 - on ansible.module_utils once detect_latency is imported
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 SAMPLE_EVERY = 0.5  # s between two reads of the supervisor's /proc/<pid>/stat
@@ -124,7 +124,7 @@ def one_wait(seconds, events):
                         timeout=seconds, stall_timeout=0, stop_on_failure=True,
                         argv=[sys.executable, EMULATOR, "--port", str(port), "--emulator-scenario", "hang"])
     wakers = []
-    real_make = sglang_watch.Waker.make
+    real_make = sglang_verdict.Waker.make
 
     def make(*args, **kwargs):  # every Waker the module makes: their wake counts, read at the end
         waker = real_make(*args, **kwargs)
@@ -132,7 +132,7 @@ def one_wait(seconds, events):
             wakers.append(waker)
         return waker
 
-    sglang_watch.Waker.make = make
+    sglang_verdict.Waker.make = make
     sampler = SupervisorSampler(log_dir, "cpu")
     try:
         m0, t0 = module_cpu(), time.monotonic()
@@ -145,7 +145,7 @@ def one_wait(seconds, events):
         s1 = sampler.read()  # right at the return: the supervisor usually still ends the tree
         fresh = sampler.read_at is not None and sampler.read_at != last_read
     finally:
-        sglang_watch.Waker.make = real_make
+        sglang_verdict.Waker.make = real_make
         state = sglang_proc.read_state(log_dir, "cpu")
         if state:
             sglang_proc.stop_tree(state, grace=5)

@@ -188,7 +188,7 @@ import tempfile
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.text.converters import to_native, to_text
-from ansible.module_utils.early_init import PATCH_OPTIONS, PatchError, plan
+from ansible.module_utils.early_init_plan import PATCH_OPTIONS, PatchError, plan
 
 
 def stale_bytecode(path):

@@ -355,7 +355,7 @@ parser_error:
 """
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_args import ARGUMENT_SPEC, SGLangArgsChecker
+from ansible.module_utils.sglang_server_args import ARGUMENT_SPEC, SGLangArgsChecker
 
 
 def new_module():

@@ -397,13 +397,13 @@ from urllib.parse import unquote, urlsplit
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils.common.arg_spec import ArgumentSpecValidator
-from ansible.module_utils.early_init import PATCH_OPTIONS
-from ansible.module_utils.sglang_args import ARGUMENT_SPEC, model_dir_state
+from ansible.module_utils.early_init_plan import PATCH_OPTIONS
+from ansible.module_utils.sglang_server_args import ARGUMENT_SPEC, model_dir_state
 from ansible.module_utils.sglang_gpus import LOOK_OPTIONS
-from ansible.module_utils.sglang_look import (
+from ansible.module_utils.sglang_host_look import (
     KEEP_SECRETS, UNIT_OPTIONS, look_args, look_gpus, look_keep, look_patch, look_unit,
 )
-from ansible.module_utils import sglang_model
+from ansible.module_utils import sglang_weights
 from ansible.module_utils.sglang_paths import (
     PACKAGE, SITE_DIRS_SCRIPT, canonical_name, find_distribution, locate, venv_of, venv_site_dirs,
 )
@@ -676,10 +676,10 @@ def args_check_params(module, given):
 def models_params(module, given):
     """The models option checked against sglang_model's own argument spec, with its defaults; the token is masked in
     this result too."""
-    checked = ArgumentSpecValidator(sglang_model.ARGUMENT_SPEC).validate(given)
+    checked = ArgumentSpecValidator(sglang_weights.ARGUMENT_SPEC).validate(given)
     module.no_log_values.update(checked._no_log_values)  # pylint: disable=protected-access
     if checked.error_messages:
-        module.fail_json(msg="models: %s (the options of sglang_model)" % "; ".join(checked.error_messages))
+        module.fail_json(msg="models: %s (the options of sglang_weights)" % "; ".join(checked.error_messages))
     return checked.validated_parameters
 
 
@@ -722,7 +722,7 @@ def main():
     except SGLangInfoError as exc:
         module.fail_json(msg=exc.msg, **exc.extra)
     p = module.params
-    # The other roles' looks, each by the code of the module it stands in for (module_utils/sglang_look.py).
+    # The other roles' looks, each by the code of the module it stands in for (module_utils/sglang_host_look.py).
     if p["patch"] is not None:
         result["patch"] = look_patch(result, p["patch"])
     if p["args_check"] is not None:
@@ -730,7 +730,7 @@ def main():
     if p["gpus"] is not None:
         result["gpus"] = look_gpus(module, p["gpus"])
     if p["models"] is not None:
-        result["models"] = sglang_model.look(models_params(module, p["models"]))
+        result["models"] = sglang_weights.look(models_params(module, p["models"]))
     if p["unit"] is not None:
         result["unit"] = look_unit(p["unit"], lambda *args: module.run_command(
             [module.get_bin_path("systemctl", required=True)] + list(args)))

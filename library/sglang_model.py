@@ -141,7 +141,7 @@ options:
   program_dir:
     description:
       - Where the model fetch program is installed - a directory C(__main__.py) + C(eagle_deploy/) that the role
-        C(sglang_model) copies from its C(files/fetch) (C(tasks/program.yml), variable C(sglang_model_program_dir)),
+        C(sglang_weights) copies from its C(files/fetch) (C(tasks/program.yml), variable C(sglang_model_program_dir)),
         root-owned, files 0644, directories 0755; run as C(python -I -B <program_dir> list) (the listing of a Hub
         source) and C(... run STATE_DIR NAME) (a fetch). This module never writes it.
       - Before it runs the program the module refuses, saying what to fix, one that someone less privileged could
@@ -264,8 +264,8 @@ import tempfile
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils import sglang_model, sglang_model_fetch, sglang_proc, sglang_program
-from ansible.module_utils.sglang_model import ARGUMENT_SPEC, ModelError, state_files
+from ansible.module_utils import sglang_weights, sglang_hub_fetch, sglang_proc, sglang_program
+from ansible.module_utils.sglang_weights import ARGUMENT_SPEC, ModelError, state_files
 from ansible.module_utils.sglang_progress import operator_text
 
 POLL = 0.5
@@ -324,7 +324,7 @@ class Host(object):
             return {"error": "lister_failed", "msg": "the file lister printed no JSON: %s" % (out or "")[-300:]}
 
     def spawn(self, argv, log_path, stdin_text, env):
-        return sglang_model.spawn_detached(argv, log_path, stdin_text, env)
+        return sglang_weights.spawn_detached(argv, log_path, stdin_text, env)
 
     @staticmethod
     def running(state_dir, name):
@@ -363,12 +363,12 @@ class SourceListing(object):
         return python
 
     def list_hub(self, model):
-        env = sglang_model_fetch.hub_env(self.p["endpoint"], "")
+        env = sglang_hub_fetch.hub_env(self.p["endpoint"], "")
         answer = self.host.list_repo(self.python_for(model), self.hub_request(model), env)
         err = answer.get("error")
         if err:
             raise ModelError(self.hub_words(model, err, answer.get("msg", "")), hub_error=err)
-        if not sglang_model.is_commit(answer.get("commit")):
+        if not sglang_weights.is_commit(answer.get("commit")):
             raise ModelError("model %s: the Hub answered no commit hash for %s@%s" % (
                 model["name"], model["repo"], model["revision"]))
         if model["revision"] != answer["commit"]:
@@ -376,7 +376,7 @@ class SourceListing(object):
                                  "and every run fetches the same files" % (model["name"], model["revision"],
                                                                            model["repo"], answer["commit"],
                                                                            answer["commit"]))
-        return answer["commit"], sglang_model.check_listing(model["name"], answer["files"])
+        return answer["commit"], sglang_weights.check_listing(model["name"], answer["files"])
 
     def hub_words(self, model, err, msg):
         where = "%s@%s on %s" % (model["repo"], model["revision"], self.p["endpoint"])
@@ -406,40 +406,40 @@ class SourceListing(object):
                 model["name"], seed))
         files = []
         for root, dirs, names in os.walk(seed):
-            dirs[:] = sorted(d for d in dirs if not (root == seed and d == sglang_model.STAGING) and not d.startswith("."))
+            dirs[:] = sorted(d for d in dirs if not (root == seed and d == sglang_weights.STAGING) and not d.startswith("."))
             for fname in sorted(names):
                 full = os.path.join(root, fname)
                 rel = os.path.relpath(full, seed)
                 if fname.startswith(".") or not os.path.isfile(full):
                     continue
                 files.append({"path": rel, "size": os.path.getsize(full), "sha256": None, "git_sha1": None})
-        keep = set(sglang_model.selected([f["path"] for f in files], model.get("allow_patterns"),
+        keep = set(sglang_weights.selected([f["path"] for f in files], model.get("allow_patterns"),
                                          model.get("ignore_patterns")))
         return [f for f in files if f["path"] in keep]
 
     def listing(self, model):
         """(record_source, job source, listing) of a model not in place."""
-        src = sglang_model.wanted_source(model)
+        src = sglang_weights.wanted_source(model)
         peer = model.get("peer")
         if peer:
             rec = dict(peer["source"])
             rec["via"] = "%s:%s" % (peer["address"], peer["path"])
             files = [{"path": f["path"], "size": int(f["size"]), "sha256": f.get("sha256"),
                       "git_sha1": f.get("git_sha1")} for f in peer["files"]]
-            return rec, {"kind": "peer"}, sglang_model.check_listing(model["name"], files)
+            return rec, {"kind": "peer"}, sglang_weights.check_listing(model["name"], files)
         if model.get("repo"):
             commit, files = self.list_hub(model)
             src["commit"] = commit
             if model.get("seed"):
                 have = dict((f["path"], f) for f in self.list_seed(model))
                 missing = [f["path"] for f in files if f["path"] not in have]
-                if sglang_model.seed_in_place(model) and missing:
+                if sglang_weights.seed_in_place(model) and missing:
                     raise ModelError("model %s: the seed %s lacks %d file(s) of %s@%s (%s): put them there, or fetch "
                                      "into another path" % (model["name"], model["seed"], len(missing), model["repo"],
                                                             commit, ", ".join(missing[:5])))
                 return src, {"kind": "seed" if not missing else "hub"}, files
             return src, {"kind": "hub"}, files
-        return src, {"kind": "seed"}, sglang_model.check_listing(model["name"], self.list_seed(model))
+        return src, {"kind": "seed"}, sglang_weights.check_listing(model["name"], self.list_seed(model))
 
 
 class JobFiles(object):
@@ -515,7 +515,7 @@ class FetchWait(object):
         present = progress_of(results, statuses).get("present")
         raise ModelError("model %s: the fetch program (PID %s) ended without a verdict (killed?); what it fetched "
                          "stays: %s of the model are on disk, and the next run resumes there (read %s)" % (
-                             name, (st or {}).get("pid"), sglang_model.gib(present or 0),
+                             name, (st or {}).get("pid"), sglang_weights.gib(present or 0),
                              os.path.join(self.state_dir, state_files(name)["log"])),
                          models=results, progress=progress_of(results, statuses))
 
@@ -564,7 +564,7 @@ class ModelFetch(SourceListing, JobFiles, FetchWait):
     # ---------------------------------------------------------------- inputs
     def validate(self):
         p = self.p
-        sglang_model.check_models(p["models"])
+        sglang_weights.check_models(p["models"])
         if not 1 <= p["parallel"] <= 64:
             raise ModelError("parallel must be 1-64 (got %d)" % p["parallel"])
         if p["disk_margin_mib"] < 0 or p["timeout"] < 0:
@@ -574,13 +574,13 @@ class ModelFetch(SourceListing, JobFiles, FetchWait):
         for m in p["models"]:
             peer = m.get("peer")
             if peer:
-                ok, why = sglang_model.source_matches(peer["source"], m)
+                ok, why = sglang_weights.source_matches(peer["source"], m)
                 if not ok:
                     raise ModelError("model %s: the peer %s holds another source (%s): fan-out copies only the model "
                                      "asked for" % (m["name"], peer["address"], why))
-                sglang_model.check_listing(m["name"], peer["files"])
+                sglang_weights.check_listing(m["name"], peer["files"])
         try:
-            return sglang_model.ownership_of(p)
+            return sglang_weights.ownership_of(p)
         except ModelError as e:
             if not self.check:
                 raise
@@ -612,7 +612,7 @@ class ModelFetch(SourceListing, JobFiles, FetchWait):
         if self.check:
             return self.finish(results, [], changed=any(r["action"] == "would_fetch" for r in results))
         plans = [self.plan_one(model, entry, ownership) for model, entry in to_start]
-        shortfall = sglang_model.disk_shortfall([(plan[0]["name"], plan[0]["path"], plan[5]) for plan in plans],
+        shortfall = sglang_weights.disk_shortfall([(plan[0]["name"], plan[0]["path"], plan[5]) for plan in plans],
                                                 p["disk_margin_mib"] << 20)
         if shortfall:
             raise ModelError(shortfall, models=[plan[1] for plan in plans])
@@ -629,7 +629,7 @@ class ModelFetch(SourceListing, JobFiles, FetchWait):
         jobs_seen = p.get("_jobs") or {}
         results, to_start, attached = [], [], []
         for model in p["models"]:
-            look = sglang_model.look_model(model, self.state_dir, ownership, p["verify"]) if state_dir_ok else {
+            look = sglang_weights.look_model(model, self.state_dir, ownership, p["verify"]) if state_dir_ok else {
                 "name": model["name"], "path": model["path"], "in_place": False, "why": "no state dir yet"}
             entry = dict(look)
             results.append(entry)
@@ -659,7 +659,7 @@ class ModelFetch(SourceListing, JobFiles, FetchWait):
     @staticmethod
     def check_attachable(model, job, status):
         """A running fetch of the model is attached to only when it fetches the source and path asked for."""
-        ok, why = sglang_model.source_matches(job.get("record_source"), model)
+        ok, why = sglang_weights.source_matches(job.get("record_source"), model)
         if not ok or os.path.normpath(job.get("path") or "") != os.path.normpath(model["path"]):
             raise ModelError("model %s: a fetch of another source or path runs (PID %s; %s): let it end, or "
                              "stop it (kill %s), then run again" % (
@@ -671,15 +671,15 @@ class ModelFetch(SourceListing, JobFiles, FetchWait):
         planned against the manifest, a seed read in place checked readable and complete."""
         p = self.p
         record_source, source, listing = self.listing(model)
-        manifest = sglang_model.read_manifest(self.state_dir, model["name"])[0]
+        manifest = sglang_weights.read_manifest(self.state_dir, model["name"])[0]
         if manifest and os.path.normpath(manifest.get("path") or "") != os.path.normpath(model["path"]):
             manifest = None
-        if manifest and not sglang_model.source_matches(manifest.get("source"), model)[0]:
+        if manifest and not sglang_weights.source_matches(manifest.get("source"), model)[0]:
             manifest = None
-        tasks, need = sglang_model.plan(model, listing, manifest, p["verify"])
-        if source["kind"] == "seed" and sglang_model.seed_in_place(model):
+        tasks, need = sglang_weights.plan(model, listing, manifest, p["verify"])
+        if source["kind"] == "seed" and sglang_weights.seed_in_place(model):
             need = 0
-            cannot = sglang_model.unreadable(model["path"], [t["path"] for t in tasks], ownership[1])
+            cannot = sglang_weights.unreadable(model["path"], [t["path"] for t in tasks], ownership[1])
             if cannot:
                 raise ModelError("model %s: the service group (%s) cannot read %s in the seed read in place: make "
                                  "it readable for that group or for others (it is never changed here)" % (
@@ -696,7 +696,7 @@ class ModelFetch(SourceListing, JobFiles, FetchWait):
         meanwhile is attached to instead (added to ``attached``)."""
         jobs = {}
         if plans:
-            sglang_model.make_state_dir(self.state_dir)
+            sglang_weights.make_state_dir(self.state_dir)
             lock_fd = self.planning_lock()
             try:
                 program = self.installed_program()
@@ -726,7 +726,7 @@ class ModelFetch(SourceListing, JobFiles, FetchWait):
         job_id = secrets.token_hex(8)
         job = {
             "job_id": job_id, "name": name, "path": os.path.normpath(model["path"]), "source": source,
-            "record_source": record_source, "tasks": tasks, "managed": not sglang_model.seed_in_place(model),
+            "record_source": record_source, "tasks": tasks, "managed": not sglang_weights.seed_in_place(model),
             "uid": uid, "gid": gid, "file_mode": fmode, "dir_mode": dmode, "owner": self.p["owner"],
             "group": self.p["group"], "parallel": self.p["parallel"], "endpoint": self.p["endpoint"],
             "repo": model.get("repo"), "commit": record_source.get("commit"), "seed": model.get("seed"),
@@ -748,7 +748,7 @@ class ModelFetch(SourceListing, JobFiles, FetchWait):
         python = self.python_for(model) if source["kind"] == "hub" else (self.p["python"] or sys.executable)
         env = {"PATH": os.environ.get("PATH", "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"),
                "LANG": "C.UTF-8", "PYTHONUNBUFFERED": "1"}
-        env.update(sglang_model_fetch.hub_env(self.p["endpoint"], os.path.join(self.state_dir, "hf-home")))
+        env.update(sglang_hub_fetch.hub_env(self.p["endpoint"], os.path.join(self.state_dir, "hf-home")))
         pid = self.host.spawn(sglang_program.argv(python, program, "run", self.state_dir, name),
                               os.path.join(self.state_dir, files["log"]),
                               json.dumps({"token": self.p["token"]} if self.p["token"] else {}), env)

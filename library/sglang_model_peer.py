@@ -145,7 +145,7 @@ import socket
 import time
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils import sglang_model, sglang_proc
+from ansible.module_utils import sglang_weights, sglang_proc
 
 MARK = "eagle-deploy-fanout:"
 RRSYNC_PATHS = ("/usr/bin/rrsync", "/usr/local/bin/rrsync")
@@ -224,7 +224,7 @@ class Peer(object):
         out["changed"] = True
         if self.module.check_mode:
             return out
-        sglang_model.make_state_dir(p["state_dir"])
+        sglang_weights.make_state_dir(p["state_dir"])
         if os.path.lexists(kdir):
             shutil.rmtree(kdir)
         os.mkdir(kdir, 0o700)
@@ -271,7 +271,7 @@ class Peer(object):
                 raise PeerError("%s is not a directory on the seeder" % p["path"])
             expires = datetime.datetime.fromtimestamp(self.clock() + p["ttl"]).strftime("%Y%m%d%H%M")
             want = access_line(p["name"], p["public_key"], p["from_address"], p["path"], self.rrsync(), expires)
-            manifest, why = sglang_model.read_manifest(p["state_dir"], p["name"])
+            manifest, why = sglang_weights.read_manifest(p["state_dir"], p["name"])
             if manifest is None or os.path.normpath(manifest.get("path") or "") != os.path.normpath(p["path"]):
                 raise PeerError("this host has no verified copy of %s in %s to give (%s): it fetches the model first"
                                 % (p["name"], p["path"], why or "its manifest is for %s" % manifest.get("path")))
@@ -306,7 +306,7 @@ class Peer(object):
             out = {"changed": changed, "removed": removed}
             if want is not None:
                 out["host_keys"] = self.host_keys()
-                out["manifest"] = {"files": sglang_model.listing_of_manifest(manifest), "source": manifest["source"]}
+                out["manifest"] = {"files": sglang_weights.listing_of_manifest(manifest), "source": manifest["source"]}
             if changed and not self.module.check_mode:
                 self.write(ssh_dir, auth, keep, account)
             return out

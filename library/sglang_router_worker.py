@@ -180,7 +180,7 @@ from ansible.module_utils.basic import AnsibleModule
 
 from ansible.module_utils.sglang_json_http import HTTP_OPTIONS, JsonHttp, Unreachable, check_options, url_secrets
 from ansible.module_utils.sglang_progress import operator_text
-from ansible.module_utils.sglang_router_workers import RouterError, RouterWorkers
+from ansible.module_utils.sglang_router_registry import RouterError, RouterWorkers
 
 
 def main(clock=time.monotonic, sleep=time.sleep, opener=None):

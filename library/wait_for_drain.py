@@ -154,7 +154,7 @@ import time
 from ansible.module_utils.basic import AnsibleModule
 
 from ansible.module_utils.sglang_json_http import HTTP_OPTIONS, JsonHttp, check_options, url_secrets
-from ansible.module_utils.sglang_loads import DrainError, DrainWait
+from ansible.module_utils.sglang_busy import DrainError, DrainWait
 from ansible.module_utils.sglang_progress import operator_text
 
 

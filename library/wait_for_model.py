@@ -37,7 +37,7 @@ description:
     holds what clients wrote, in uvicorn's access lines and C(--log-requests) echoes). A crash is reported within a
     poll (0.1 s) of the evidence.
   - No secret reaches the log file. The server's output is a pipe to its supervisor program
-    (C(module_utils/sglang_watcher.py), both launchers), which replaces each secret (O(api_key),
+    (C(module_utils/sglang_supervisor.py), both launchers), which replaces each secret (O(api_key),
     O(secret_environment), O(redact)) with C(***) in every form a log line can show it (raw, Python repr, JSON,
     percent-encoded; C(module_utils/sglang_redact.py)) before it is written. SGLang logs its C(server_args), the
     API key included.
@@ -394,7 +394,7 @@ options:
     description:
       - How the server runs. C(systemd) - the unit C(sglang-<name>.service) in O(unit_dir) (C(Type=notify), enabled at
         boot, C(KillMode=control-group), C(LimitMEMLOCK=infinity)) runs the host watcher program
-        (C(module_utils/sglang_watcher.py), installed by the role in O(program_dir)), which starts SGLang as
+        (C(module_utils/sglang_supervisor.py), installed by the role in O(program_dir)), which starts SGLang as
         its child, writes its redacted log, sends C(STATUS=) per phase, C(EXTEND_TIMEOUT_USEC) while the log moves and
         C(READY=1) once the health URL answered 200, and exits 78 (not restarted) when a start failed or 69
         (C(Restart=on-failure), within a start limit) when a serving server died. The module waits on the
@@ -892,10 +892,10 @@ failure_message:
 import os
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils.sglang_inputs import Orphaned, WaitError
+from ansible.module_utils.sglang_input_checks import Orphaned, WaitError
 from ansible.module_utils.sglang_progress import operator_text
-from ansible.module_utils.sglang_wait_options import argument_spec
-from ansible.module_utils.sglang_waiter import ModelWaiter
+from ansible.module_utils.sglang_module_options import argument_spec
+from ansible.module_utils.sglang_run import ModelWaiter
 
 
 def main(**inject):

@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, eagle-deploy contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""The contract between ``wait_for_model`` (the module) and the supervisor program (``sglang_watcher``).
+"""The contract between ``wait_for_model`` (the module) and the supervisor program (``sglang_supervisor``).
 
 Standard library only; shipped with the module and installed with the supervisor program. Both sides read
 these names and nothing else of each other:

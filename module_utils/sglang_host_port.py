@@ -15,10 +15,10 @@ from dataclasses import dataclass
 from typing import Any, Callable, Optional
 
 from ansible.module_utils import sglang_gpus, sglang_probe, sglang_progress
-from ansible.module_utils.sglang_inputs import Prober
+from ansible.module_utils.sglang_input_checks import Prober
 from ansible.module_utils.sglang_launch import Cgroups, Popener, Supervisors
-from ansible.module_utils.sglang_unit import CallerWatch, Systemctl, systemd_here
-from ansible.module_utils.sglang_watch import ProcView, http_status
+from ansible.module_utils.sglang_unit_facts import CallerWatch, Systemctl, systemd_here
+from ansible.module_utils.sglang_verdict import ProcView, http_status
 
 
 def _sleep(seconds):

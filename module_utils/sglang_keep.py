@@ -13,10 +13,10 @@ from __future__ import annotations
 
 from ansible.module_utils import sglang_proc, sglang_progress
 from ansible.module_utils.sglang_host_port import ask_health
-from ansible.module_utils.sglang_inputs import WaitError
+from ansible.module_utils.sglang_input_checks import WaitError
 from ansible.module_utils.sglang_launch import Supervision
 from ansible.module_utils.sglang_reports import findings
-from ansible.module_utils.sglang_status_client import (
+from ansible.module_utils.sglang_status_file import (
     StatusWait, Verdicts, progress_of, read_status, record_load,
 )
 

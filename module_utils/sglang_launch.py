@@ -22,16 +22,16 @@ import sys
 
 from ansible.module_utils import (
     sglang_contract, sglang_log, sglang_probe, sglang_proc, sglang_program, sglang_progress, sglang_redact,
-    sglang_watch, sglang_watcher,
+    sglang_verdict, sglang_supervisor,
 )
-from ansible.module_utils.sglang_unit import supervisor_dir, unit_name
-from ansible.module_utils.sglang_inputs import WaitError
-from ansible.module_utils import sglang_settings, sglang_unit_check
+from ansible.module_utils.sglang_unit_facts import supervisor_dir, unit_name
+from ansible.module_utils.sglang_input_checks import WaitError
+from ansible.module_utils import sglang_settings, sglang_unit_guard
 from ansible.module_utils.sglang_reports import findings
-from ansible.module_utils.sglang_status_client import StatusWait
+from ansible.module_utils.sglang_status_file import StatusWait
 
 # The supervisor program's files this module ships (sglang_program.SUPERVISOR): what an installed one is compared with.
-SUPERVISOR_MODULES = (sglang_watcher, sglang_contract, sglang_watch, sglang_log, sglang_proc, sglang_redact,
+SUPERVISOR_MODULES = (sglang_supervisor, sglang_contract, sglang_verdict, sglang_log, sglang_proc, sglang_redact,
                       sglang_progress, sglang_probe)
 INSTALLER = "the role sglang_server (tasks/program.yml)"
 
@@ -195,12 +195,12 @@ class Supervision(object):
         unit is the role's (check_unit made sure it is there, ours and loaded); the module writes, reloads and
         enables none. Returns the report, the verdict's included."""
         # (another deployment may have taken the name since check_unit)
-        sglang_unit_check.check_unit_still_ours(self.s.p, self.s.run_dir, "start")
+        sglang_unit_guard.check_unit_still_ours(self.s.p, self.s.run_dir, "start")
         self.installed_program()
         token = self.supervisor_config(parts, fp)
         unit = unit_name(self.s.p["name"])
         self.host.systemctl("reset-failed", unit)  # a unit that hit its start limit refuses a start until reset
-        sglang_unit_check.must(self.host.systemctl, "start", "--no-block", unit)
+        sglang_unit_guard.must(self.host.systemctl, "start", "--no-block", unit)
         with findings() as report:
             report.update(changed=True, unit=unit)
             report.update(StatusWait(self.s, self.host).wait_service(token, attached=False))

@@ -16,7 +16,7 @@ import stat
 import time
 
 from ansible.module_utils import sglang_proc
-from ansible.module_utils.sglang_inputs import WaitError
+from ansible.module_utils.sglang_input_checks import WaitError
 
 
 class RunLock(object):

@@ -16,7 +16,7 @@ from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
 from ansible.module_utils import sglang_proc
-from ansible.module_utils.sglang_inputs import WaitError
+from ansible.module_utils.sglang_input_checks import WaitError
 from ansible.module_utils.sglang_paths import file_sha256
 
 

@@ -4,7 +4,7 @@
 """Health that never harms the server: one health request per server at a time, never abandoned inside SGLang's own
 window, and, while it serves, the questions that cost it nothing (is it busy or stuck?).
 
-Standard library only. Used by the supervisor program (``sglang_watcher``, installed with this file: sglang_program)
+Standard library only. Used by the supervisor program (``sglang_supervisor``, installed with this file: sglang_program)
 and by ``wait_for_model`` (its attach, its ``state: watched`` requests): both go through the same gate.
 
 SGLang 0.5.23's ``/health`` and ``/health_generate`` send a real one-token request and wait up to
@@ -232,7 +232,7 @@ def gated(ask, gate, clock=time.monotonic):
 
 # ------------------------------------------------------------------------------ what costs the server nothing
 def http_get(url, headers, timeout, limit=1 << 20):
-    """(status, body bytes) of a GET, or None when nothing answered. Plain http.client, as sglang_watch.http_status."""
+    """(status, body bytes) of a GET, or None when nothing answered. Plain http.client, as sglang_verdict.http_status."""
     u = urlparse(url)
     path = (u.path or "/") + ("?" + u.query if u.query else "")
     try:

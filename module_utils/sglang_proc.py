@@ -614,7 +614,7 @@ def recorded_process(state, key):
 def log_writer_of(state):
     """PID of the server's log writer recorded in a trusted run state while it is still the process we started.
 
-    Only run states written by an eagle-deploy older than the supervisor program (``sglang_watcher``, whose
+    Only run states written by an eagle-deploy older than the supervisor program (``sglang_supervisor``, whose
     ``LogCopy`` thread copies the log now) record a ``log_writer``: kept so that a host upgraded with such a server
     still running reports it and stops it cleanly (:func:`stop_tree`). Current versions record none."""
     return recorded_process(state, "log_writer")

@@ -33,9 +33,9 @@ from . import sglang_proc
 PACKAGE = "eagle_deploy"
 LAUNCHER = "__main__.py"
 # The module_utils each program imports (its main module first), as the role's files/ link them.
-SUPERVISOR = ("sglang_watcher", "sglang_contract", "sglang_watch", "sglang_log", "sglang_proc", "sglang_redact",
+SUPERVISOR = ("sglang_supervisor", "sglang_contract", "sglang_verdict", "sglang_log", "sglang_proc", "sglang_redact",
               "sglang_progress", "sglang_probe")
-FETCH = ("sglang_model_fetch", "sglang_model", "sglang_proc")
+FETCH = ("sglang_hub_fetch", "sglang_weights", "sglang_proc")
 SUPERVISOR_DIR = "supervisor"  # wait_for_model's default program_dir: <run_dir>/supervisor
 FETCH_DIR = "fetch-program"  # sglang_model's default program_dir: <state_dir>/fetch-program
 MAX_ENTRIES = 256  # entries of an installed program looked at (it has a dozen)

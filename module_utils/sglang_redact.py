@@ -4,7 +4,7 @@
 """Keep secrets out of the server's log: a streaming redactor between the server's output and its log file.
 
 Standard library only. SGLang logs its ``server_args`` at INFO, ``api_key`` included, and a server's
-output can carry any secret of its environment. The supervisor (``sglang_watcher``, both launchers) therefore
+output can carry any secret of its environment. The supervisor (``sglang_supervisor``, both launchers) therefore
 gives the server a pipe for stdout and stderr, and its ``LogCopy`` thread copies the pipe into the attempt's log
 through :class:`Redactor`, which replaces every secret with ``***`` in every encoded form a log line can show
 (:func:`encoded_forms`).
@@ -192,7 +192,7 @@ class Redactor(object):
 
 def _write_all(fd, data, write):
     """Write all of ``data`` (short writes continued); False when the file refuses it (disk full): that output is
-    lost, never the server's pipe, which keeps being read (``sglang_watcher.LogCopy``)."""
+    lost, never the server's pipe, which keeps being read (``sglang_supervisor.LogCopy``)."""
     view = memoryview(data)
     while view:
         try:

@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """wait_for_model's reports and the result built from them. Each executor of a run (validate, lock, stop, GPU
 release, launch, keep or attach, the verdict, the watch) returns a report: a dict of its findings, under the keys of
-the result's schema (sglang_result.py). :func:`build_result` makes the module's result from the reports, in the
+the result's schema (sglang_result_schema.py). :func:`build_result` makes the module's result from the reports, in the
 order the run made them; nothing else writes a result.
 
 An executor that fails (a WaitError, an OSError) still has findings the failed result reports (how long the lock

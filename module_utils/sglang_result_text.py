@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, eagle-deploy contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""What the operator reads of a ``wait_for_model`` result (``sglang_result``), composed once: the summary line of
+"""What the operator reads of a ``wait_for_model`` result (``sglang_result_schema``), composed once: the summary line of
 what the server did (``summary``) and the message of a failure (``failure_message``: the module's message, the
 crash class, the hint, the deciding line, the log and its tail). The action plugin puts both into the task's result
 (after the steps are merged: the step that stopped the old server is not the last one); the role prints them.
@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import re
 
-# A second guard behind the supervisor's log copy (sglang_watcher.LogCopy), which keeps the secrets out of the log
+# A second guard behind the supervisor's log copy (sglang_supervisor.LogCopy), which keeps the secrets out of the log
 # file: an API key assignment SGLang logs (its server_args) is masked in the lines shown. The role's
 # ``_sglang_server_secret_re`` / ``_sglang_server_secret_repl`` (its smoke test's message) are the same.
 SECRET_ASSIGNMENT = re.compile("((?:api_key|admin_api_key|ssl_keyfile_password)['\"]?\\s*[:=]\\s*)['\"][^'\"]*['\"]")

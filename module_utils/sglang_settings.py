@@ -1,7 +1,7 @@
 # -*- coding: utf-8 -*-
 # Copyright: (c) 2026, eagle-deploy contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
-"""wait_for_model's settings: :func:`validate` checks every option (sglang_inputs' checks, in order) before
+"""wait_for_model's settings: :func:`validate` checks every option (sglang_input_checks' checks, in order) before
 anything is stopped or launched (and before the lock), and returns the run's frozen :class:`Settings`: the
 options, the launcher, the port, the run dir, the service user, the program that runs in the end, where the API
 key lives, our unit's facts. Nothing else resolves them and nothing changes them afterwards. Also what follows from
@@ -20,14 +20,14 @@ from typing import Any, Dict, Optional, Tuple
 from ansible.module_utils import sglang_contract
 from ansible.module_utils import sglang_proc
 from ansible.module_utils import sglang_redact
-from ansible.module_utils import sglang_unit_check
+from ansible.module_utils import sglang_unit_guard
 from ansible.module_utils.sglang_exec import INTERPRETER_RX, PROBE_TIMEOUT
-from ansible.module_utils.sglang_inputs import (
+from ansible.module_utils.sglang_input_checks import (
     WaitError, check_dir_writable, check_environment_names, check_ranges, check_secret_environment_lengths,
     check_secret_lengths, health_port, runnable_program,
 )
 from ansible.module_utils.sglang_reports import findings
-from ansible.module_utils.sglang_unit import unit_name
+from ansible.module_utils.sglang_unit_facts import unit_name
 
 
 @dataclass(frozen=True)
@@ -80,7 +80,7 @@ def validate(params, host, check):
                    user_pw=pwd.getpwuid(os.geteuid()))
         if launcher == "systemd" and not (fresh and p["state"] == "stopped"):
             # check mode and a fresh host too: a unit of our name that is not ours is refused
-            facts, got["unit_before"] = sglang_unit_check.check_unit(p, run_dir, host, check)
+            facts, got["unit_before"] = sglang_unit_guard.check_unit(p, run_dir, host, check)
             got.update(unit=facts["unit"], unit_facts=facts["unit_facts"])
             report.update(facts)
         if fresh and (p["state"] == "stopped" or check):

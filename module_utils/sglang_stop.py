@@ -16,15 +16,15 @@ import os
 from ansible.module_utils import sglang_contract
 from ansible.module_utils import sglang_gpus
 from ansible.module_utils import sglang_proc
-from ansible.module_utils import sglang_unit_check
-from ansible.module_utils.sglang_unit import unit_name
-from ansible.module_utils.sglang_inputs import WaitError
+from ansible.module_utils import sglang_unit_guard
+from ansible.module_utils.sglang_unit_facts import unit_name
+from ansible.module_utils.sglang_input_checks import WaitError
 from ansible.module_utils.sglang_reports import findings
 
 
 def unit_active(s, host):
     """Whether our unit (systemd launcher) is loaded and not inactive: it may run a server with no run state yet."""
-    if s.launcher != "systemd" or not os.path.exists(sglang_unit_check.unit_path(s.p)):
+    if s.launcher != "systemd" or not os.path.exists(sglang_unit_guard.unit_path(s.p)):
         return False
     return host.systemctl.show(unit_name(s.p["name"])).get("ActiveState", "inactive") not in ("inactive", "failed")
 
@@ -35,7 +35,7 @@ def stop_recorded(s, host, state, disable=False):
     report: ``stopped`` (what was stopped, when anything was)."""
     p, run_dir = s.p, s.run_dir
     with findings() as report:
-        if os.path.exists(sglang_unit_check.unit_path(p)) and (state.get("launcher") == "systemd" or s.launcher == "systemd"):
+        if os.path.exists(sglang_unit_guard.unit_path(p)) and (state.get("launcher") == "systemd" or s.launcher == "systemd"):
             report.update(stop_unit(s, host, disable))
             if not state.get("unverified") and state.get("pid") is not None:
                 left = sorted(set(sglang_proc.our_tree(state)) | set(sglang_proc.orphans_of(state)))
@@ -73,7 +73,7 @@ def stop_unit(s, host, disable=False):
     report: ``stopped``."""
     unit = unit_name(s.p["name"])
     args = ("disable", "--now", unit) if disable else ("stop", unit)
-    sglang_unit_check.check_unit_still_ours(s.p, s.run_dir, " ".join(args[:-1]))
+    sglang_unit_guard.check_unit_still_ours(s.p, s.run_dir, " ".join(args[:-1]))
     t0 = host.clock()
     rc, _out, err = host.systemctl(*args)
     if rc != 0:
@@ -89,7 +89,7 @@ def stop_only(s, host, recorded):
     state, ours = recorded.state, recorded.ours
     name = s.p["name"]
     with findings() as report:
-        if s.launcher == "systemd" and os.path.exists(sglang_unit_check.unit_path(s.p)):
+        if s.launcher == "systemd" and os.path.exists(sglang_unit_guard.unit_path(s.p)):
             # The unit goes down (and stays down at boot); systemd stops its whole cgroup.
             show = host.systemctl.show(unit_name(name))
             enabled = show.get("UnitFileState") == "enabled"

@@ -1,7 +1,7 @@
 """The host watcher program with real SGLang on the lent H200 (TEST-ONLY; run by playbook_h200.sh part w, as root).
 
 The device has no systemd as PID 1, so this script plays systemd's part for the watcher: it installs the program
-(module_utils/sglang_watcher.py and the files it imports) into <run_dir>/supervisor as the role sglang_server does,
+(module_utils/sglang_supervisor.py and the files it imports) into <run_dir>/supervisor as the role sglang_server does,
 writes its 0600 config from the server the playbook ran (its argv and environment, read from /proc before that
 server was stopped),
 listens on a NOTIFY_SOCKET and stamps every message, then:

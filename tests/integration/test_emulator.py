@@ -195,7 +195,7 @@ def test_eagle_unpatched_crashes_on_first_client_decode(start, sglang_root):
 
 
 def test_eagle_patched_decodes(start, sglang_root, tmp_path):
-    from ansible.module_utils.early_init import EarlyInitPatcher  # the patch's own code (tests/conftest.py)
+    from ansible.module_utils.early_init_plan import EarlyInitPatcher  # the patch's own code (tests/conftest.py)
     root = tmp_path / "patched" / "sglang"
     (root / "srt" / "speculative").mkdir(parents=True)
     source = (sglang_root / "srt/speculative/eagle_worker_v2.py").read_bytes()

@@ -16,7 +16,7 @@ from urllib.parse import quote
 
 import pytest
 
-from ansible.module_utils import sglang_proc, sglang_watcher
+from ansible.module_utils import sglang_proc, sglang_supervisor
 from ansible.module_utils.sglang_redact import encoded_forms
 
 from ansible_run import EMULATOR, TARGET_PYTHON, free_port, run_module
@@ -174,7 +174,7 @@ def copy(tmp_path):
     path = str(tmp_path / "w.log")
     fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_APPEND, 0o640)
     r, w = os.pipe()
-    thread = sglang_watcher.LogCopy(r, fd, [KEY])
+    thread = sglang_supervisor.LogCopy(r, fd, [KEY])
     thread.start()
     yield thread, w, path
     try:

@@ -356,7 +356,7 @@ def _end(proc, v, name):
     pid = (_status(v, name) or {}).get("pid")
     try:
         with open("/proc/%d/cmdline" % pid, "rb") as fh:
-            if b"sglang_model_fetch.py" in fh.read():
+            if b"sglang_hub_fetch.py" in fh.read():
                 os.kill(pid, signal.SIGKILL)
     except (OSError, TypeError):
         pass

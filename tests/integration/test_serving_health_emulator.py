@@ -1,4 +1,4 @@
-"""Busy is not dead (issue 33), with real processes: the supervisor program (module_utils/sglang_watcher.py) as systemd
+"""Busy is not dead (issue 33), with real processes: the supervisor program (module_utils/sglang_supervisor.py) as systemd
 runs it, the SGLang emulator speaking SGLang 0.5.23's health (a window of SGLANG_HEALTH_CHECK_TIMEOUT s for any
 output, health skipped and kept resident while busy, N resident health requests crash the scheduler as in #35884) as
 its server, and the emulator's long prefill: no output at all for several windows while requests run."""

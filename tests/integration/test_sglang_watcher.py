@@ -1,4 +1,4 @@
-"""The host watcher program (module_utils/sglang_watcher.py) as systemd runs it, with real processes: the SGLang
+"""The host watcher program (module_utils/sglang_supervisor.py) as systemd runs it, with real processes: the SGLang
 emulator as its server, a datagram socket of the test as NOTIFY_SOCKET (what systemd reads), the program installed
 from the module_utils files as wait_for_model installs it (python3 -I, its files side by side)."""
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""Watch.pause on events with real processes (sglang_watch.Waker): the leader's exit, a worker's exit, a log line and
+"""Watch.pause on events with real processes (sglang_verdict.Waker): the leader's exit, a worker's exit, a log line and
 a health answer each end a pause within a few ms instead of at its time; where pidfds are missing the pause is the
 poll interval. And signal_verified / stop_tree signal through pidfds, which never reach a process that is gone.
 
@@ -16,7 +16,7 @@ import time
 
 import pytest
 
-from ansible.module_utils import sglang_proc, sglang_watch
+from ansible.module_utils import sglang_proc, sglang_verdict
 from ansible.module_utils.sglang_log import LogClassifier, LogFollower
 
 SLEEPER = [sys.executable, "-c", "import time; print('up', flush=True); time.sleep(60)"]
@@ -61,8 +61,8 @@ def watch_of(tmp_path, proc, ask=lambda timeout: None, background=False, waker=N
     fd = os.open(path, os.O_RDONLY)
     follower = LogFollower("/proc/self/fd/%d" % fd)
     t0 = time.monotonic()
-    w = sglang_watch.Watch(follower, LogClassifier(clock=lambda: time.monotonic() - t0), t0, t0 + 120,
-                           time.monotonic, proc, proc.pid, sglang_watch.ProcView(), sglang_proc.proc_start_time(proc.pid),
+    w = sglang_verdict.Watch(follower, LogClassifier(clock=lambda: time.monotonic() - t0), t0, t0 + 120,
+                           time.monotonic, proc, proc.pid, sglang_verdict.ProcView(), sglang_proc.proc_start_time(proc.pid),
                            ask, background, dict(SETTINGS, **(settings or {})), waker=waker)
     return w, path, fd
 
@@ -178,7 +178,7 @@ def test_without_pidfds_the_pause_is_the_poll_interval(tmp_path, procs):
         raise OSError(errno.ENOSYS, "Function not implemented")
 
     proc, _ = procs()
-    w, _path, fd = watch_of(tmp_path, proc, waker=sglang_watch.Waker(pidfd_open=no_pidfd))
+    w, _path, fd = watch_of(tmp_path, proc, waker=sglang_verdict.Waker(pidfd_open=no_pidfd))
     try:
         w.look(time.monotonic())
         start, end = timed_pause(w)

@@ -9,7 +9,7 @@ import sys
 import pytest
 
 from ansible.module_utils import basic
-from ansible.module_utils import sglang_proc, sglang_result, sglang_watcher
+from ansible.module_utils import sglang_proc, sglang_result_schema, sglang_supervisor
 from ansible.module_utils.testing import patch_module_args
 
 import wait_for_model as wfm
@@ -31,12 +31,12 @@ def is_wait_for_model(module):
 
 
 def result_problems(module, result, failed):
-    """A wait_for_model result held against its schema (module_utils/sglang_result.py): every test that makes the
+    """A wait_for_model result held against its schema (module_utils/sglang_result_schema.py): every test that makes the
     module exit checks that the module writes only keys of the schema, of the schema's types, where the schema says
     they are present. AssertionError naming the problems."""
     if is_wait_for_model(module):
-        found = sglang_result.problems(result, failed=failed)
-        assert not found, "wait_for_model's result disagrees with module_utils/sglang_result.py: %s" % "; ".join(found)
+        found = sglang_result_schema.problems(result, failed=failed)
+        assert not found, "wait_for_model's result disagrees with module_utils/sglang_result_schema.py: %s" % "; ".join(found)
 
 
 def exit_json(self, **kwargs):
@@ -192,7 +192,7 @@ class NoCgroups(object):
 
 
 class FakeSupervisor(object):
-    """The real supervisor program (``sglang_watcher.Watcher``) run in this process on the world's fake clock: its
+    """The real supervisor program (``sglang_supervisor.Watcher``) run in this process on the world's fake clock: its
     server is the world's fake one, its /proc and HTTP the world's. It takes a step (a look) whenever the clock
     passed the pause it asked for, so the module's wait and the supervisor go on side by side, as two processes
     would. It stops at the verdict (no serving loop), unless ``world.supervisor_serves``: then it serves on, as the
@@ -207,7 +207,7 @@ class FakeSupervisor(object):
         self.terminated = False
         sup = self
 
-        class Watcher(sglang_watcher.Watcher):
+        class Watcher(sglang_supervisor.Watcher):
             def signals(self):
                 pass  # the test process's signals are not the fake's
 

@@ -17,7 +17,7 @@ _spec = importlib.util.spec_from_loader("build_collection", _loader)
 bc = importlib.util.module_from_spec(_spec)
 _loader.exec_module(bc)
 
-OURS = {"sglang_proc", "sglang_contract", "sglang_watch"}
+OURS = {"sglang_proc", "sglang_contract", "sglang_verdict"}
 MU = "ansible_collections.eagle.deploy.plugins.module_utils"
 
 
@@ -51,18 +51,18 @@ def test_imports_inside_try_and_functions_and_the_host_program_fallback_are_hand
            "except ImportError:  # the host watcher program\n"
            "    import sglang_proc\n"
            "def f():\n"
-           "    from ansible.module_utils.sglang_watch import Waker\n"
+           "    from ansible.module_utils.sglang_verdict import Waker\n"
            "    return Waker\n")
     out = bc.rewrite_imports(src, OURS)
     assert "    from %s import sglang_proc\n" % MU in out
     assert "    import sglang_proc\n" in out  # the plain import of the installed program is not ours to touch
-    assert "    from %s.sglang_watch import Waker\n" % MU in out
+    assert "    from %s.sglang_verdict import Waker\n" % MU in out
 
 
 def test_strings_and_comments_that_name_an_import_are_left_alone():
     src = ('"""Used as ``from ansible.module_utils.sglang_proc import x``."""\n'
            "# from ansible.module_utils import sglang_proc\n"
-           "X = 'from ansible.module_utils.sglang_watch import y'\n")
+           "X = 'from ansible.module_utils.sglang_verdict import y'\n")
     assert bc.rewrite_imports(src, OURS) == src
 
 

@@ -3,7 +3,7 @@ wherever it is shown: the healthy-server warning (a crash the server outlived), 
 supervisor's status line (systemd's STATUS=), what a watch reads and says. Without an echo, nothing is flagged."""
 from __future__ import annotations
 
-from ansible.module_utils import sglang_progress, sglang_watch, sglang_watched, sglang_watcher
+from ansible.module_utils import sglang_progress, sglang_verdict, sglang_serving_watch, sglang_supervisor
 from ansible.module_utils.sglang_log import LogClassifier
 
 READY = b"[2026-12-03 09:24:00] The server is fired up and ready to roll!\n"
@@ -28,7 +28,7 @@ def outlived(echo):
 def test_the_healthy_server_warning_flags_a_class_taken_after_a_raw_echo():
     clf = outlived(echo=True)
     clf.dismiss_crash()
-    fields, note = sglang_watch.explain("ready", clf, STATE, 1.0, None, None, True)
+    fields, note = sglang_verdict.explain("ready", clf, STATE, 1.0, None, None, True)
     assert fields["log_crash"]["class_uncertain"] is True
     assert note.startswith("the log shows cuda_oom (class uncertain: its line follows a raw request echo"), note
     assert "cuda_oom (class uncertain" in fields["msg"]
@@ -39,13 +39,13 @@ def test_the_healthy_server_warning_flags_a_class_taken_after_a_raw_echo():
 def test_the_healthy_server_warning_of_a_crash_without_an_echo_is_not_flagged():
     clf = outlived(echo=False)
     clf.dismiss_crash()
-    fields, note = sglang_watch.explain("ready", clf, STATE, 1.0, None, None, True)
+    fields, note = sglang_verdict.explain("ready", clf, STATE, 1.0, None, None, True)
     assert "class_uncertain" not in fields["log_crash"] and "uncertain" not in note
 
 
 def test_a_failure_whose_class_comes_after_a_raw_echo_is_flagged_in_its_lead_and_status_line():
     clf = outlived(echo=True)
-    fields, _ = sglang_watch.explain("exited", clf, STATE, 1.0, 1, None, False, candidates={"leader": object()})
+    fields, _ = sglang_verdict.explain("exited", clf, STATE, 1.0, 1, None, False, candidates={"leader": object()})
     assert fields["class_uncertain"] is True
     assert fields["msg"].startswith("server crashed: cuda_oom (class uncertain"), fields["msg"]
     shown = sglang_progress.class_words({"class": fields["crash_class"], "class_uncertain": fields["class_uncertain"]})
@@ -54,16 +54,16 @@ def test_a_failure_whose_class_comes_after_a_raw_echo_is_flagged_in_its_lead_and
 
 def test_what_a_watch_reads_of_a_set_aside_crash_carries_the_flag_and_its_warning_shows_it():
     clf = outlived(echo=True)
-    view = sglang_watcher.ServingView(None, {}, 10.0)
-    entry = view.entry(clf.crash, sglang_watcher.OUTLIVED, clf)
+    view = sglang_supervisor.ServingView(None, {}, 10.0)
+    entry = view.entry(clf.crash, sglang_supervisor.OUTLIVED, clf)
     assert entry["class_uncertain"] is True
     assert "cuda_oom (class uncertain" in sglang_progress.set_aside_words(entry)
-    plain = view.entry(outlived(echo=False).crash, sglang_watcher.OUTLIVED, outlived(echo=False))
+    plain = view.entry(outlived(echo=False).crash, sglang_supervisor.OUTLIVED, outlived(echo=False))
     assert "class_uncertain" not in plain and "uncertain" not in sglang_progress.set_aside_words(plain)
 
 
 def test_a_watch_that_fails_on_an_uncertain_pending_crash_says_so():
-    watched = sglang_watched.Watched.__new__(sglang_watched.Watched)
+    watched = sglang_serving_watch.Watched.__new__(sglang_serving_watch.Watched)
     captured = {}
     watched.health = type("H", (), {"fails": 3, "last": None})()
     watched.state = {"log_path": "/x.log"}

@@ -23,7 +23,7 @@ MODULE_FILE = os.path.join(sglang_src.REPO, "library", "early_init_patch.py")
 _spec = importlib.util.spec_from_file_location("early_init_patch", MODULE_FILE)
 eip = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(eip)
-from ansible.module_utils import early_init  # noqa: E402 - the patch itself (conftest puts module_utils there)
+from ansible.module_utils import early_init_plan  # noqa: E402 - the patch itself (conftest puts module_utils there)
 
 DEFAULT = {"spec_disable_batch_threshold": "0"}
 
@@ -452,7 +452,7 @@ def test_unparsable_file_is_refused(run, tmp_path):
 def test_patched_result_that_does_not_compile_is_refused(run, tmp_path, monkeypatch):
     path = tmp_path / "eagle_worker_v2.py"
     path.write_bytes(LATE_SOURCE)
-    monkeypatch.setattr(early_init, "render_literal", lambda name, value: "0)")
+    monkeypatch.setattr(early_init_plan, "render_literal", lambda name, value: "0)")
     result = run(path=str(path))
     assert result["failed"] and result["msg"].startswith("attributes:") and "does not compile" in result["msg"]
     assert path.read_bytes() == LATE_SOURCE

@@ -18,7 +18,7 @@ import sglang_src  # noqa: E402 - test helper next to this file, importable once
 sys.path.insert(0, os.path.join(sglang_src.REPO, "tests", "emulator"))
 import sglang_emulator  # noqa: E402 - tests/emulator, importable once it is on sys.path
 from sglang_emulator import cli, logs, replay, scenarios, scheduler  # noqa: E402 - tests/emulator, once on sys.path
-from ansible.module_utils import early_init  # noqa: E402 - conftest puts the project's module_utils there
+from ansible.module_utils import early_init_plan  # noqa: E402 - conftest puts the project's module_utils there
 
 CORPUS = os.path.join(sglang_src.REPO, "tests", "data", "sglang-logs")
 TEMPLATE = os.path.join(sglang_src.REPO, "roles", "sglang_server", "templates", "sglang_server.yaml.j2")
@@ -26,7 +26,7 @@ TEMPLATE = os.path.join(sglang_src.REPO, "roles", "sglang_server", "templates", 
 
 def patched(source_bytes):
     """The real patch's output for the default attribute, as the sglang_patch role applies it."""
-    patcher = early_init.EarlyInitPatcher("eagle_worker_v2.py", "EAGLEWorkerV2", "__init__",
+    patcher = early_init_plan.EarlyInitPatcher("eagle_worker_v2.py", "EAGLEWorkerV2", "__init__",
                                    {"spec_disable_batch_threshold": "0"}, "present")
     return patcher.compute(source_bytes)["new"]
 

@@ -9,7 +9,7 @@ import json
 import pytest
 
 from ansible.module_utils.common.warnings import get_warning_messages
-from ansible.module_utils.sglang_router_workers import normal_url, progress, shown
+from ansible.module_utils.sglang_router_registry import normal_url, progress, shown
 from fleet_harness import FakeClock, FakeRouter, FakeServer, load_module, run
 from module_harness import module_exits  # noqa: F401 - fixture
 

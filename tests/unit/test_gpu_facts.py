@@ -271,7 +271,7 @@ def test_refusing_foreign_users_and_waiting_for_release_are_separate_modes(smi):
     assert "mutually exclusive" in result["msg"]
 
 
-# --- the same facts in sglang_info's look (module_utils/sglang_look.py: look_gpus) -------------------------------------
+# --- the same facts in sglang_info's look (module_utils/sglang_host_look.py: look_gpus) -------------------------------------
 
 def look(spec):
     """sglang_info with only its gpus option (no SGLang anywhere): the look's gpus result."""

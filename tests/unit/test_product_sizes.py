@@ -11,7 +11,7 @@ CLASS_LINES, FUNCTION_LINES = 250, 60
 
 # Still over the bounds; each is to be split by job, then taken off this list.
 TOO_BIG = {
-    "module_utils/sglang_watcher.py:Watcher",
+    "module_utils/sglang_supervisor.py:Watcher",
 }
 
 

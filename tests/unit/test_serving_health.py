@@ -1,4 +1,4 @@
-"""Health that never harms a serving server (issue 33): the supervisor (module_utils/sglang_watcher.py) against a fake
+"""Health that never harms a serving server (issue 33): the supervisor (module_utils/sglang_supervisor.py) against a fake
 SGLang 0.5.23 health handler on the fake clock, and the probe gate (module_utils/sglang_probe.py). No process, no
 sleep: the world's fake server, /proc and HTTP (tests/unit/module_harness.py)."""
 from __future__ import annotations
@@ -270,7 +270,7 @@ def test_the_window_comes_from_the_environment_and_timeouts_and_intervals_outlas
 
 # ------------------------------------------------------------------ state: watched, with the supervisor's word
 def _watch_with(tmp_path, activity, pending=None):
-    from ansible.module_utils import sglang_watched
+    from ansible.module_utils import sglang_serving_watch
     log = tmp_path / "s_r1.log"
     log.write_bytes(b"[2026-12-02 10:00:02] The server is fired up and ready to roll!\n")
     fd = os.open(str(log), os.O_RDONLY)
@@ -288,7 +288,7 @@ def _watch_with(tmp_path, activity, pending=None):
     st = {"attempt": 1, "verdict": "ready", "serving": serving}
     p = {"log_offset": 0, "watch_time": 3.0, "health_interval": 0.25, "health_timeout": 10.0, "unhealthy_after": 3,
          "poll_interval": 0.1, "log_tail_lines": 5, "name": "s", "environment": {}, "secret_environment": {}}
-    w = sglang_watched.Watched(p, {"attempt": 1, "pid": 4000001, "log_path": str(log)}, fd, lambda: st,
+    w = sglang_serving_watch.Watched(p, {"attempt": 1, "pid": 4000001, "log_path": str(log)}, fd, lambda: st,
                                lambda: True, ask, lambda: now[0], lambda dt: now.__setitem__(0, now[0] + dt), False)
     try:
         return w.run(), asked

@@ -1,4 +1,4 @@
-"""sglang_args_check's kept verdict (cache_dir, module_utils/sglang_argcache.py), without a process: the probe that
+"""sglang_args_check's kept verdict (cache_dir, module_utils/sglang_argcheck_cache.py), without a process: the probe that
 imports SGLang is the injected runner (`SGLangArgsChecker(module, runner=...)`), which answers as PROBE_SCRIPT does,
 with what it read; the `ast` method reads the real 0.5.23 / 0.5.17 sources in a fake venv. The real probe (its
 audit hook, sys.modules, the traceback of a failed import) and the real wheel edited under a kept pass are in
@@ -13,7 +13,7 @@ import shutil
 
 import pytest
 
-from ansible.module_utils import basic, sglang_argcache
+from ansible.module_utils import basic, sglang_argcheck_cache
 from ansible.module_utils.testing import patch_module_args
 
 from module_harness import FailJson
@@ -161,7 +161,7 @@ def test_the_entry_holds_what_the_check_read_and_never_the_probes_own_files(chec
     by_id = dict((os.path.join(d, n), v) for d, names in e["files"]["stat"].items() for n, v in names.items())
     # sglang files by content: the probe's imported modules and the sources the ast/config rule read
     for path in (os.path.join(lay.pkg, "__init__.py"), lay.server_args, lay.model_config):
-        assert hashed[path] == sglang_argcache.content(path), path
+        assert hashed[path] == sglang_argcheck_cache.content(path), path
     assert hashed[os.path.join(lay.pkg, "srt", "server_args_config_parser.py")] == "absent"
     assert any(p.startswith(os.path.join(lay.pkg, "srt", "arg_groups", "fields")) for p in hashed)
     # everything else the probe imported or mapped by identity, the directories it searched likewise
@@ -482,7 +482,7 @@ def test_a_probe_that_does_not_say_what_it_read_is_not_kept(check, lay, probe):
 
 
 def test_an_entry_too_big_to_be_read_back_is_not_kept(check, lay, monkeypatch):
-    monkeypatch.setattr(sglang_argcache, "MAX_BYTES", 100)
+    monkeypatch.setattr(sglang_argcheck_cache, "MAX_BYTES", 100)
     result = check()
     assert not result.get("failed")
     assert "not kept: the entry is" in result["warnings"][0]
@@ -504,40 +504,40 @@ def test_two_deployments_keep_their_own_verdicts(check, lay, probe):
 # ---------------------------------------------------------------- the pieces
 def test_identity_and_content(tmp_path, monkeypatch):
     path = tmp_path / "f"
-    assert sglang_argcache.identity(str(path)) == "absent" == sglang_argcache.content(str(path))
-    assert sglang_argcache.identity(str(tmp_path / "f" / "under-a-file")) == "absent"
+    assert sglang_argcheck_cache.identity(str(path)) == "absent" == sglang_argcheck_cache.content(str(path))
+    assert sglang_argcheck_cache.identity(str(tmp_path / "f" / "under-a-file")) == "absent"
     path.write_bytes(b"abc")
-    ident = sglang_argcache.identity(str(path))
-    assert sglang_argcache.content(str(path)) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
+    ident = sglang_argcheck_cache.identity(str(path))
+    assert sglang_argcheck_cache.content(str(path)) == "ba7816bf8f01cfea414140de5dae2223b00361a396177a9cb410ff61f20015ad"
     _touch(str(path))
-    assert sglang_argcache.identity(str(path)) != ident
-    monkeypatch.setattr(sglang_argcache, "HASH_LIMIT", 2)
-    assert sglang_argcache.content(str(path)) == "id:" + sglang_argcache.identity(str(path))
-    assert sglang_argcache.content(str(tmp_path)) == "id:" + sglang_argcache.identity(str(tmp_path))
+    assert sglang_argcheck_cache.identity(str(path)) != ident
+    monkeypatch.setattr(sglang_argcheck_cache, "HASH_LIMIT", 2)
+    assert sglang_argcheck_cache.content(str(path)) == "id:" + sglang_argcheck_cache.identity(str(path))
+    assert sglang_argcheck_cache.content(str(tmp_path)) == "id:" + sglang_argcheck_cache.identity(str(tmp_path))
 
 
 def test_the_environment_part_holds_digests_of_the_variables_that_steer_the_probe_only():
     env = {"CUDA_VISIBLE_DEVICES": "0", "SGLANG_X": "a-value", "PYTHONPATH": "/x", "SSH_CONNECTION": "1 2 3 4",
            "PATH": "/usr/bin", "LANG": "C", "HF_TOKEN": "hf_secret", "SGLANG_API_KEY": "sk-secret"}
-    part = sglang_argcache.environment(env)
+    part = sglang_argcheck_cache.environment(env)
     assert sorted(part) == ["CUDA_VISIBLE_DEVICES", "PATH", "PYTHONPATH", "SGLANG_X"]
     assert "a-value" not in json.dumps(part)
-    assert part["SGLANG_X"] != sglang_argcache.environment(dict(env, SGLANG_X="b-value"))["SGLANG_X"]
+    assert part["SGLANG_X"] != sglang_argcheck_cache.environment(dict(env, SGLANG_X="b-value"))["SGLANG_X"]
 
 
 def test_what_the_kernel_makes_up_is_never_recorded():
     for path in ("/proc", "/proc/", "/proc/self/maps", "/sys/devices", "/dev", "/dev/zero", "relative/path",
                  "/tmp/x.so (deleted)"):
-        assert sglang_argcache.volatile(path), path
+        assert sglang_argcheck_cache.volatile(path), path
     for path in ("/usr/lib/python3.11/argparse.py", "/processes", "/devices/x", "/"):
-        assert not sglang_argcache.volatile(path), path
+        assert not sglang_argcheck_cache.volatile(path), path
 
 
 def test_content_of_a_fifo_or_a_device_is_its_identity_and_never_blocks(tmp_path):
     fifo = tmp_path / "fifo"
     os.mkfifo(str(fifo))
-    assert sglang_argcache.content(str(fifo)) == "id:" + sglang_argcache.identity(str(fifo))
-    assert sglang_argcache.content("/dev/zero") == "id:" + sglang_argcache.identity("/dev/zero")
+    assert sglang_argcheck_cache.content(str(fifo)) == "id:" + sglang_argcheck_cache.identity(str(fifo))
+    assert sglang_argcheck_cache.content("/dev/zero") == "id:" + sglang_argcheck_cache.identity("/dev/zero")
 
 
 def test_the_checker_digest_covers_the_module_and_its_module_utils():

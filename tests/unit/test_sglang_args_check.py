@@ -33,8 +33,8 @@ MODULE_FILE = os.path.join(sglang_src.REPO, "library", "sglang_args_check.py")
 _spec = importlib.util.spec_from_file_location("sglang_args_check", MODULE_FILE)
 sac = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(sac)
-# The checker itself: module_utils/sglang_args.py (also sglang_info's args_check look).
-from ansible.module_utils import sglang_args as sa  # noqa: E402 - conftest puts the project's module_utils there
+# The checker itself: module_utils/sglang_server_args.py (also sglang_info's args_check look).
+from ansible.module_utils import sglang_server_args as sa  # noqa: E402 - conftest puts the project's module_utils there
 
 # What roles/sglang_server renders for the Kimi-K2.5 EAGLE-3 deployment.
 SERVER_ARGS = {

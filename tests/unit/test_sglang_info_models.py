@@ -7,7 +7,7 @@ import grp
 import json
 import os
 
-from ansible.module_utils import sglang_model
+from ansible.module_utils import sglang_weights
 
 from test_sglang_info import make_venv, run_module
 
@@ -21,7 +21,7 @@ def _fetched(tmp_path):
     os.chmod(path, 0o750)
     (path / "config.json").write_bytes(b"{}\n")
     os.chmod(path / "config.json", 0o640)
-    entry = sglang_model.entry_of(os.lstat(path / "config.json"), sglang_model.hash_file(str(path / "config.json")))
+    entry = sglang_weights.entry_of(os.lstat(path / "config.json"), sglang_weights.hash_file(str(path / "config.json")))
     state = tmp_path / "state"
     state.mkdir()
     (state / "m.manifest.json").write_text(json.dumps({
@@ -48,4 +48,4 @@ def test_the_look_says_a_fetched_model_is_in_place_without_a_process(tmp_path, m
 def test_a_models_option_sglang_model_would_refuse_fails_the_look(tmp_path, monkeypatch):
     make_venv(tmp_path / "venv")
     result = run_module(monkeypatch, venv=str(tmp_path / "venv"), models={"models": [{"name": "m"}]})
-    assert result["failed"] and result["msg"].startswith("models: ") and "(the options of sglang_model)" in result["msg"]
+    assert result["failed"] and result["msg"].startswith("models: ") and "(the options of sglang_weights)" in result["msg"]

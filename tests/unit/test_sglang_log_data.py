@@ -204,25 +204,25 @@ _REAL_NCCL = (b"[2026-12-03 09:24:20 TP0] Scheduler hit an exception: Traceback 
 
 
 def test_after_a_raw_echo_the_latest_crash_explains_and_the_class_is_uncertain():
-    from ansible.module_utils import sglang_watch
+    from ansible.module_utils import sglang_verdict
     clf = LogClassifier(clock=lambda: 0.0)
     clf.feed(b"[2026-12-03 09:24:00] The server is fired up and ready to roll!\n" + _FAKE_OOM + _REAL_NCCL)
     clf.finalize()
     assert clf.crash["class"] == "nccl" and "DistBackendError" in clf.crash["exception"]
     assert [c["class"] for c in clf.superseded] == ["cuda_oom"]
     assert clf.crash_after_raw_echo() == 2
-    fields, _ = sglang_watch.explain("exited", clf, {"pid": 1, "log_path": "/x.log"}, 1.0, 1, None, False,
+    fields, _ = sglang_verdict.explain("exited", clf, {"pid": 1, "log_path": "/x.log"}, 1.0, 1, None, False,
                                      candidates={"leader": object()})
     assert fields["crash_class"] == "nccl" and fields["class_uncertain"] is True
     assert "The class is uncertain: a raw request echo (line 2" in fields["hint"] and "1 earlier crash line set aside" in fields["hint"]
 
 
 def test_without_a_raw_echo_the_first_crash_stays_and_the_class_is_certain():
-    from ansible.module_utils import sglang_watch
+    from ansible.module_utils import sglang_verdict
     clf = LogClassifier(clock=lambda: 0.0)
     clf.feed(_FAKE_OOM.split(b"\n", 1)[1] + _REAL_NCCL)  # no echo: both tracebacks are the server's own
     clf.finalize()
     assert clf.crash["class"] == "cuda_oom" and clf.superseded == [] and clf.crash_after_raw_echo() is None
-    fields, _ = sglang_watch.explain("exited", clf, {"pid": 1, "log_path": "/x.log"}, 1.0, 1, None, False,
+    fields, _ = sglang_verdict.explain("exited", clf, {"pid": 1, "log_path": "/x.log"}, 1.0, 1, None, False,
                                      candidates={"leader": object()})
     assert "class_uncertain" not in fields and "uncertain" not in fields["hint"]

@@ -1,4 +1,4 @@
-"""Unit tests for sglang_info's look beyond the install (module_utils/sglang_look.py, and the module's patch, args_check
+"""Unit tests for sglang_info's look beyond the install (module_utils/sglang_host_look.py, and the module's patch, args_check
 and unit options): fake virtualenvs with SGLang's real 0.5.23 option sources, a fake systemctl, no processes."""
 
 from __future__ import annotations
@@ -9,9 +9,9 @@ import sys
 
 import pytest
 
-from ansible.module_utils import basic, early_init, sglang_look
+from ansible.module_utils import basic, early_init_plan, sglang_host_look
 from ansible.module_utils.testing import patch_module_args
-from ansible.module_utils.sglang_unit import unit_name
+from ansible.module_utils.sglang_unit_facts import unit_name
 
 from module_harness import ExitJson, FailJson
 from module_harness import exit_json as _exit_json
@@ -58,7 +58,7 @@ def test_an_unpatched_file_is_not_in_place_and_says_what_the_patch_would_insert(
 
 def test_a_file_the_patch_already_wrote_is_in_place_with_its_sha256(tmp_path, monkeypatch):
     venv, eagle = venv_with(tmp_path)
-    planned = early_init.plan(str(eagle), **PATCH)
+    planned = early_init_plan.plan(str(eagle), **PATCH)
     eagle.write_bytes(planned["new"])
     result = look(monkeypatch, venv, patch=PATCH)
     assert result["patch"]["in_place"] is True and "why" not in result["patch"]
@@ -77,14 +77,14 @@ def test_a_venv_of_an_older_python_is_read_by_this_one(tmp_path, monkeypatch):
     """A controller newer than the venv (ansible-core 2.21 on 3.12, a rehearsal venv of 3.11) still keeps."""
     older = "3.%d" % (sys.version_info[1] - 1)
     venv, eagle = venv_with(tmp_path, python=older)
-    eagle.write_bytes(early_init.plan(str(eagle), **PATCH)["new"])
+    eagle.write_bytes(early_init_plan.plan(str(eagle), **PATCH)["new"])
     assert look(monkeypatch, venv, patch=PATCH)["patch"]["in_place"] is True
 
 
 def test_a_venv_of_a_newer_python_is_left_to_the_patch_module(tmp_path, monkeypatch):
     other = "3.%d" % (sys.version_info[1] + 1)
     venv, eagle = venv_with(tmp_path, python=other)
-    eagle.write_bytes(early_init.plan(str(eagle), **PATCH)["new"])
+    eagle.write_bytes(early_init_plan.plan(str(eagle), **PATCH)["new"])
     result = look(monkeypatch, venv, patch=PATCH)
     assert result["patch"]["in_place"] is False
     assert other in result["patch"]["why"] and HERE in result["patch"]["why"]
@@ -97,7 +97,7 @@ def test_no_eagle_worker_v2_is_not_in_place(tmp_path, monkeypatch):
 
 
 def test_a_damaged_block_is_left_to_the_patch_module_to_refuse(tmp_path, monkeypatch):
-    planned = early_init.plan  # the real patch makes the block; one marker is then removed
+    planned = early_init_plan.plan  # the real patch makes the block; one marker is then removed
     venv, eagle = venv_with(tmp_path)
     text = planned(str(eagle), **PATCH)["new"]
     eagle.write_bytes(b"\n".join(line for line in text.split(b"\n") if b"# END eagle-deploy" not in line))
@@ -178,7 +178,7 @@ def test_a_name_that_is_no_plain_file_name_is_reported_not_followed(argcheck, tm
     _check, info = argcheck
     looked = info(name="../x")["args_check"]
     assert looked["cached"] is False and "may hold only letters" in looked["error"]
-    bad = sglang_look.look_unit({"name": "../x", "run_dir": str(tmp_path), "launcher": "systemd",
+    bad = sglang_host_look.look_unit({"name": "../x", "run_dir": str(tmp_path), "launcher": "systemd",
                                  "unit_dir": str(tmp_path)}, FakeSystemctl(), booted=lambda: (True, None),
                                 euid=lambda: 0, unit_dirs=[str(tmp_path)])
     assert bad["in_place"] is False and "no plain file name" in bad["why"]
@@ -202,11 +202,11 @@ def unit_look(tmp_path, text=None, booted=True, euid=0, launcher="auto", **show)
     run_dir = tmp_path / "run"
     run_dir.mkdir(exist_ok=True)
     path = unit_dir / unit_name("sglang")
-    facts = sglang_look.unit_facts("sglang", str(run_dir), str(unit_dir), sys.executable)
+    facts = sglang_host_look.unit_facts("sglang", str(run_dir), str(unit_dir), sys.executable)
     if text is not None:
         path.write_text(text(facts) if callable(text) else text)
     systemctl = FakeSystemctl(**dict({"FragmentPath": str(path)}, **show))
-    out = sglang_look.look_unit({"name": "sglang", "run_dir": str(run_dir), "launcher": launcher,
+    out = sglang_host_look.look_unit({"name": "sglang", "run_dir": str(run_dir), "launcher": launcher,
                                  "unit_dir": str(unit_dir)}, systemctl, booted=lambda: (booted, "no systemd"),
                                 euid=lambda: euid, unit_dirs=[str(unit_dir)])
     return out, systemctl, str(path)
@@ -256,7 +256,7 @@ def test_no_unit_yet_is_not_in_place(tmp_path):
 
 def test_the_unit_option_goes_through_the_module_with_its_own_systemctl(tmp_path, monkeypatch):
     venv, _ = venv_with(tmp_path)
-    monkeypatch.setattr(sglang_look, "systemd_here", lambda: (False, "no /run/systemd/system"))
+    monkeypatch.setattr(sglang_host_look, "systemd_here", lambda: (False, "no /run/systemd/system"))
     result = look(monkeypatch, venv, unit={"name": "sglang", "run_dir": str(tmp_path), "launcher": "detached"})
     assert result["unit"] == {"launcher": "detached", "in_place": True}
     assert result["_calls"] == []

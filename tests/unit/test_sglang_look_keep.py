@@ -1,4 +1,4 @@
-"""Unit tests for sglang_info's keep look (module_utils/sglang_look.py: look_keep, keep_options): whether
+"""Unit tests for sglang_info's keep look (module_utils/sglang_host_look.py: look_keep, keep_options): whether
 wait_for_model would keep the running server, asked of its own ModelWaiter in check mode, in the fake world of
 module_harness (fake clock, launcher, HTTP and /proc: no process is spawned, nothing sleeps)."""
 
@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from ansible.module_utils import sglang_look, sglang_proc
-from ansible.module_utils.sglang_waiter import ModelWaiter
+from ansible.module_utils import sglang_host_look, sglang_proc
+from ansible.module_utils.sglang_run import ModelWaiter
 
 from module_harness import module_exits, record_self_as_server, serve, stops, world, world_tools  # noqa: F401
 
@@ -52,7 +52,7 @@ def spec_for(world, tmp_path, **extra):
 
 def launched(world, tmp_path, spec, args, api_key=None):
     """Our server started through wait_for_model with the options the look derives for ``spec``: serving, healthy."""
-    opts = sglang_look.keep_options(spec, args)
+    opts = sglang_host_look.keep_options(spec, args)
     secrets = {"api_key": api_key} if api_key else {}
     return serve(world, argv=opts["argv"], fingerprint_files=opts["fingerprint_files"],
                  fingerprint_data=opts["fingerprint_data"], **secrets)
@@ -65,21 +65,21 @@ def ours(monkeypatch):
 
 
 def look(world, spec, args, secrets=None, module=None):
-    return sglang_look.look_keep(module or Module(), spec, dict(secrets or {}), args,
+    return sglang_host_look.look_keep(module or Module(), spec, dict(secrets or {}), args,
                                  waiter=lambda m: ModelWaiter(m, **world_tools(world)))
 
 
 def test_argv_and_the_fingerprint_follow_from_the_argument_check_as_the_role_builds_them():
     spec = {"command": ["/v/bin/python", "-m", "sglang.launch_server"], "config_path": "/etc/sglang/s.yaml",
             "expected_version": "0.5.17"}
-    opts = sglang_look.keep_options(spec, {"config_argv": ["--json-model-override-args", "{}"],
+    opts = sglang_host_look.keep_options(spec, {"config_argv": ["--json-model-override-args", "{}"],
                                            "eagle_worker_v2": EAGLE, "sglang_version": "0.5.23"})
     assert opts["argv"] == ["/v/bin/python", "-m", "sglang.launch_server", "--config", "/etc/sglang/s.yaml",
                             "--json-model-override-args", "{}"]
     assert opts["fingerprint_files"] == ["/etc/sglang/s.yaml", EAGLE]
     assert opts["fingerprint_data"] == {"sglang_version": "0.5.23"} and opts["state"] == "started"
     # No eagle_worker_v2.py found and no version read: the config file alone, the version the role expects.
-    bare = sglang_look.keep_options(spec, {"eagle_worker_v2": None, "sglang_version": None})
+    bare = sglang_host_look.keep_options(spec, {"eagle_worker_v2": None, "sglang_version": None})
     assert bare["fingerprint_files"] == ["/etc/sglang/s.yaml"]
     assert bare["fingerprint_data"] == {"sglang_version": "0.5.17"}
     assert bare["argv"] == ["/v/bin/python", "-m", "sglang.launch_server", "--config", "/etc/sglang/s.yaml"]
@@ -136,7 +136,7 @@ def test_an_installed_supervisor_program_that_is_not_this_trees_is_not_kept(worl
     spec = spec_for(world, tmp_path)
     launched(world, tmp_path, spec, args)
     spawned = len(world.spawned)
-    path = os.path.join(world.program_dir, "eagle_deploy", "sglang_watch.py")
+    path = os.path.join(world.program_dir, "eagle_deploy", "sglang_verdict.py")
     if change == "edited":
         with open(path, "a") as fh:
             fh.write("# an older eagle-deploy's\n")
@@ -145,7 +145,7 @@ def test_an_installed_supervisor_program_that_is_not_this_trees_is_not_kept(worl
     else:
         os.chmod(path, 0o664)
     out = look(world, spec, args)
-    assert out["kept"] is False and "supervisor program" in out["why"] and "sglang_watch.py" in out["why"], out
+    assert out["kept"] is False and "supervisor program" in out["why"] and "sglang_verdict.py" in out["why"], out
     assert len(world.spawned) == spawned and stops == []
 
 
@@ -179,7 +179,7 @@ def test_our_server_without_its_supervisor_program_is_not_kept(world, stops, mod
 def test_a_recorded_pid_that_another_program_now_has_is_a_refusal_not_a_keep(world, stops, module_exits, tmp_path):
     args = args_check(tmp_path)
     spec = spec_for(world, tmp_path)
-    opts = sglang_look.keep_options(spec, args)
+    opts = sglang_host_look.keep_options(spec, args)
     state = record_self_as_server(world, fingerprint="old")
     state["start_time"] = state["start_time"] + 1  # this PID now names another process than the one recorded
     sglang_proc.write_state(world.log_dir, "sglang", state)
@@ -191,7 +191,7 @@ def test_a_recorded_pid_that_another_program_now_has_is_a_refusal_not_a_keep(wor
 def test_without_a_kept_argument_verdict_the_server_is_not_asked(world, module_exits, tmp_path):
     def no_waiter(_module):
         raise AssertionError("asked wait_for_model without knowing argv")
-    out = sglang_look.look_keep(Module(), spec_for(world, tmp_path), {}, {"cached": False}, waiter=no_waiter)
+    out = sglang_host_look.look_keep(Module(), spec_for(world, tmp_path), {}, {"cached": False}, waiter=no_waiter)
     assert out == {"kept": False, "why": "the argument check's verdict is not kept for these inputs"}
 
 
@@ -222,7 +222,7 @@ def test_the_api_key_goes_to_the_health_check_and_is_masked(world, stops, module
     world.http = http
     launched(world, tmp_path, spec, args, api_key=key)
     module = Module()
-    out = sglang_look.look_keep(module, spec, {"api_key": key}, args,
+    out = sglang_host_look.look_keep(module, spec, {"api_key": key}, args,
                                 waiter=lambda m: ModelWaiter(m, **world_tools(world)))
     assert out["kept"] is True, out.get("why")
     assert seen[-1] == "Bearer " + key and key in module.no_log_values

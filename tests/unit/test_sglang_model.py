@@ -1,5 +1,5 @@
-"""Unit tests of the model weights: module_utils/sglang_model.py (the look, the plan, the checks), the fetch program's
-parts that run in-process (module_utils/sglang_model_fetch.py: a seed copy and a Hub fetch with huggingface_hub's
+"""Unit tests of the model weights: module_utils/sglang_weights.py (the look, the plan, the checks), the fetch program's
+parts that run in-process (module_utils/sglang_hub_fetch.py: a seed copy and a Hub fetch with huggingface_hub's
 functions replaced, the status counters on a fake clock), and library/sglang_model.py with a fake host (no lister
 process, no fetch program: the test writes the status files the program would). No process, no sleep."""
 
@@ -15,9 +15,9 @@ import stat
 import pytest
 
 from ansible.module_utils import basic
-from ansible.module_utils import sglang_model, sglang_model_fetch
+from ansible.module_utils import sglang_weights, sglang_hub_fetch
 from ansible.module_utils.common.warnings import get_warning_messages
-from ansible.module_utils.sglang_model import ModelError
+from ansible.module_utils.sglang_weights import ModelError
 from ansible.module_utils.sglang_progress import transfer_line
 from ansible.module_utils.testing import patch_module_args
 
@@ -63,10 +63,10 @@ def params(tmp_path, models, **kw):
     return p
 
 
-# ------------------------------------------------------------------ module_utils/sglang_model.py
+# ------------------------------------------------------------------ module_utils/sglang_weights.py
 def test_model_names_paths_and_sources_are_checked_before_anything():
     ok = {"name": "a", "path": "/data/a", "repo": "org/a", "revision": "main"}
-    sglang_model.check_models([ok])
+    sglang_weights.check_models([ok])
     cases = [
         ([dict(ok, name="a/b")], "use letters"),
         ([ok, dict(ok, path="/data/b")], "given twice"),
@@ -79,46 +79,46 @@ def test_model_names_paths_and_sources_are_checked_before_anything():
     ]
     for models, words in cases:
         with pytest.raises(ModelError, match=words):
-            sglang_model.check_models(models)
+            sglang_weights.check_models(models)
 
 
 def test_modes_and_relative_paths():
-    assert sglang_model.mode_of("0640", "m") == 0o640 and sglang_model.mode_of(0o750, "m") == 0o750
+    assert sglang_weights.mode_of("0640", "m") == 0o640 and sglang_weights.mode_of(0o750, "m") == 0o750
     with pytest.raises(ModelError, match="octal mode"):
-        sglang_model.mode_of("rw-r", "file_mode")
-    assert sglang_model.safe_relpath("a/b.json")
+        sglang_weights.mode_of("rw-r", "file_mode")
+    assert sglang_weights.safe_relpath("a/b.json")
     for bad in ("/etc/passwd", "../x", "a/../b", "", "a//b", ".eagle-fetch/x", "a\\b"):
-        assert not sglang_model.safe_relpath(bad), bad
+        assert not sglang_weights.safe_relpath(bad), bad
 
 
 def test_allow_and_ignore_patterns_filter_as_huggingface_hub_does():
     paths = ["config.json", "model-1.safetensors", "original/consolidated.pth", "original/params.json"]
-    assert sglang_model.selected(paths, ignore=["original/"]) == paths[:2]
-    assert sglang_model.selected(paths, allow=["*.json"]) == ["config.json", "original/params.json"]
+    assert sglang_weights.selected(paths, ignore=["original/"]) == paths[:2]
+    assert sglang_weights.selected(paths, allow=["*.json"]) == ["config.json", "original/params.json"]
 
 
 def test_a_branch_is_resolved_once_and_stays_in_place_until_another_revision_is_asked():
     rec = {"kind": "hub", "repo": "org/a", "revision": "main", "commit": COMMIT, "allow_patterns": [],
            "ignore_patterns": []}
     model = {"name": "a", "path": "/d", "repo": "org/a", "revision": "main"}
-    assert sglang_model.source_matches(rec, model) == (True, None)
-    assert sglang_model.source_matches(rec, dict(model, revision=COMMIT))[0]
-    assert not sglang_model.source_matches(rec, dict(model, revision="b" * 40))[0]
-    assert "repo" in sglang_model.source_matches(rec, dict(model, repo="org/b"))[1]
-    assert "ignore_patterns" in sglang_model.source_matches(rec, dict(model, ignore_patterns=["x"]))[1]
+    assert sglang_weights.source_matches(rec, model) == (True, None)
+    assert sglang_weights.source_matches(rec, dict(model, revision=COMMIT))[0]
+    assert not sglang_weights.source_matches(rec, dict(model, revision="b" * 40))[0]
+    assert "repo" in sglang_weights.source_matches(rec, dict(model, repo="org/b"))[1]
+    assert "ignore_patterns" in sglang_weights.source_matches(rec, dict(model, ignore_patterns=["x"]))[1]
 
 
 def test_a_small_file_is_checked_by_its_git_blob_sha1_and_a_large_one_by_its_sha256(tmp_path):
     root, data, listing = files_of(tmp_path)
     by = dict((f["path"], f) for f in listing)
     for rel in data:
-        assert sglang_model.digest_problem(by[rel], sglang_model.hash_file(str(root / rel))) is None
+        assert sglang_weights.digest_problem(by[rel], sglang_weights.hash_file(str(root / rel))) is None
     (root / "config.json").write_bytes(b'{"a": 2}\n')
-    assert "git blob SHA-1" in sglang_model.digest_problem(by["config.json"], sglang_model.hash_file(
+    assert "git blob SHA-1" in sglang_weights.digest_problem(by["config.json"], sglang_weights.hash_file(
         str(root / "config.json")))
     shard = "model-00001-of-00001.safetensors"
     (root / shard).write_bytes(b"x" * len(data[shard]))
-    assert "SHA-256" in sglang_model.digest_problem(by[shard], sglang_model.hash_file(str(root / shard)))
+    assert "SHA-256" in sglang_weights.digest_problem(by[shard], sglang_weights.hash_file(str(root / shard)))
 
 
 def test_the_disk_check_adds_up_models_on_one_file_system_and_says_the_numbers():
@@ -126,8 +126,8 @@ def test_the_disk_check_adds_up_models_on_one_file_system_and_says_the_numbers()
         f_bavail, f_frsize = 1000, 4096  # 4,096,000 bytes free
 
     needs = [("a", "/tmp/x/a", 2000000), ("b", "/tmp/x/b", 1000000)]
-    assert sglang_model.disk_shortfall(needs, 1000000, statvfs=lambda p: Vfs()) is None
-    msg = sglang_model.disk_shortfall(needs, 1200000, statvfs=lambda p: Vfs())
+    assert sglang_weights.disk_shortfall(needs, 1000000, statvfs=lambda p: Vfs()) is None
+    msg = sglang_weights.disk_shortfall(needs, 1200000, statvfs=lambda p: Vfs())
     assert "not enough disk space for a, b" in msg and "(3000000 bytes)" in msg and "(4096000 bytes)" in msg
     assert "Nothing was fetched or changed" in msg
 
@@ -147,7 +147,7 @@ def _in_place(tmp_path, data):
         (path / rel).parent.mkdir(parents=True, exist_ok=True)
         (path / rel).write_bytes(content)
         os.chmod(path / rel, 0o640)
-        entries[rel] = sglang_model.entry_of(os.lstat(path / rel), sglang_model.hash_file(str(path / rel)))
+        entries[rel] = sglang_weights.entry_of(os.lstat(path / rel), sglang_weights.hash_file(str(path / rel)))
     for d in (path, path / "sub"):
         os.chmod(d, 0o750)
     source = {"kind": "hub", "repo": "org/m", "revision": "main", "commit": COMMIT, "allow_patterns": [],
@@ -161,20 +161,20 @@ def test_the_look_is_in_place_by_lstat_alone_and_names_what_is_not(tmp_path):
     model = _in_place(tmp_path, data)
     own = (0, 0, 0o640, 0o750)
     state = str(tmp_path / "state")
-    assert sglang_model.look_model(model, state, own, "auto")["in_place"]
-    assert "full verification" in sglang_model.look_model(model, state, own, "full")["why"]
-    assert "mode 0640, want 0644" in sglang_model.look_model(model, state, (0, 0, 0o644, 0o750), "auto")["why"]
+    assert sglang_weights.look_model(model, state, own, "auto")["in_place"]
+    assert "full verification" in sglang_weights.look_model(model, state, own, "full")["why"]
+    assert "mode 0640, want 0644" in sglang_weights.look_model(model, state, (0, 0, 0o644, 0o750), "auto")["why"]
     shard = os.path.join(model["path"], "model-00001-of-00001.safetensors")
     os.utime(shard, ns=(1, 1))
-    assert "changed since it was verified" in sglang_model.look_model(model, state, own, "auto")["why"]
+    assert "changed since it was verified" in sglang_weights.look_model(model, state, own, "auto")["why"]
     os.unlink(shard)
-    assert "missing" in sglang_model.look_model(model, state, own, "auto")["why"]
+    assert "missing" in sglang_weights.look_model(model, state, own, "auto")["why"]
     os.chmod(os.path.join(state, "m.manifest.json"), 0o666)
-    assert "not trusted" in sglang_model.look_model(model, state, own, "auto")["why"]
+    assert "not trusted" in sglang_weights.look_model(model, state, own, "auto")["why"]
 
 
 def test_the_look_never_fails_on_a_group_the_play_creates_later(tmp_path):
-    out = sglang_model.look(params(tmp_path, [{"name": "m", "path": "/d/m", "repo": "o/m", "revision": "main"}],
+    out = sglang_weights.look(params(tmp_path, [{"name": "m", "path": "/d/m", "repo": "o/m", "revision": "main"}],
                                    group="no-such-group-here"))
     assert out == {"in_place": False, "models": [{"name": "m", "path": "/d/m", "in_place": False,
                                                   "why": "group 'no-such-group-here' does not exist on this host "
@@ -184,42 +184,42 @@ def test_the_look_never_fails_on_a_group_the_play_creates_later(tmp_path):
 def test_the_plan_keeps_verified_files_verifies_those_of_the_right_size_and_resumes_parts(tmp_path):
     _, data, listing = files_of(tmp_path)
     model = _in_place(tmp_path, data)
-    manifest, _ = sglang_model.read_manifest(str(tmp_path / "state"), "m")
+    manifest, _ = sglang_weights.read_manifest(str(tmp_path / "state"), "m")
     shard = "model-00001-of-00001.safetensors"
     os.unlink(os.path.join(model["path"], shard))
-    part = sglang_model.part_path(model["path"], shard)
+    part = sglang_weights.part_path(model["path"], shard)
     os.makedirs(os.path.dirname(part))
     with open(part, "wb") as fh:
         fh.write(data[shard][:1000])
     with open(os.path.join(model["path"], "config.json"), "ab") as fh:
         fh.write(b"")
     os.utime(os.path.join(model["path"], "config.json"), ns=(5, 5))
-    tasks, need = sglang_model.plan(model, listing, manifest, "auto")
+    tasks, need = sglang_weights.plan(model, listing, manifest, "auto")
     actions = dict((t["path"], (t["action"], t.get("resume_from"))) for t in tasks)
     assert actions == {"config.json": ("verify", None), shard: ("fetch", 1000), "sub/extra.json": ("keep", None)}
     assert need == len(data[shard]) - 1000
     os.symlink("/etc/passwd", os.path.join(model["path"], shard))
     with pytest.raises(ModelError, match="not a regular file"):
-        sglang_model.plan(model, listing, manifest, "auto")
+        sglang_weights.plan(model, listing, manifest, "auto")
 
 
 def test_a_seed_the_service_group_cannot_read_is_named(tmp_path):
     root, data, _ = files_of(tmp_path)
-    assert sglang_model.unreadable(str(root), list(data), 12345) is None  # the umask leaves o+r
+    assert sglang_weights.unreadable(str(root), list(data), 12345) is None  # the umask leaves o+r
     os.chmod(root / "config.json", 0o600)
-    assert str(root / "config.json") in sglang_model.unreadable(str(root), list(data), 12345)
+    assert str(root / "config.json") in sglang_weights.unreadable(str(root), list(data), 12345)
 
 
 def test_a_file_list_with_a_path_outside_the_model_is_refused():
     with pytest.raises(ModelError, match="cannot be written safely"):
-        sglang_model.check_listing("m", [{"path": "../../etc/cron.d/x", "size": 1}])
+        sglang_weights.check_listing("m", [{"path": "../../etc/cron.d/x", "size": 1}])
     with pytest.raises(ModelError, match="twice"):
-        sglang_model.check_listing("m", [{"path": "a", "size": 1}, {"path": "a", "size": 1}])
+        sglang_weights.check_listing("m", [{"path": "a", "size": 1}, {"path": "a", "size": 1}])
 
 
 # ------------------------------------------------------------------ the fetch program, in-process
 def _job(tmp_path, listing, source, model_path, **kw):
-    tasks, _ = sglang_model.plan({"name": "m", "path": model_path}, listing, None, "auto")
+    tasks, _ = sglang_weights.plan({"name": "m", "path": model_path}, listing, None, "auto")
     job = {"job_id": "j1", "name": "m", "path": model_path, "source": source, "record_source": {"kind": source["kind"]},
            "tasks": tasks, "managed": True, "uid": 0, "gid": 0, "file_mode": 0o640, "dir_mode": 0o750,
            "owner": "root", "group": ROOT_GROUP, "parallel": 2, "endpoint": "https://hub.example", "repo": "org/m",
@@ -239,15 +239,15 @@ class Clock(object):
 def _fetch(tmp_path, job, token=None):
     state = str(tmp_path / "state")
     os.makedirs(state, exist_ok=True)
-    status = sglang_model_fetch.Status(state, "m", job, clock=Clock())
-    return sglang_model_fetch.Fetch(state, "m", job, token, status), status
+    status = sglang_hub_fetch.Status(state, "m", job, clock=Clock())
+    return sglang_hub_fetch.Fetch(state, "m", job, token, status), status
 
 
 def test_a_seed_is_copied_resuming_its_part_file_and_every_file_is_verified_and_owned(tmp_path):
     root, data, listing = files_of(tmp_path)
     path = str(tmp_path / "models" / "m")
     shard = "model-00001-of-00001.safetensors"
-    part = sglang_model.part_path(path, shard)
+    part = sglang_weights.part_path(path, shard)
     os.makedirs(os.path.dirname(part))
     with open(part, "wb") as fh:
         fh.write(data[shard][:4096])
@@ -260,8 +260,8 @@ def test_a_seed_is_copied_resuming_its_part_file_and_every_file_is_verified_and_
         assert open(os.path.join(path, rel), "rb").read() == content
         assert (st.st_uid, st.st_gid, stat.S_IMODE(st.st_mode)) == (0, 0, 0o640)
     assert stat.S_IMODE(os.lstat(os.path.join(path, "sub")).st_mode) == 0o750
-    assert not os.path.exists(os.path.join(path, sglang_model.STAGING))
-    manifest, _ = sglang_model.read_manifest(str(tmp_path / "state"), "m")
+    assert not os.path.exists(os.path.join(path, sglang_weights.STAGING))
+    manifest, _ = sglang_weights.read_manifest(str(tmp_path / "state"), "m")
     assert manifest["files"][shard]["sha256"] == hashlib.sha256(data[shard]).hexdigest()
 
 
@@ -270,7 +270,7 @@ def test_a_hub_file_resumes_with_http_get_at_its_part_size_a_wrong_one_is_fetche
     root, data, listing = files_of(tmp_path)
     path = str(tmp_path / "models" / "m")
     shard = "model-00001-of-00001.safetensors"
-    part = sglang_model.part_path(path, shard)
+    part = sglang_weights.part_path(path, shard)
     os.makedirs(os.path.dirname(part))
     with open(part, "wb") as fh:
         fh.write(data[shard][:777])
@@ -316,7 +316,7 @@ def test_the_status_rate_and_eta_come_from_the_last_ten_seconds(tmp_path):
     state = str(tmp_path / "state")
     os.makedirs(state)
     clock = Clock()
-    status = sglang_model_fetch.Status(state, "m", job, clock=clock)
+    status = sglang_hub_fetch.Status(state, "m", job, clock=clock)
     total = status.data["fetch_total"]
     status.write()
     clock.now += 2.0
@@ -333,7 +333,7 @@ def test_hub_errors_are_named_for_the_operator():
     for name, kind in (("GatedRepoError", "gated"), ("RevisionNotFoundError", "revision_not_found"),
                        ("RepositoryNotFoundError", "repo_not_found")):
         exc = type(name, (Exception,), {})("401 Client Error.\n\nsomething")
-        assert sglang_model_fetch.error_kind(exc)[0] == kind
+        assert sglang_hub_fetch.error_kind(exc)[0] == kind
 
 
 # ------------------------------------------------------------------ the module, with a fake host
@@ -363,7 +363,7 @@ def run_module(monkeypatch, p, host, check=False, wall=None):
     if check:
         args["_ansible_check_mode"] = True
     with patch_module_args(args):
-        module = basic.AnsibleModule(argument_spec=sglang_model.ARGUMENT_SPEC, supports_check_mode=True)
+        module = basic.AnsibleModule(argument_spec=sglang_weights.ARGUMENT_SPEC, supports_check_mode=True)
         clock = Clock()
         fetch = mod.ModelFetch(module, host=host, clock=clock, sleep=lambda dt: setattr(clock, "now", clock.now + dt),
                                wall=wall or clock)

@@ -173,7 +173,7 @@ def test_a_program_not_installed_is_refused(tmp_path):
     _refused(str(tmp_path / "empty"), "no __main__.py")
 
 
-@pytest.mark.parametrize("where", ["__main__.py", "eagle_deploy/sglang_watch.py", "eagle_deploy", ""])
+@pytest.mark.parametrize("where", ["__main__.py", "eagle_deploy/sglang_verdict.py", "eagle_deploy", ""])
 @pytest.mark.parametrize("bits", [0o020, 0o002])
 def test_a_program_writable_by_its_group_or_others_is_refused(program, where, bits):
     path = os.path.join(program, where) if where else program
@@ -223,7 +223,7 @@ def test_a_relative_program_dir_is_refused():
 
 
 def test_wait_for_model_refuses_an_untrusted_supervisor_and_starts_nothing(world, module_exits):  # noqa: F811
-    path = os.path.join(world.program_dir, "eagle_deploy", "sglang_watcher.py")
+    path = os.path.join(world.program_dir, "eagle_deploy", "sglang_supervisor.py")
     os.chmod(path, 0o666)
     status, r = run(world)
     assert status == "failed", r
@@ -247,7 +247,7 @@ def test_sglang_model_refuses_an_untrusted_fetch_program(tmp_path, monkeypatch):
     state.mkdir(mode=0o755)
     directory = install_fetch_program(str(state))
     assert mod.fetch_program({"state_dir": str(state), "program_dir": None}) == directory
-    _foreign(monkeypatch, os.path.join(directory, "eagle_deploy", "sglang_model_fetch.py"))
+    _foreign(monkeypatch, os.path.join(directory, "eagle_deploy", "sglang_hub_fetch.py"))
     with pytest.raises(mod.ModelError, match="the model fetch program .*owned by uid.*the role sglang_model"):
         mod.fetch_program({"state_dir": str(state), "program_dir": None})
 

@@ -1,5 +1,5 @@
 """module_utils/sglang_redact.py: the streaming redactor between the server's output and its log file, and the
-supervisor's LogCopy (sglang_watcher) that runs it on the server's pipe.
+supervisor's LogCopy (sglang_supervisor) that runs it on the server's pipe.
 
 The property every test leans on: whatever the chunking of the stream, the redactor's output equals the
 whole-stream reference (every occurrence of every encoded form found in the complete stream, overlapping ones
@@ -15,7 +15,7 @@ from urllib.parse import quote, quote_plus
 import pytest
 
 from ansible.module_utils import sglang_redact as sr
-from ansible.module_utils import sglang_watcher
+from ansible.module_utils import sglang_supervisor
 from ansible.module_utils.sglang_redact import MASK, Redactor, encoded_forms
 
 KEY = "molecule-cpu-secret-4b1e0d"
@@ -236,7 +236,7 @@ def copy_through(data, sizes, log_fd, secrets=(KEY,), echo=True):
     for part in chunks(data, sizes):
         os.write(w, part)  # the test's data fits a pipe's buffer: no write blocks
     os.close(w)
-    copy = sglang_watcher.LogCopy(r, log_fd, list(secrets), echo_fd=ew)
+    copy = sglang_supervisor.LogCopy(r, log_fd, list(secrets), echo_fd=ew)
     copy.run()
     echoed = b""
     if echo:

@@ -8,8 +8,8 @@ import dataclasses
 
 import pytest
 
-from ansible.module_utils import sglang_plan, sglang_result
-from ansible.module_utils.sglang_inputs import WaitError
+from ansible.module_utils import sglang_plan, sglang_result_schema
+from ansible.module_utils.sglang_input_checks import WaitError
 from ansible.module_utils.sglang_reports import REMOVED, build_result, findings, reports_of
 from ansible.module_utils.sglang_settings import Settings
 
@@ -35,7 +35,7 @@ def test_a_restart_s_result_is_built_from_its_reports_in_order():
                       "tree_tracking": "session", "supervisor_pid": 77, "pid": 42,
                       "log_path": "/var/log/sglang/s.1.log", "attempt": 2, "elapsed": 12.5, "phase": "ready",
                       "phases": [], "shards": None, "log_tail": ["ready"]}
-    assert sglang_result.problems(result) == []
+    assert sglang_result_schema.problems(result) == []
     assert reports[0] == {"launcher": "detached"}  # the reports themselves are left as they were
 
 

@@ -1,4 +1,4 @@
-"""Drop-ins that reach our unit (sglang_unit.unit_refusal, vendor_dropins): its own ``.d``, the ``sglang-.service.d``
+"""Drop-ins that reach our unit (sglang_unit_facts.unit_refusal, vendor_dropins): its own ``.d``, the ``sglang-.service.d``
 prefix dir and anything in /etc or /run are refused, naming the file; a distribution's drop-in for every service
 (``service.d`` in /usr/lib/systemd/system, as Fedora ships 10-timeout-abort.conf) is accepted when it sets only keys
 that run no code and change nothing of the server's process, and named in a warning; else refused, naming it.
@@ -10,9 +10,9 @@ import os
 import pytest
 
 import test_wait_for_model_systemd as systemd_tests  # its fake systemctl and launch as the role makes it
-from ansible.module_utils import sglang_proc, sglang_unit
+from ansible.module_utils import sglang_proc, sglang_unit_facts
 from ansible.module_utils.common import warnings as ansible_warnings
-from ansible.module_utils.sglang_unit import UNIT_MARK, unit_refusal
+from ansible.module_utils.sglang_unit_facts import UNIT_MARK, unit_refusal
 from module_harness import module_exits, world  # noqa: F401 - fixtures
 
 UNIT = "sglang-m.service"
@@ -51,10 +51,10 @@ def tree(tmp_path, files):
 
 def refusal(tmp_path, files, dropin_paths=()):
     dirs, ours = tree(tmp_path, files)
-    found = sglang_unit.unit_files_on_disk(UNIT, dirs)
+    found = sglang_unit_facts.unit_files_on_disk(UNIT, dirs)
     show = {"FragmentPath": ours, "LoadState": "loaded", "Transient": "no", "ActiveState": "active",
             "DropInPaths": " ".join(str(tmp_path / p) for p in dropin_paths)}
-    return unit_refusal(UNIT, show, found, ours, DEPLOYMENT, RUN_DIR), sglang_unit.vendor_dropins(UNIT, show, found)
+    return unit_refusal(UNIT, show, found, ours, DEPLOYMENT, RUN_DIR), sglang_unit_facts.vendor_dropins(UNIT, show, found)
 
 
 def test_a_distributions_timeout_abort_drop_in_is_accepted_and_named(tmp_path):
@@ -62,7 +62,7 @@ def test_a_distributions_timeout_abort_drop_in_is_accepted_and_named(tmp_path):
     why, accepted = refusal(tmp_path, {rel: FEDORA}, dropin_paths=[rel])
     assert why is None
     assert accepted == [(str(tmp_path / rel), ["Service.TimeoutStopFailureMode"])]
-    warning = sglang_unit.accepted_words(*accepted[0])
+    warning = sglang_unit_facts.accepted_words(*accepted[0])
     assert str(tmp_path / rel) in warning and "TimeoutStopFailureMode" in warning
 
 
@@ -115,20 +115,20 @@ def test_a_distributions_drop_in_others_can_write_is_refused(tmp_path):
     rel = "usr/lib/systemd/system/service.d/10-timeout-abort.conf"
     dirs, _ours = tree(tmp_path, {rel: FEDORA})
     os.chmod(tmp_path / rel, 0o666)
-    assert sglang_unit.vendor_dropin(UNIT, str(tmp_path / rel)) is None
+    assert sglang_unit_facts.vendor_dropin(UNIT, str(tmp_path / rel)) is None
 
 
 def test_a_distributions_drop_in_that_is_a_link_is_refused(tmp_path):
     rel = "usr/lib/systemd/system/service.d/10-timeout-abort.conf"
     tree(tmp_path, {"usr/lib/systemd/system/service.d/real.txt": FEDORA})
     os.symlink("real.txt", tmp_path / rel)
-    assert sglang_unit.vendor_dropin(UNIT, str(tmp_path / rel)) is None
+    assert sglang_unit_facts.vendor_dropin(UNIT, str(tmp_path / rel)) is None
 
 
 def test_only_the_distributions_unit_dirs_are_vendor_dirs():
-    assert sglang_unit.vendor_dir("/usr/lib/systemd/system") and sglang_unit.vendor_dir("/lib/systemd/system/")
+    assert sglang_unit_facts.vendor_dir("/usr/lib/systemd/system") and sglang_unit_facts.vendor_dir("/lib/systemd/system/")
     for d in ("/etc/systemd/system", "/run/systemd/system", "/usr/local/lib/systemd/system", "/run/systemd/generator"):
-        assert not sglang_unit.vendor_dir(d), d
+        assert not sglang_unit_facts.vendor_dir(d), d
 
 
 def test_wait_for_model_serves_beside_a_distributions_drop_in_and_names_it(world, monkeypatch,  # noqa: F811

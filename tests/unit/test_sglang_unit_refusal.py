@@ -1,11 +1,11 @@
-"""sglang_unit.unit_refusal, the pure check of whether the unit of our name may be this deployment's: tables of what
+"""sglang_unit_facts.unit_refusal, the pure check of whether the unit of our name may be this deployment's: tables of what
 systemd says (systemctl show) and what lies on disk, and the refusal each must give (or none)."""
 from __future__ import annotations
 
 import pytest
 
-from ansible.module_utils import sglang_proc, sglang_unit
-from ansible.module_utils.sglang_unit import OLD_UNIT_MARK, UNIT_MARK, unit_refusal
+from ansible.module_utils import sglang_proc, sglang_unit_facts
+from ansible.module_utils.sglang_unit_facts import OLD_UNIT_MARK, UNIT_MARK, unit_refusal
 
 UNIT = "sglang-m.service"
 OURS = "/etc/systemd/system/" + UNIT
@@ -19,7 +19,7 @@ OTHER_TEXT = "#\n# Ansible managed\n#\n%s x\n# eagle-deploy deployment: m-ba9876
 # What the module wrote before the unit became the role's template: its mark first, then the deployment line ...
 MODULE_TEXT = "%s x\n# eagle-deploy deployment: %s run_dir=%s\n[Unit]\n" % (OLD_UNIT_MARK, DEPLOYMENT, RUN_DIR)
 # ... and before that, no deployment line: the run dir and name of its ExecStart.
-LEGACY_TEXT = '%s x\n[Service]\nExecStart="/usr/bin/python3" "-I" "%s/watcher/sglang_watcher.py" "%s" "m"\n' % (
+LEGACY_TEXT = '%s x\n[Service]\nExecStart="/usr/bin/python3" "-I" "%s/watcher/sglang_supervisor.py" "%s" "m"\n' % (
     OLD_UNIT_MARK, RUN_DIR, RUN_DIR)
 FOREIGN_TEXT = "[Service]\nExecStart=/usr/bin/someone-elses\n"
 LOADED = {"FragmentPath": OURS, "LoadState": "loaded", "Transient": "no", "DropInPaths": "", "ActiveState": "active"}
@@ -93,13 +93,13 @@ def test_refused(show, found, named):
 
 
 def test_legacy_unit_owner_is_read_from_exec_start():
-    assert sglang_unit.unit_owner(LEGACY_TEXT) == (DEPLOYMENT, RUN_DIR)
-    assert sglang_unit.unit_owner(FOREIGN_TEXT) is None
+    assert sglang_unit_facts.unit_owner(LEGACY_TEXT) == (DEPLOYMENT, RUN_DIR)
+    assert sglang_unit_facts.unit_owner(FOREIGN_TEXT) is None
 
 
 @pytest.mark.parametrize("text", [OUR_TEXT, MODULE_TEXT, LEGACY_TEXT], ids=["template", "module", "legacy"])
 def test_the_owner_of_each_kind_of_our_units(text):
-    assert sglang_unit.unit_owner(text) == (DEPLOYMENT, RUN_DIR)
+    assert sglang_unit_facts.unit_owner(text) == (DEPLOYMENT, RUN_DIR)
 
 
 SHOW = {"FragmentPath": OURS, "LoadState": "loaded", "NeedDaemonReload": "no"}
@@ -113,7 +113,7 @@ SHOW = {"FragmentPath": OURS, "LoadState": "loaded", "NeedDaemonReload": "no"}
     (OUR_TEXT, dict(SHOW, NeedDaemonReload=None), None),  # (systemd older than the property: not asked)
 ])
 def test_what_a_launch_needs_of_the_unit(text, show, needle):
-    why = sglang_unit.launch_problem(UNIT, OURS, text, show)
+    why = sglang_unit_facts.launch_problem(UNIT, OURS, text, show)
     if needle is None:
         assert why is None
     else:
@@ -124,11 +124,11 @@ def test_what_a_launch_needs_of_the_unit(text, show, needle):
 def test_the_unit_dirs_cover_every_dir_systemd_reads_units_from():
     for d in ("/etc/systemd/system", "/run/systemd/system", "/run/systemd/transient", "/usr/lib/systemd/system",
               "/lib/systemd/system", "/usr/local/lib/systemd/system"):
-        assert d in sglang_unit.UNIT_DIRS
+        assert d in sglang_unit_facts.UNIT_DIRS
 
 
 def test_drop_in_dirs_of_a_unit_name():
-    assert sglang_unit.dropin_dirs("sglang-a-b.service") == [
+    assert sglang_unit_facts.dropin_dirs("sglang-a-b.service") == [
         "sglang-a-b.service.d", "sglang-a-.service.d", "sglang-.service.d", "service.d"]
 
 
@@ -140,5 +140,5 @@ def test_files_on_disk_finds_units_and_drop_ins_without_following_links(tmp_path
     (a / (UNIT + ".d") / "override.conf").write_text("[Service]\n")
     (a / (UNIT + ".d") / "README").write_text("not a drop-in\n")
     (b / UNIT).symlink_to("/dev/null")
-    found = sglang_unit.unit_files_on_disk(UNIT, [str(a), str(b), str(tmp_path / "absent")])
+    found = sglang_unit_facts.unit_files_on_disk(UNIT, [str(a), str(b), str(tmp_path / "absent")])
     assert found == [(str(a / UNIT), OUR_TEXT), (str(a / (UNIT + ".d") / "override.conf"), None), (str(b / UNIT), None)]

@@ -1,7 +1,7 @@
-"""sglang_watch.ProcView.children on a fake /proc (its raw reads replaced): which children count as alive."""
+"""sglang_verdict.ProcView.children on a fake /proc (its raw reads replaced): which children count as alive."""
 from __future__ import annotations
 
-from ansible.module_utils import sglang_watch
+from ansible.module_utils import sglang_verdict
 
 
 def stat(pid, state, flags=0x400000, start=111):
@@ -11,7 +11,7 @@ def stat(pid, state, flags=0x400000, start=111):
 
 
 def fake_proc(monkeypatch, files):
-    monkeypatch.setattr(sglang_watch, "_read_bytes", lambda path: files.get(path))
+    monkeypatch.setattr(sglang_verdict, "_read_bytes", lambda path: files.get(path))
 
 
 def test_a_child_in_the_kernels_exit_counts_as_dead_before_it_is_a_zombie(monkeypatch):
@@ -20,13 +20,13 @@ def test_a_child_in_the_kernels_exit_counts_as_dead_before_it_is_a_zombie(monkey
     fake_proc(monkeypatch, {
         "/proc/4000/task/4000/children": b"4100 4101 4102 4103",
         "/proc/4100/stat": stat(4100, "S", start=7),
-        "/proc/4101/stat": stat(4101, "R", flags=0x400000 | sglang_watch.PF_EXITING),
-        "/proc/4102/stat": stat(4102, "Z", flags=0x400000 | sglang_watch.PF_EXITING),
+        "/proc/4101/stat": stat(4101, "R", flags=0x400000 | sglang_verdict.PF_EXITING),
+        "/proc/4102/stat": stat(4102, "Z", flags=0x400000 | sglang_verdict.PF_EXITING),
         "/proc/4103/stat": stat(4103, "D", start=9),
     })
-    assert sglang_watch.ProcView().children(4000) == {4100: 7, 4103: 9}
+    assert sglang_verdict.ProcView().children(4000) == {4100: 7, 4103: 9}
 
 
 def test_a_child_gone_between_the_two_reads_is_not_listed(monkeypatch):
     fake_proc(monkeypatch, {"/proc/4000/task/4000/children": b"4100"})
-    assert sglang_watch.ProcView().children(4000) == {}
+    assert sglang_verdict.ProcView().children(4000) == {}

@@ -1,4 +1,4 @@
-"""The start's hang rule (sglang_watch.HealthWatch, not patient) on a fake clock: with a crash line standing, our own
+"""The start's hang rule (sglang_verdict.HealthWatch, not patient) on a fake clock: with a crash line standing, our own
 health request unanswered HANG_BOUND s after the line is evidence, also when the probe gate keeps the next request
 back because the server may still hold the last one."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 from types import SimpleNamespace
 
 from ansible.module_utils.sglang_probe import GATED
-from ansible.module_utils.sglang_watch import HANG_BOUND, HealthWatch, InlineAsk
+from ansible.module_utils.sglang_verdict import HANG_BOUND, HealthWatch, InlineAsk
 
 
 class Clock(object):

@@ -1,4 +1,4 @@
-"""The supervisor program (module_utils/sglang_watcher.py, Watcher) on the fake clock, past its verdict: a serving
+"""The supervisor program (module_utils/sglang_supervisor.py, Watcher) on the fake clock, past its verdict: a serving
 server is watched with the same decide() as the start. No process, no sleep: the world's fake server, /proc and HTTP
 (tests/unit/module_harness.py), the supervisor stepped as the clock moves."""
 from __future__ import annotations
@@ -9,7 +9,7 @@ import sys
 
 import pytest
 
-from ansible.module_utils import sglang_contract, sglang_proc, sglang_watcher
+from ansible.module_utils import sglang_contract, sglang_proc, sglang_supervisor
 from module_harness import Procs, World
 
 SPAWN_WORKER = ["/usr/bin/python3", "-c", "from multiprocessing.spawn import spawn_main; spawn_main(tracker_fd=5)",
@@ -29,7 +29,7 @@ def configure(world, **settings):
     sglang_proc.write_files(world.log_dir, (("sglang.watcher.json", json.dumps(cfg)),), mode=0o600)
 
 
-class Quiet(sglang_watcher.Watcher):
+class Quiet(sglang_supervisor.Watcher):
     def signals(self):
         pass
 

@@ -1,4 +1,4 @@
-"""Watch.pause on events (sglang_watch.Waker): how long a pause may last and what it watches, on a fake clock with an
+"""Watch.pause on events (sglang_verdict.Waker): how long a pause may last and what it watches, on a fake clock with an
 injected waker that records instead of blocking; and the Waker's own bookkeeping on descriptors that are already
 ready (a wait of 0 s: nothing blocks). Real processes, real exits and real timings: tests/integration/test_wait_events.py.
 """
@@ -9,7 +9,7 @@ import os
 
 import pytest
 
-from ansible.module_utils import sglang_proc, sglang_watch
+from ansible.module_utils import sglang_proc, sglang_verdict
 from ansible.module_utils.sglang_log import LogClassifier
 
 T0 = 1000.0
@@ -98,7 +98,7 @@ def make_watch(tmp_path, clock, waker, health=lambda timeout: None, deadline=600
         return health(timeout)
 
     procs = Procs()
-    w = sglang_watch.Watch(Follower(path), LogClassifier(clock=lambda: clock() - T0), T0, T0 + deadline, clock, handle,
+    w = sglang_verdict.Watch(Follower(path), LogClassifier(clock=lambda: clock() - T0), T0, T0 + deadline, clock, handle,
                            4242, procs, 77, ask, False, dict(SETTINGS, **(settings or {})), watching=watching,
                            waker=waker)
     return w, procs, asked
@@ -110,7 +110,7 @@ def test_with_every_source_watched_a_silent_server_is_looked_at_once_a_second_at
     w, _procs, _ = make_watch(tmp_path, clock, waker, settings={"health_interval": 30})
     w.look(clock())  # sends the first request (answered at once: InlineAsk)
     w.pause(0.1, clock.sleep, True)
-    assert waker.waits == [sglang_watch.EVENT_WAIT] and clock.now == T0 + sglang_watch.EVENT_WAIT
+    assert waker.waits == [sglang_verdict.EVENT_WAIT] and clock.now == T0 + sglang_verdict.EVENT_WAIT
     processes, log_path, behind, health_done = waker.armed[0]
     assert processes == {(4242, 77): None, (4243, 78): None}  # attached leader: verified by its start time
     assert log_path == str(tmp_path / "srv.log") and behind is False and health_done is False
@@ -125,7 +125,7 @@ def test_a_pause_ends_at_the_next_health_request_and_sends_it_without_a_look(tmp
     w.pause(0.1, clock.sleep, True)
     # its time was up at the next request (0.25 s): the pause sent it itself and waited on for the answer
     assert waker.waits[0] == pytest.approx(0.25) and asked == [T0, pytest.approx(T0 + 0.25)]
-    assert waker.waits[1] == pytest.approx(sglang_watch.EVENT_WAIT - 0.25)
+    assert waker.waits[1] == pytest.approx(sglang_verdict.EVENT_WAIT - 0.25)
     assert w.health.sent == pytest.approx(T0 + 0.25)
     w.look(clock())  # the look reads that answer
     assert w.health.sent is None and w.health.polls == 2
@@ -165,7 +165,7 @@ def test_a_watch_past_its_deadline_does_not_spin(tmp_path):
     w.look(clock())
     w.health.sent = clock()  # a request under way (a slow server)
     w.pause(0.1, clock.sleep, True)
-    assert waker.waits == [sglang_watch.EVENT_WAIT]
+    assert waker.waits == [sglang_verdict.EVENT_WAIT]
 
 
 def test_where_a_source_cannot_be_watched_the_pause_is_the_poll_interval(tmp_path):
@@ -191,7 +191,7 @@ def test_events_off_keeps_the_timed_poll(tmp_path):
     clock = Clock()
     path = str(tmp_path / "srv.log")
     open(path, "wb").close()
-    w = sglang_watch.Watch(Follower(path), LogClassifier(), T0, T0 + 60, clock, None, 4242, Procs(), 77,
+    w = sglang_verdict.Watch(Follower(path), LogClassifier(), T0, T0 + 60, clock, None, 4242, Procs(), 77,
                            lambda t: None, False, SETTINGS, events=False)
     slept = []
     w.pause(0.1, slept.append, True)
@@ -267,7 +267,7 @@ def test_close_lets_go_of_the_waker(tmp_path):
 
 # ---------------------------------------------------------------------------- the Waker's bookkeeping (no blocking)
 def test_a_poke_ends_a_wait_and_counts_as_health():
-    waker = sglang_watch.Waker(pidfd_open=lambda pid: (_ for _ in ()).throw(OSError(errno.ENOSYS, "no")))
+    waker = sglang_verdict.Waker(pidfd_open=lambda pid: (_ for _ in ()).throw(OSError(errno.ENOSYS, "no")))
     try:
         assert waker.wait(0) == set()
         waker.poke()
@@ -282,7 +282,7 @@ def test_without_pidfds_the_waker_is_not_complete():
     def no_pidfd(pid):
         raise OSError(errno.ENOSYS, "Function not implemented")
 
-    waker = sglang_watch.Waker(pidfd_open=no_pidfd)
+    waker = sglang_verdict.Waker(pidfd_open=no_pidfd)
     try:
         assert waker.arm({(os.getpid(), None): None}, __file__) is False
     finally:
@@ -290,8 +290,8 @@ def test_without_pidfds_the_waker_is_not_complete():
 
 
 def test_without_inotify_the_waker_is_not_complete(monkeypatch):
-    monkeypatch.setattr(sglang_watch, "_inotify_libc", lambda: None)
-    waker = sglang_watch.Waker(pidfd_open=os.pidfd_open)
+    monkeypatch.setattr(sglang_verdict, "_inotify_libc", lambda: None)
+    waker = sglang_verdict.Waker(pidfd_open=os.pidfd_open)
     try:
         assert waker.ino is None and waker.arm({}, __file__) is False
     finally:
@@ -305,7 +305,7 @@ def test_a_process_gone_before_it_is_watched_ends_the_next_wait_once():
         calls.append(pid)
         raise ProcessLookupError(errno.ESRCH, "No such process")
 
-    waker = sglang_watch.Waker(pidfd_open=gone)
+    waker = sglang_verdict.Waker(pidfd_open=gone)
     try:
         waker.arm({(4000001, 5): None}, __file__)
         assert waker.wait(30) == {"process"}  # at once: the next look sees the exit
@@ -318,7 +318,7 @@ def test_a_process_gone_before_it_is_watched_ends_the_next_wait_once():
 def test_a_process_of_another_start_time_is_not_watched(monkeypatch):
     """The pidfd is opened first and the start time checked after: another process at that PID is no ours."""
     monkeypatch.setattr(sglang_proc, "proc_start_time", lambda pid: 12345)
-    waker = sglang_watch.Waker()
+    waker = sglang_verdict.Waker()
     try:
         waker.arm({(os.getpid(), 777): None}, __file__)
         assert waker.pidfds == {} and waker.wait(0) == {"process"}
@@ -327,7 +327,7 @@ def test_a_process_of_another_start_time_is_not_watched(monkeypatch):
 
 
 def test_a_live_process_is_watched_through_its_pidfd_and_forgotten_when_no_longer_asked_for():
-    waker = sglang_watch.Waker()
+    waker = sglang_verdict.Waker()
     me = (os.getpid(), sglang_proc.proc_start_time(os.getpid()))
     try:
         assert waker.arm({me: None}, __file__) is True
@@ -346,7 +346,7 @@ def test_a_write_to_the_log_ends_the_wait_and_an_older_one_does_not(tmp_path):
     path = str(tmp_path / "srv.log")
     with open(path, "wb") as fh:
         fh.write(b"before\n")
-    waker = sglang_watch.Waker()
+    waker = sglang_verdict.Waker()
     try:
         assert waker.arm({}, path) is True
         with open(path, "ab") as fh:
@@ -369,7 +369,7 @@ def test_a_write_to_the_log_ends_the_wait_and_an_older_one_does_not(tmp_path):
 
 
 def test_a_log_that_does_not_exist_yet_is_the_timed_poll(tmp_path):
-    waker = sglang_watch.Waker()
+    waker = sglang_verdict.Waker()
     try:
         assert waker.arm({}, str(tmp_path / "later.log")) is False
     finally:

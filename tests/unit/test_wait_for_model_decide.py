@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import pytest
 
-from ansible.module_utils.sglang_watch import Candidate, decide
+from ansible.module_utils.sglang_verdict import Candidate, decide
 
 SETTLE = 0.3
 NOW = 100.0

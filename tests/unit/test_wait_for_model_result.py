@@ -1,4 +1,4 @@
-"""wait_for_model's result against its one schema (module_utils/sglang_result.py): the module's RETURN documentation
+"""wait_for_model's result against its one schema (module_utils/sglang_result_schema.py): the module's RETURN documentation
 both ways (names, types, where a key is present), the keys the code writes (an AST scan of every result write of the
 module_utils, the supervisor's report and the action plugin; the module's unit tests check every result they produce,
 tests/unit/module_harness.py), and what the operator reads of a result (module_utils/sglang_result_text.py: the
@@ -12,7 +12,7 @@ import re
 import pytest
 import yaml
 
-from ansible.module_utils import sglang_result, sglang_result_text
+from ansible.module_utils import sglang_result_schema, sglang_result_text
 from ansible.module_utils.basic import AnsibleModule
 
 import module_harness
@@ -26,17 +26,17 @@ plugin_mod = load_plugin("wait_for_model", "eagle_action_wait_for_model_result")
 # action plugin (steps merged, a group's words, the text).
 # The names a result (or a report) goes by there: ``<anything>.result``, these, and a dict literal yielded.
 WRITERS = {
-    "module_utils/sglang_waiter.py": set(),  # the run's own reports: ``yield {...}``
+    "module_utils/sglang_run.py": set(),  # the run's own reports: ``yield {...}``
     "module_utils/sglang_settings.py": {"report"},
     "module_utils/sglang_stop.py": {"report"},
     "module_utils/sglang_launch.py": {"report"},
     "module_utils/sglang_lock.py": {"report"},
     "module_utils/sglang_keep.py": {"report"},
-    "module_utils/sglang_unit_check.py": {"report"},
-    "module_utils/sglang_status_client.py": {"r"},
-    "module_utils/sglang_watched.py": {"r", "report"},
-    "module_utils/sglang_watch.py": {"r"},  # explain(): the supervisor's report
-    "module_utils/sglang_watcher.py": {"fields"},  # the report's exit_status, after_ready
+    "module_utils/sglang_unit_guard.py": {"report"},
+    "module_utils/sglang_status_file.py": {"r"},
+    "module_utils/sglang_serving_watch.py": {"r", "report"},
+    "module_utils/sglang_verdict.py": {"r"},  # explain(): the supervisor's report
+    "module_utils/sglang_supervisor.py": {"fields"},  # the report's exit_status, after_ready
     "module_utils/sglang_result_text.py": {"result"},
     "action_plugins/wait_for_model.py": {"out", "result"},
 }
@@ -53,18 +53,18 @@ def documented(module="wait_for_model"):
 
 
 def schema_keys():
-    return dict((k.name, k) for k in sglang_result.DOCUMENTED)
+    return dict((k.name, k) for k in sglang_result_schema.DOCUMENTED)
 
 
 # ------------------------------------------------------------------ the documentation, both ways
 def test_every_documented_key_is_in_the_schema():
     missing = sorted(set(documented()) - set(schema_keys()))
-    assert not missing, "RETURN documents keys module_utils/sglang_result.py lacks: %s" % missing
+    assert not missing, "RETURN documents keys module_utils/sglang_result_schema.py lacks: %s" % missing
 
 
 def test_every_key_of_the_schema_is_documented():
     missing = sorted(set(schema_keys()) - set(documented()))
-    assert not missing, "module_utils/sglang_result.py has keys RETURN does not document: %s" % missing
+    assert not missing, "module_utils/sglang_result_schema.py has keys RETURN does not document: %s" % missing
 
 
 def test_the_documented_types_are_the_schemas():
@@ -81,14 +81,14 @@ def test_the_keys_only_a_failure_has_are_documented_as_returned_on_failure():
     doc, keys = documented(), schema_keys()
     on_failure = set(name for name, entry in doc.items()
                      if re.match(r"on failure\b", entry["returned"]) or re.search(r"\bfailed\b", entry["returned"]))
-    assert on_failure == set(name for name, k in keys.items() if k.present == sglang_result.FAILURE)
+    assert on_failure == set(name for name, k in keys.items() if k.present == sglang_result_schema.FAILURE)
 
 
 def test_the_common_keys_are_no_documented_ones():
-    assert not set(k.name for k in sglang_result.COMMON) & set(documented())
-    assert all(k.present in (sglang_result.FAILURE, sglang_result.SUCCESS, sglang_result.BOTH) and
-               k.type in sglang_result.PYTHON_TYPES for k in sglang_result.KEYS.values())
-    assert all((k.elements is None) == (k.type != "list") for k in sglang_result.KEYS.values())
+    assert not set(k.name for k in sglang_result_schema.COMMON) & set(documented())
+    assert all(k.present in (sglang_result_schema.FAILURE, sglang_result_schema.SUCCESS, sglang_result_schema.BOTH) and
+               k.type in sglang_result_schema.PYTHON_TYPES for k in sglang_result_schema.KEYS.values())
+    assert all((k.elements is None) == (k.type != "list") for k in sglang_result_schema.KEYS.values())
 
 
 def test_sglang_info_returns_no_key_of_this_result_but_unit_of_its_own():
@@ -130,8 +130,8 @@ def writes(path, names, root=REPO):
 def test_every_key_the_code_writes_into_a_result_is_in_the_schema(path):
     found = writes(path, WRITERS[path])
     assert found, "%s: no result write found: the scan no longer reads this file" % path
-    unknown = ["%s:%d %s" % (path, line, key) for line, key in found if key not in sglang_result.KEYS]
-    assert not unknown, "keys written that module_utils/sglang_result.py lacks: %s" % unknown
+    unknown = ["%s:%d %s" % (path, line, key) for line, key in found if key not in sglang_result_schema.KEYS]
+    assert not unknown, "keys written that module_utils/sglang_result_schema.py lacks: %s" % unknown
 
 
 def test_the_scan_sees_a_write_of_an_unknown_key(tmp_path):
@@ -147,7 +147,7 @@ def test_the_scan_sees_a_write_of_an_unknown_key(tmp_path):
 def test_the_results_of_a_healthy_start_and_a_crash_are_the_schemas(world):  # noqa: F811 - fixture
     world.health = lambda t: 200
     status, r = run(world)
-    assert status == "ok" and sglang_result.problems(r) == []
+    assert status == "ok" and sglang_result_schema.problems(r) == []
     world.children = {4100: 111}
     world.cmdlines = {4100: ["/usr/bin/python3", "-c", "from multiprocessing.spawn import spawn_main"]}
     world.write(3, SCHED_CRASH)
@@ -156,18 +156,18 @@ def test_the_results_of_a_healthy_start_and_a_crash_are_the_schemas(world):  # n
     status, r = run(world, force_restart=True)
     assert status == "failed" and r["crash_class"] == "nccl"
     assert {"exit_status", "after_ready", "evidence", "hint", "deciding_line"} <= set(r)
-    assert sglang_result.problems(r) == []
+    assert sglang_result_schema.problems(r) == []
 
 
 def test_a_result_that_disagrees_is_named():
-    found = sglang_result.problems({"changed": True, "bogus": 1, "pid": "42", "summary": "s", "traceback": [1],
+    found = sglang_result_schema.problems({"changed": True, "bogus": 1, "pid": "42", "summary": "s", "traceback": [1],
                                     "crash_class": "x", "_ansible_no_log": False})
-    assert found == ["bogus: not a key of wait_for_model's result (module_utils/sglang_result.py)",
+    assert found == ["bogus: not a key of wait_for_model's result (module_utils/sglang_result_schema.py)",
                      "crash_class: present in a successful result, but only a failed one has it",
                      "pid: str, not int",
                      "traceback: an element 1 is not str",
                      "traceback: present in a successful result, but only a failed one has it"]
-    assert sglang_result.problems({"failed": True, "summary": "s", "rc": True}) == [
+    assert sglang_result_schema.problems({"failed": True, "summary": "s", "rc": True}) == [
         "rc: bool, not int", "summary: present in a failed result, but only a successful one has it"]
 
 
@@ -181,10 +181,10 @@ def test_the_harness_fails_a_module_test_whose_result_has_a_key_the_schema_lacks
 
 
 def test_the_schema_is_a_typed_dict_too():
-    assert set(sglang_result.WaitForModelResult.__annotations__) == set(sglang_result.KEYS)
+    assert set(sglang_result_schema.WaitForModelResult.__annotations__) == set(sglang_result_schema.KEYS)
 
 
-@pytest.mark.parametrize("name", ["sglang_result", "sglang_result_text"])
+@pytest.mark.parametrize("name", ["sglang_result_schema", "sglang_result_text"])
 def test_the_schema_and_its_text_run_on_the_target(name):
     """Standard library only, Python 3.8 syntax (what a target of ansible-core 2.19 may run)."""
     with open(os.path.join(REPO, "module_utils", name + ".py"), encoding="utf-8") as fh:
@@ -296,7 +296,7 @@ def test_the_text_is_put_in_once_the_steps_are_merged():
     res = action.run(task_vars={"inventory_hostname": "h"})
     assert res["summary"] == ("server emu: restarted (force_restart), pid 4242, old server stopped (PIDs 7) in 1.5 s, "
                               "attempt 4, 12.0 s, log /var/log/x/emu_r4.log")
-    assert "failure_message" not in res and sglang_result.problems(res) == []
+    assert "failure_message" not in res and sglang_result_schema.problems(res) == []
 
     script = [dict(CRASH, log_path=None)]
     action = make_action(plugin_mod, {"name": "emu", "argv": ["serve"], "log_dir": "/var/log/x"},
@@ -306,7 +306,7 @@ def test_the_text_is_put_in_once_the_steps_are_merged():
     res = action.run(task_vars={"inventory_hostname": "h"})
     assert res["failure_message"].startswith(CRASH["msg"] + "\ncrash class: python_exception (AttributeError")
     assert "\nlog: /var/log/x/emu.log\n" in res["failure_message"]  # the result names no log: the task's
-    assert "summary" not in res and sglang_result.problems(res) == []
+    assert "summary" not in res and sglang_result_schema.problems(res) == []
 
 
 def test_a_stop_or_a_watch_gets_no_text():

@@ -22,7 +22,7 @@ from ansible.module_utils import sglang_proc
 import wait_for_model as wfm
 from ansible.module_utils import sglang_launch
 from ansible.module_utils import sglang_plan
-from ansible.module_utils import sglang_watch
+from ansible.module_utils import sglang_verdict
 from ansible.module_utils import sglang_exec
 from module_harness import (  # noqa: F401 - fixtures
     SCHED_CRASH, append, later, module_exits, record_self_as_server, run, serve, stops, world,
@@ -647,8 +647,8 @@ def test_a_log_name_with_a_trailing_newline_is_no_attempt_of_ours(world):
     # The service user owns log_dir and may create any name there: it never counts as an attempt, nor is it pruned.
     planted = os.path.join(world.log_dir, "sglang_r99999.log\n")
     open(planted, "w").close()
-    assert sglang_watch.next_attempt(world.log_dir, "sglang") == 1
-    assert sglang_watch.prune_attempts(world.log_dir, "sglang", 1) == [] and os.path.exists(planted)
+    assert sglang_verdict.next_attempt(world.log_dir, "sglang") == 1
+    assert sglang_verdict.prune_attempts(world.log_dir, "sglang", 1) == [] and os.path.exists(planted)
 
 
 # ------------------------------------------------------------------ the recorded supervisor

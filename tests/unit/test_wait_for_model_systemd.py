@@ -14,7 +14,7 @@ import pytest
 import wait_for_model as wfm
 from ansible.module_utils import sglang_plan
 import role_unit
-from ansible.module_utils import sglang_contract, sglang_proc, sglang_unit, sglang_watcher
+from ansible.module_utils import sglang_contract, sglang_proc, sglang_unit_facts, sglang_supervisor
 from ansible_run import free_port
 from module_harness import module_exits, run, stops, world  # noqa: F401 - fixtures
 
@@ -54,7 +54,7 @@ class FakeSystemd(object):
         if args[0] in self.fail:
             return self.fail[args[0]], "", "Failed to %s: the fake says no" % args[0]
         if args[0] == "show":
-            assert args[1:3] == ("-p", ",".join(sglang_unit.CHECK_PROPS)), args
+            assert args[1:3] == ("-p", ",".join(sglang_unit_facts.CHECK_PROPS)), args
             return 0, self.check_props(args[3]), ""
         if args[0] in ("stop", "disable"):
             self.active = "inactive"
@@ -167,7 +167,7 @@ def test_launch_writes_the_unit_the_program_and_a_private_config_then_waits_for_
                  "RestartPreventExitStatus=78", "TimeoutStopSec=30s", "TimeoutStartSec=180s",
                  "WantedBy=multi-user.target", "NotifyAccess=main"):
         assert line in unit.splitlines(), line
-    assert sglang_unit.unit_owner(unit) is not None and unit.splitlines()[3].startswith(sglang_unit.UNIT_MARK)
+    assert sglang_unit_facts.unit_owner(unit) is not None and unit.splitlines()[3].startswith(sglang_unit_facts.UNIT_MARK)
     assert "sk-unit" not in unit  # the unit file is world-readable: no secret in it
     # The unit runs the supervisor program the role installed (program_dir); the module writes no program.
     assert ('"%s" "-I" "-B" "%s" "%s" "sglang"' % (sys.executable, world.program_dir, world.log_dir)) in unit
@@ -188,7 +188,7 @@ def test_the_serve_health_interval_reaches_the_watchers_settings(world, args, in
     status, r, fake = systemd_run(world, READY, **args)
     assert status == "ok", r
     cfg = json.load(open(os.path.join(world.log_dir, "sglang.watcher.json")))
-    # the watcher program's serve() reads it from there (sglang_watcher.Watcher.serve)
+    # the watcher program's serve() reads it from there (sglang_supervisor.Watcher.serve)
     assert cfg["settings"]["serve_health_interval"] == interval
     assert cfg["settings"]["health_timeout"] == 10.0 and cfg["settings"]["unhealthy_after"] == 3
 
@@ -245,7 +245,7 @@ def test_the_watcher_gets_the_timeout_and_the_backstop_counts_from_the_launch_no
     cfg = json.load(open(os.path.join(world.log_dir, "sglang.watcher.json")))
     assert cfg["timeout"] == 520  # the watcher itself ends the start at the timeout, with the phase it reached
     assert status == "failed" and r["crash_class"] == "timeout"
-    assert world.now - world.t0 <= 520 + sglang_unit.SERVICE_TIMEOUT_MARGIN - 500 + 1.5
+    assert world.now - world.t0 <= 520 + sglang_unit_facts.SERVICE_TIMEOUT_MARGIN - 500 + 1.5
     assert ("stop", "sglang-sglang.service") in fake.calls
 
 
@@ -257,7 +257,7 @@ def test_the_backstop_ends_at_timeout_plus_margin_after_the_launch_not_before(wo
     assert world.t0 == 1000.0  # the launch, as started_at says
     assert status == "failed" and r["crash_class"] == "timeout"
     waited = world.now - world.t0
-    assert 60 + sglang_unit.SERVICE_TIMEOUT_MARGIN - 0.5 <= waited <= 60 + sglang_unit.SERVICE_TIMEOUT_MARGIN + 1.5, waited
+    assert 60 + sglang_unit_facts.SERVICE_TIMEOUT_MARGIN - 0.5 <= waited <= 60 + sglang_unit_facts.SERVICE_TIMEOUT_MARGIN + 1.5, waited
 
 
 def test_a_stop_during_the_load_is_reported_as_stopped_not_as_a_crash(world):  # noqa: F811
@@ -349,7 +349,7 @@ def test_an_attach_never_takes_an_earlier_attempts_verdict(world, stops, module_
     unit_dir = dirs[0]
     fake = FakeSystemd(world, unit_dir, [])
     fake.active = "activating"
-    role_unit.install(sglang_unit.unit_facts("sglang", world.log_dir, unit_dir, sys.executable))  # the role's
+    role_unit.install(sglang_unit_facts.unit_facts("sglang", world.log_dir, unit_dir, sys.executable))  # the role's
     parts = sglang_plan.fingerprint_parts([sys.executable, "-m", "sglang.launch_server", "--config", "/etc/sglang.yaml"],
                                   {}, [], {}, None)
     parts["launcher"] = sglang_plan._h("systemd")
@@ -373,7 +373,7 @@ def _serving_unit(world, active, status):
     fake = FakeSystemd(world, dirs[0], [])
     fake.active = active
     with open(os.path.join(dirs[0], "sglang-sglang.service"), "w") as fh:  # our unit, as the launch wrote it
-        fh.write("%s\n%s\n" % (sglang_unit.UNIT_MARK, sglang_unit.deployment_line("sglang", world.log_dir)))
+        fh.write("%s\n%s\n" % (sglang_unit_facts.UNIT_MARK, sglang_unit_facts.deployment_line("sglang", world.log_dir)))
     state = record_self_as_server(world, log_text="[2026-12-02 10:00:00] The server is fired up and ready to roll!\n",
                                   attempt=2, launcher="systemd")
     st = {"launch": "x", "attempt": 2, "log_path": state["log_path"], "server_pid": state["pid"]}
@@ -434,7 +434,7 @@ def test_a_failure_report_reaches_the_operator_with_its_control_characters_escap
 
 
 def test_the_watchers_journal_lines_escape_control_characters(capsys):
-    w = sglang_watcher.Watcher("/nonexistent", "sglang")
+    w = sglang_supervisor.Watcher("/nonexistent", "sglang")
     w.say("failed: cuda_oom: the server's leader process exited (the log: \x1b[2J\rPLAY RECAP\x07)")
     err = capsys.readouterr().err
     assert err == "sglang-watcher: failed: cuda_oom: the server's leader process exited (the log: \\x1b[2J\\x0dPLAY RECAP\\x07)\n"
@@ -513,11 +513,11 @@ def test_the_watcher_takes_the_key_from_the_servers_config_file(tmp_path):
     path = tmp_path / "c.yaml"
     path.write_text('api-key: "%s"\n' % KEY)
     cfg = {"headers": {}, "secrets": ["hf_unit_token_0123"], "api_key_file": {"path": str(path), "key": "api-key"}}
-    sglang_watcher.Watcher(str(tmp_path), "sglang").take_api_key(cfg)
+    sglang_supervisor.Watcher(str(tmp_path), "sglang").take_api_key(cfg)
     assert cfg["headers"] == {"Authorization": "Bearer %s" % KEY} and cfg["secrets"] == ["hf_unit_token_0123", KEY]
     path.write_text('port: 1\n')
     with pytest.raises(SystemExit, match="has no api-key line"):
-        sglang_watcher.Watcher(str(tmp_path), "sglang").take_api_key(dict(cfg, headers={}))
+        sglang_supervisor.Watcher(str(tmp_path), "sglang").take_api_key(dict(cfg, headers={}))
 
 # ---------------------------------------------------------------------------------------- a unit is one deployment's
 def unit_file(world):
@@ -536,10 +536,10 @@ def test_the_unit_records_its_deployment_in_its_header(world):  # noqa: F811
     text = open(unit_file(world)).read()
     deployment = sglang_proc.deployment_name("sglang", world.log_dir)
     # ansible_managed (as comment lines), the mark, the deployment line: the header before [Unit]
-    assert sglang_unit.unit_header(text) == ["#", "# Ansible managed", "#", sglang_unit.UNIT_MARK + " Changes here are "
+    assert sglang_unit_facts.unit_header(text) == ["#", "# Ansible managed", "#", sglang_unit_facts.UNIT_MARK + " Changes here are "
                                              "replaced on its next run.", "# eagle-deploy deployment: %s run_dir=%s" % (
                                                  deployment, os.path.realpath(world.log_dir))]
-    assert sglang_unit.unit_owner(text) == (deployment, os.path.realpath(world.log_dir))
+    assert sglang_unit_facts.unit_owner(text) == (deployment, os.path.realpath(world.log_dir))
 
 
 @pytest.mark.parametrize("role", [True, False], ids=["role", "module"])
@@ -646,7 +646,7 @@ def test_the_module_alone_refuses_a_launch_without_the_roles_unit(world, stops):
                          ids=["changed on disk", "not loaded"])
 def test_a_unit_that_systemd_has_not_loaded_as_it_is_on_disk_is_not_started(world, props):  # noqa: F811
     dirs = unit_dirs(world)
-    role_unit.install(sglang_unit.unit_facts("sglang", world.log_dir, dirs[0], sys.executable))
+    role_unit.install(sglang_unit_facts.unit_facts("sglang", world.log_dir, dirs[0], sys.executable))
     fake = FakeSystemd(world, dirs[0], READY)
     fake.props = props
     status, r, fake = systemd_run(world, READY, fake=fake, role=False)
@@ -686,10 +686,10 @@ def test_a_stop_acts_only_on_a_unit_file_of_our_deployment(world, stops):  # noq
 def old_module_unit_text(run_dir, deployment_line=True, python=sys.executable, stall_timeout=120):
     """The unit as wait_for_model itself wrote it before the unit became the role's template (its mark on the first
     line, then the deployment line, which still older versions did not write)."""
-    program = os.path.join(run_dir, "watcher", "sglang_watcher.py")
+    program = os.path.join(run_dir, "watcher", "sglang_supervisor.py")
     lines = ["# Written by eagle-deploy (wait_for_model). Changes here are replaced on its next run."]
     if deployment_line:
-        lines.append(sglang_unit.deployment_line("sglang", run_dir))
+        lines.append(sglang_unit_facts.deployment_line("sglang", run_dir))
     lines += ["[Unit]", "Description=SGLang server sglang (eagle-deploy watcher)", "After=network-online.target",
               "Wants=network-online.target", "StartLimitIntervalSec=600", "StartLimitBurst=3", "", "[Service]",
               "Type=notify", "NotifyAccess=main",
@@ -714,13 +714,13 @@ def test_a_unit_the_module_wrote_is_taken_over_by_the_roles_template(world, depl
     dir and name of its ExecStart): the role's check lets it be, the template replaces it, the launch starts it."""
     dirs = unit_dirs(world)
     path = old_module_unit(world.log_dir, dirs[0], deployment_line)
-    assert sglang_unit.unit_owner(open(path).read()) == (sglang_proc.deployment_name("sglang", world.log_dir),
+    assert sglang_unit_facts.unit_owner(open(path).read()) == (sglang_proc.deployment_name("sglang", world.log_dir),
                                                          os.path.realpath(world.log_dir))
     status, r, fake = systemd_run(world, READY)
     assert status == "ok", r
     text = open(path).read()
-    assert sglang_unit.UNIT_MARK in sglang_unit.unit_header(text)[3] and "wait_for_model" not in text
-    assert sglang_unit.unit_owner(text) == (sglang_proc.deployment_name("sglang", world.log_dir),
+    assert sglang_unit_facts.UNIT_MARK in sglang_unit_facts.unit_header(text)[3] and "wait_for_model" not in text
+    assert sglang_unit_facts.unit_owner(text) == (sglang_proc.deployment_name("sglang", world.log_dir),
                                             os.path.realpath(world.log_dir))
     # Below the header the template writes the unit the module wrote (same settings); its ExecStart runs the supervisor
     # program the role installed (program_dir), no longer the copy the module wrote into <run_dir>/watcher.
@@ -763,7 +763,7 @@ def test_the_roles_check_returns_what_the_template_needs_and_writes_nothing(worl
     status, r = run(world, check_mode=True, inject=inject, launcher="auto", unit_dir=dirs[0], prove_launch=True)
     assert status == "ok" and r["launcher"] == "systemd" and r["unit"] == "sglang-sglang.service", r
     facts = r["unit_facts"]
-    assert facts == dict(sglang_unit.unit_facts("sglang", world.log_dir, dirs[0], sys.executable, world.program_dir),
+    assert facts == dict(sglang_unit_facts.unit_facts("sglang", world.log_dir, dirs[0], sys.executable, world.program_dir),
                          exists=False, loaded=False)
     assert facts["path"] == unit_file(world)
     assert facts["deployment_line"] == "# eagle-deploy deployment: %s run_dir=%s" % (
@@ -794,7 +794,7 @@ StartLimitBurst=3
 [Service]
 Type=notify
 NotifyAccess=main
-ExecStart="/usr/bin/python3" "-I" "/srv/run/watcher/sglang_watcher.py" "/srv/run" "m"
+ExecStart="/usr/bin/python3" "-I" "/srv/run/watcher/sglang_supervisor.py" "/srv/run" "m"
 Restart=on-failure
 RestartSec=10
 RestartPreventExitStatus=78
@@ -817,10 +817,10 @@ def facts_for(words, name="m", run_dir="/srv/run"):
 
 
 def test_the_template_renders_the_unit():
-    words = ["/usr/bin/python3", "-I", "/srv/run/watcher/sglang_watcher.py", "/srv/run", "m"]
+    words = ["/usr/bin/python3", "-I", "/srv/run/watcher/sglang_supervisor.py", "/srv/run", "m"]
     text = role_unit.render(facts_for(words), name="m")
     assert text == EXPECTED_UNIT
-    assert sglang_unit.unit_owner(text) == ("m-0123456789ab", "/srv/run")
+    assert sglang_unit_facts.unit_owner(text) == ("m-0123456789ab", "/srv/run")
     assert "RestartPreventExitStatus=%d" % sglang_contract.EXIT_PERMANENT in text.splitlines()
 
 
@@ -830,25 +830,25 @@ def test_the_template_renders_the_unit():
     ("900", "10", "TimeoutStartSec=960s", "TimeoutStopSec=10s"),  # (-e gives strings)
 ])
 def test_the_templates_timeouts_follow_stall_and_stop_timeout(stall, stop, start_line, stop_line):
-    words = ["/usr/bin/python3", "-I", "/srv/run/watcher/sglang_watcher.py", "/srv/run", "m"]
+    words = ["/usr/bin/python3", "-I", "/srv/run/watcher/sglang_supervisor.py", "/srv/run", "m"]
     lines = role_unit.render(facts_for(words), name="m", stall_timeout=stall, stop_timeout=stop).splitlines()
     assert start_line in lines and stop_line in lines
 
 
 def test_the_templates_exec_start_quotes_every_word_for_systemd():
     # Backslashes and quotes escaped, % doubled (a specifier otherwise), spaces kept inside the quotes.
-    words = ['/opt/py thon/bin/python3', "-I", '/srv/r"u%n\\x/watcher/sglang_watcher.py', '/srv/r"u%n\\x', "m"]
+    words = ['/opt/py thon/bin/python3', "-I", '/srv/r"u%n\\x/watcher/sglang_supervisor.py', '/srv/r"u%n\\x', "m"]
     line = next(l for l in role_unit.render(facts_for(words), name="m").splitlines() if l.startswith("ExecStart="))
-    assert line == ('ExecStart="/opt/py thon/bin/python3" "-I" "/srv/r\\"u%%n\\\\x/watcher/sglang_watcher.py" '
+    assert line == ('ExecStart="/opt/py thon/bin/python3" "-I" "/srv/r\\"u%%n\\\\x/watcher/sglang_supervisor.py" '
                     '"/srv/r\\"u%%n\\\\x" "m"')
-    assert sglang_unit.exec_words(line[len("ExecStart="):]) == words
+    assert sglang_unit_facts.exec_words(line[len("ExecStart="):]) == words
 
 
 @pytest.mark.parametrize("managed", ["Ansible managed", "Managed by Ansible: {file} on {host}\nDo not edit"])
 def test_a_unit_from_the_template_is_recognised_as_ours_whatever_ansible_managed_says(managed):
-    words = ["/usr/bin/python3", "-I", "/srv/run/watcher/sglang_watcher.py", "/srv/run", "m"]
+    words = ["/usr/bin/python3", "-I", "/srv/run/watcher/sglang_supervisor.py", "/srv/run", "m"]
     text = role_unit.render(facts_for(words), name="m", managed=managed)
-    assert sglang_unit.unit_owner(text) == ("m-0123456789ab", "/srv/run")
+    assert sglang_unit_facts.unit_owner(text) == ("m-0123456789ab", "/srv/run")
     assert text.split("\n[Unit]\n", 1)[1] == EXPECTED_UNIT.split("\n[Unit]\n", 1)[1]
 
 

@@ -3,8 +3,8 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The look of ``sglang_info`` beyond the install (standard library only): whether the early-init patch is in place,
 the server-argument check's kept verdict, the GPUs and who holds them, and the systemd unit, each computed by the code
-the role's own module would run (:mod:`early_init`, :mod:`sglang_args` with ``cache_only``, :mod:`sglang_gpus`,
-:mod:`sglang_unit`), so that a re-run that changes nothing looks at the host in one call and skips those modules.
+the role's own module would run (:mod:`early_init_plan`, :mod:`sglang_server_args` with ``cache_only``, :mod:`sglang_gpus`,
+:mod:`sglang_unit_facts`), so that a re-run that changes nothing looks at the host in one call and skips those modules.
 
 Every section only reads. What a section cannot tell for sure reports ``in_place: false`` (with ``why``), and the
 role then runs its own module, which decides (and refuses) as it always does.
@@ -16,12 +16,12 @@ import hashlib
 import os
 import sys
 
-from ansible.module_utils.early_init import PatchError, plan
-from ansible.module_utils.sglang_args import SGLangArgsChecker
+from ansible.module_utils.early_init_plan import PatchError, plan
+from ansible.module_utils.sglang_server_args import SGLangArgsChecker
 from ansible.module_utils.sglang_gpus import GpuFacts
 from ansible.module_utils.sglang_proc import safe_name
-from ansible.module_utils.sglang_wait_options import argument_spec
-from ansible.module_utils.sglang_unit import (
+from ansible.module_utils.sglang_module_options import argument_spec
+from ansible.module_utils.sglang_unit_facts import (
     CHECK_PROPS, UNIT_DIRS, enable_problem, parse_show, read_regular, systemd_here, unit_facts, unit_files_on_disk,
     unit_loaded, unit_name, unit_refusal,
 )
@@ -246,9 +246,9 @@ def look_keep(module, spec, secrets, args, waiter=None):
     Never a failure, never a signal, nothing written. ``spec``: the role's keep request (sglang_info's O(keep)), with
     ``secrets`` (its no_log options, by wait_for_model's names), checked against wait_for_model's own options;
     ``args``: this look's argument check, whose kept verdict gives argv."""
-    from ansible.module_utils.sglang_inputs import WaitError
+    from ansible.module_utils.sglang_input_checks import WaitError
     from ansible.module_utils.sglang_progress import operator_text
-    from ansible.module_utils import sglang_waiter
+    from ansible.module_utils import sglang_run
 
     out = {"kept": False}
     if not args.get("cached"):
@@ -258,7 +258,7 @@ def look_keep(module, spec, secrets, args, waiter=None):
     if wrong:
         out["why"] = wrong
         return out
-    w = (waiter or sglang_waiter.ModelWaiter)(_CheckModeModule(module, params))
+    w = (waiter or sglang_run.ModelWaiter)(_CheckModeModule(module, params))
     try:
         result = w.run()
     except (WaitError, OSError) as exc:

@@ -19,15 +19,15 @@ from __future__ import annotations
 from ansible.module_utils import sglang_plan as plan
 from ansible.module_utils import sglang_stop
 from ansible.module_utils.sglang_host_port import make_host
-from ansible.module_utils.sglang_inputs import WaitError
+from ansible.module_utils.sglang_input_checks import WaitError
 from ansible.module_utils.sglang_keep import keep
 from ansible.module_utils.sglang_launch import Supervision
 from ansible.module_utils.sglang_lock import RunLock
 from ansible.module_utils.sglang_reports import build_result, reports_of
 from ansible.module_utils.sglang_settings import prove_it_runs, run_params, validate
-from ansible.module_utils.sglang_status_client import Verdicts, read_status
+from ansible.module_utils.sglang_status_file import Verdicts, read_status
 from ansible.module_utils.sglang_stop import GpuRelease
-from ansible.module_utils.sglang_watched import watch_recorded
+from ansible.module_utils.sglang_serving_watch import watch_recorded
 
 
 def run(params, check, host, runlock):

@@ -3,9 +3,9 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """``wait_for_model state=watched``: a watch of our serving server through its supervisor.
 
-The module watches no server itself: the supervisor (``sglang_watcher.py``) follows the log, the processes and
+The module watches no server itself: the supervisor (``sglang_supervisor.py``) follows the log, the processes and
 health, decides, and keeps what a watch needs in its status file (``status["serving"]``, see
-``sglang_watcher.ServingView``: the crash lines it set aside with their byte offsets, the crash line that stands,
+``sglang_supervisor.ServingView``: the crash lines it set aside with their byte offsets, the crash line that stands,
 health, how far it has read the log). A watch waits ``watch_time`` s on that file and reports:
 
 * the supervisor's failure verdict of the recorded attempt (written before or during the window): failed, with its
@@ -31,11 +31,11 @@ import os
 from ansible.module_utils import sglang_contract, sglang_probe, sglang_progress
 from ansible.module_utils import sglang_settings
 from ansible.module_utils.sglang_host_port import ask_health
-from ansible.module_utils.sglang_inputs import WaitError, open_log
-from ansible.module_utils import sglang_status_client
+from ansible.module_utils.sglang_input_checks import WaitError, open_log
+from ansible.module_utils import sglang_status_file
 from ansible.module_utils.sglang_log import tail_lines
-from ansible.module_utils.sglang_unit import unit_name
-from ansible.module_utils.sglang_watch import EVENT_WAIT, BackgroundAsk, InlineAsk, Waker, start_of_line
+from ansible.module_utils.sglang_unit_facts import unit_name
+from ansible.module_utils.sglang_verdict import EVENT_WAIT, BackgroundAsk, InlineAsk, Waker, start_of_line
 
 ALIVE_EVERY = 1.0  # s between two looks at the supervisor (systemctl show, or its process)
 SLACK = 10.0  # s past the health budget that the supervisor may take to write what it has read
@@ -375,7 +375,7 @@ def watch_recorded(s, host, recorded):
     log_fd = open_log(state["log_path"], p["log_dir"], sglang_settings.reader(s, state))
     try:
         fields, notes = Watched(
-            p, state, log_fd, lambda: sglang_status_client.read_status(s), supervised,
+            p, state, log_fd, lambda: sglang_status_file.read_status(s), supervised,
             lambda timeout: ask_health(p, s.run_dir, host, timeout), host.clock, host.sleep,
             host.background_health, run_dir=s.run_dir if host.real_sleep and host.events else None,
             unit=unit).run()

@@ -15,10 +15,10 @@ import os
 import sys
 
 from ansible.module_utils import sglang_proc
-from ansible.module_utils import sglang_unit
-from ansible.module_utils.sglang_inputs import WaitError
+from ansible.module_utils import sglang_unit_facts
+from ansible.module_utils.sglang_input_checks import WaitError
 from ansible.module_utils.sglang_reports import findings
-from ansible.module_utils.sglang_unit import (
+from ansible.module_utils.sglang_unit_facts import (
     CHECK_PROPS, UNIT_DIRS, enable_problem, launch_problem, parse_show, unit_facts, unit_files_on_disk, unit_loaded,
     unit_name, unit_owner, unit_refusal,
 )
@@ -29,7 +29,7 @@ def unit_path(p):
 
 
 def our_deployment(p, run_dir):
-    """(deployment, run dir's real path): what our unit's second line records (sglang_unit.deployment_line)."""
+    """(deployment, run dir's real path): what our unit's second line records (sglang_unit_facts.deployment_line)."""
     return sglang_proc.deployment_name(p["name"], run_dir), os.path.realpath(run_dir)
 
 
@@ -56,8 +56,8 @@ def check_unit(p, run_dir, host, check):
     why = unit_refusal(unit, show, found, path, *our_deployment(p, run_dir))
     if why:
         raise WaitError(why)
-    for dropin, keys in sglang_unit.vendor_dropins(unit, show, found):
-        host.say(sglang_unit.accepted_words(dropin, keys))
+    for dropin, keys in sglang_unit_facts.vendor_dropins(unit, show, found):
+        host.say(sglang_unit_facts.accepted_words(dropin, keys))
     before = dict(found).get(path)  # our own unit's text (None: there is none)
     with findings() as report:
         facts = unit_facts(p["name"], run_dir, p["unit_dir"], sys.executable, p.get("program_dir"))
@@ -77,7 +77,7 @@ def check_unit_still_ours(p, run_dir, what):
     """Right before systemd acts on our unit (start, stop, disable): its file carries our mark and our deployment.
     Anything else is refused, naming the file."""
     path = unit_path(p)
-    text = sglang_unit.read_regular(path)
+    text = sglang_unit_facts.read_regular(path)
     owner = unit_owner(text) if text is not None else None
     if owner != our_deployment(p, run_dir):
         raise WaitError("%s is not this deployment's unit (%s): refusing to %s it. Choose another name for this "

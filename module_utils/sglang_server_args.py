@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The server-argument check of ``sglang_args_check`` (and of ``sglang_info``'s ``args_check`` look), standard
 library only: where SGLang is, its options (read from its sources, or from its own parser in a probe process), the
-check, and its kept verdict (:mod:`sglang_argcache`).
+check, and its kept verdict (:mod:`sglang_argcheck_cache`).
 
 ``sglang_info`` runs the same checker with ``cache_only``: it reports a kept verdict whose every input is as it is now,
 and checks nothing fresh (no import, no probe), so that a re-run that changes nothing looks at the host in one call.
@@ -24,7 +24,7 @@ import stat
 import sys
 import tempfile
 
-from ansible.module_utils import sglang_argcache, sglang_paths
+from ansible.module_utils import sglang_argcheck_cache, sglang_paths
 from ansible.module_utils.sglang_paths import SITE_DIRS_SCRIPT, locate, venv_of, venv_site_dirs
 from ansible.module_utils.sglang_proc import safe_name
 
@@ -443,7 +443,7 @@ def checker_digest():
     h = hashlib.sha256(sys.version.encode("utf-8"))
     own = (__spec__.name if __spec__ is not None else __name__, globals().get("__loader__"))
     for name, loader in (own, (sglang_paths.__name__, getattr(sglang_paths, "__loader__", None)),
-                         (sglang_argcache.__name__, getattr(sglang_argcache, "__loader__", None))):
+                         (sglang_argcheck_cache.__name__, getattr(sglang_argcheck_cache, "__loader__", None))):
         try:
             source = loader.get_source(name)
         except Exception:  # any loader, any failure: no digest, no cache
@@ -774,7 +774,7 @@ class ParserProbe:
 
 
 class KeptVerdict:
-    """The kept verdict of one :class:`SGLangArgsChecker` (:mod:`sglang_argcache`): its key, what it was computed
+    """The kept verdict of one :class:`SGLangArgsChecker` (:mod:`sglang_argcheck_cache`): its key, what it was computed
     from, looking it up, keeping a pass."""
 
     def __init__(self, checker):
@@ -784,7 +784,7 @@ class KeptVerdict:
         self.module = checker.module
 
     def cache_key(self, found):
-        """Everything of this run that the verdict depends on, but the files it read (sglang_argcache)."""
+        """Everything of this run that the verdict depends on, but the files it read (sglang_argcheck_cache)."""
         p = self.params
         checker = checker_digest()
         if checker is None:
@@ -794,27 +794,27 @@ class KeptVerdict:
         venv = venv_of(python)
         probing = p["method"] != "ast"
         return {
-            "format": sglang_argcache.FORMAT,
+            "format": sglang_argcheck_cache.FORMAT,
             "checker": checker,
-            "python": {"path": python, "real": real, "identity": sglang_argcache.identity(real),
-                       "pyvenv_cfg": sglang_argcache.content(os.path.join(venv, "pyvenv.cfg")) if venv else None},
+            "python": {"path": python, "real": real, "identity": sglang_argcheck_cache.identity(real),
+                       "pyvenv_cfg": sglang_argcheck_cache.content(os.path.join(venv, "pyvenv.cfg")) if venv else None},
             "sglang_version": found["version"],
             "sglang": {"dist_info": found["dist_info"], "package_dir": found["package_dir"]},
             "method": p["method"],
-            "args": sglang_argcache.digest(p["args"] or {}),
-            "extra_args": sglang_argcache.digest(p["extra_args"] or {}),
-            "secret_args": sglang_argcache.digest(p["secret_args"] or []),
+            "args": sglang_argcheck_cache.digest(p["args"] or {}),
+            "extra_args": sglang_argcheck_cache.digest(p["extra_args"] or {}),
+            "secret_args": sglang_argcheck_cache.digest(p["secret_args"] or []),
             "config_refused": p["config_refused"],
             # A digest of the caller's digest of the config file (a no_log value, never in the result).
-            "config_sha256": sglang_argcache.digest((p["config_file"] or {}).get("sha256", "").lower()),
+            "config_sha256": sglang_argcheck_cache.digest((p["config_file"] or {}).get("sha256", "").lower()),
             "sglang_root": p["sglang_root"],
             "allow_missing": p["allow_missing"],
             "timeout": p["timeout"] if probing else None,
-            "environment": sglang_argcache.environment() if probing else {},
+            "environment": sglang_argcheck_cache.environment() if probing else {},
         }
 
     def files_read(self, sglang_root, probe):
-        """What the verdict was computed from (sglang_argcache.record): the sources the ast method and the config
+        """What the verdict was computed from (sglang_argcheck_cache.record): the sources the ast method and the config
         rule read, and what the probe read: the sglang files it ran (content), every other module and mapped file
         (identity), every other file it opened (content), every directory it listed or searched (identity).
         None when the probe ran and said nothing of what it read (then nothing is kept)."""
@@ -823,7 +823,7 @@ class KeptVerdict:
         by_identity = set()
         dirs = {srt, os.path.join(srt, "arg_groups"), os.path.join(srt, "arg_groups", "fields")}
         if probe is None:
-            return sglang_argcache.record(hashed, by_identity, dirs)
+            return sglang_argcheck_cache.record(hashed, by_identity, dirs)
         rec = probe.get("record")
         if not isinstance(rec, dict):
             return None
@@ -832,7 +832,7 @@ class KeptVerdict:
         probe_dir = self.checker.parser.probe_dir
 
         def keep(path):
-            return isinstance(path, str) and path not in skip and not sglang_argcache.volatile(path) and not (
+            return isinstance(path, str) and path not in skip and not sglang_argcheck_cache.volatile(path) and not (
                 probe_dir and path.startswith(probe_dir + os.sep))
 
         def in_sglang(path):
@@ -846,7 +846,7 @@ class KeptVerdict:
                 hashed.add(path)
         by_identity.update(filter(keep, rec.get("mapped") or []))
         dirs.update(filter(keep, rec.get("listed") or []))
-        return sglang_argcache.record(hashed, by_identity, dirs)
+        return sglang_argcheck_cache.record(hashed, by_identity, dirs)
 
     def label(self, sglang_root):
         """A recorded path in a cache_miss: relative to the site-packages of SGLang when it lies there."""
@@ -866,7 +866,7 @@ class KeptVerdict:
             self.result["cache_miss"] = "the checker's own source could not be read: nothing is kept"
         if key is None:
             return None
-        verdict, miss, warning = sglang_argcache.look(cache_dir, self.params["name"], key, self.label(sglang_root))
+        verdict, miss, warning = sglang_argcheck_cache.look(cache_dir, self.params["name"], key, self.label(sglang_root))
         if warning:
             self.module.warn(warning)
         if verdict is None:
@@ -881,7 +881,7 @@ class KeptVerdict:
         if key is None or self.module.check_mode:
             return
         files = self.files_read(sglang_root, probe)
-        why = "the probe did not say what it read" if files is None else sglang_argcache.keep(
+        why = "the probe did not say what it read" if files is None else sglang_argcheck_cache.keep(
             self.params["cache_dir"], self.params["name"], key, files,
             {"method": self.result["method"], "option_count": self.result["option_count"],
              "values_checked": self.result["values_checked"], "import_error": self.result.get("import_error"),

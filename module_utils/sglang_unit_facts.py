@@ -107,7 +107,7 @@ def unit_owner(text):
     writes ``ansible_managed`` as comment lines, the mark, then the deployment line; the module of earlier versions
     wrote its mark (OLD_UNIT_MARK) on the first line and the deployment line on the second. A unit the module wrote
     before the deployment line was added names its run dir and name in ExecStart (``<python> -I
-    <run_dir>/watcher/sglang_watcher.py <run_dir> <name>``): its deployment is read from there."""
+    <run_dir>/watcher/sglang_supervisor.py <run_dir> <name>``): its deployment is read from there."""
     header = unit_header(text)
     if not any(line.startswith(UNIT_MARKS) for line in header):
         return None
@@ -122,7 +122,7 @@ def unit_owner(text):
     for line in text.split("\n"):
         if line.startswith("ExecStart="):
             words = exec_words(line[len("ExecStart="):])
-            if len(words) == 5 and words[1] == "-I" and words[2] == os.path.join(words[3], WATCHER_DIR, "sglang_watcher.py"):
+            if len(words) == 5 and words[1] == "-I" and words[2] == os.path.join(words[3], WATCHER_DIR, "sglang_supervisor.py"):
                 return sglang_proc.deployment_name(words[4], words[3]), os.path.realpath(words[3])
     return None
 

@@ -17,10 +17,10 @@ from ansible.module_utils.sglang_log import tail_lines
 from ansible.module_utils import sglang_contract
 from ansible.module_utils import sglang_proc
 from ansible.module_utils import sglang_progress
-from ansible.module_utils.sglang_unit import SERVICE_TIMEOUT_MARGIN, SHOW_EVERY, unit_name
-from ansible.module_utils.sglang_watch import Waker
-from ansible.module_utils.sglang_inputs import Orphaned, WaitError, open_log
-from ansible.module_utils import sglang_settings, sglang_stop, sglang_unit_check
+from ansible.module_utils.sglang_unit_facts import SERVICE_TIMEOUT_MARGIN, SHOW_EVERY, unit_name
+from ansible.module_utils.sglang_verdict import Waker
+from ansible.module_utils.sglang_input_checks import Orphaned, WaitError, open_log
+from ansible.module_utils import sglang_settings, sglang_stop, sglang_unit_guard
 from ansible.module_utils.sglang_reports import REMOVED, findings
 
 
@@ -270,7 +270,7 @@ class Verdicts(object):
             r["stopped_after_failure"] = {"unit": unit, "how": "the watcher ends the failed tree"}
             return r
         if decided is not None:
-            sglang_unit_check.must(self.host.systemctl, "stop", "--no-block", unit)
+            sglang_unit_guard.must(self.host.systemctl, "stop", "--no-block", unit)
             r["stopped_after_failure"] = {"unit": unit, "how": "systemctl stop --no-block"}
             return r
         stop = sglang_stop.stop_unit(self.s, self.host)

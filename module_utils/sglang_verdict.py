@@ -4,8 +4,8 @@
 """The wait: watchers over one server (its log, leader, children, health, the clock), ``decide()``, and the verdict in
 words (``explain()``).
 
-Standard library only. Used by ``library/wait_for_model.py`` on the target (``from ansible.module_utils.sglang_watch
-import ...``) and by the host watcher program (``sglang_watcher.py``, installed with this file by the role
+Standard library only. Used by ``library/wait_for_model.py`` on the target (``from ansible.module_utils.sglang_verdict
+import ...``) and by the host watcher program (``sglang_supervisor.py``, installed with this file by the role
 sglang_server, sglang_program): one code decides for both launchers.
 
 Text never acts alone (``decide()``): what stops, fails or restarts a server is evidence no client can write (the

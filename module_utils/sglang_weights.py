@@ -3,7 +3,7 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """Model weights on a host: what ``sglang_model`` (and ``sglang_info``'s ``models`` look) decide on, standard library
 only. Shipped to the target with the modules that import it, and installed with the fetch program
-(``sglang_model_fetch.py``; role sglang_model, sglang_program), which imports it relatively, as the modules do.
+(``sglang_hub_fetch.py``; role sglang_model, sglang_program), which imports it relatively, as the modules do.
 
 * :data:`ARGUMENT_SPEC`: ``sglang_model``'s options (``sglang_info`` checks its ``models`` option against it).
 * The **manifest** ``<state_dir>/<name>.manifest.json``: what was verified, per file its size, SHA-256 (and git blob

@@ -2,7 +2,7 @@
 # Copyright: (c) 2026, eagle-deploy contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """The fetch program of ``sglang_model``: lists a Hugging Face repo, and fetches, verifies and puts a model's files in
-place, resumably. Installed by the role sglang_model (``tasks/program.yml``) with :mod:`sglang_model` and
+place, resumably. Installed by the role sglang_model (``tasks/program.yml``) with :mod:`sglang_weights` and
 :mod:`sglang_proc` as the package ``eagle_deploy`` in ``<program_dir>`` (root's; sglang_program), and run as a program
 by ``sglang_model`` (a module imports it only for its helpers, ``hub_env``):
 
@@ -47,9 +47,9 @@ import time
 import traceback
 from urllib.parse import urlsplit
 
-# Relative imports only: the modules import this file as ansible.module_utils.sglang_model_fetch, the installed
-# program as eagle_deploy.sglang_model_fetch (sglang_program), the same files either way.
-from . import sglang_model, sglang_proc
+# Relative imports only: the modules import this file as ansible.module_utils.sglang_hub_fetch, the installed
+# program as eagle_deploy.sglang_hub_fetch (sglang_program), the same files either way.
+from . import sglang_weights, sglang_proc
 
 EXIT_DONE, EXIT_FAILED, EXIT_LOCKED = 0, 1, 3
 ATTEMPTS = 2  # a file whose bytes are wrong is fetched once more from zero
@@ -118,7 +118,7 @@ def list_repo(req):
     except Exception as e:  # every Hub error is answered in words
         kind, msg = error_kind(e)
         return {"error": kind, "msg": msg}
-    keep = set(sglang_model.selected([f["path"] for f in files], req.get("allow_patterns"),
+    keep = set(sglang_weights.selected([f["path"] for f in files], req.get("allow_patterns"),
                                      req.get("ignore_patterns")))
     return {"commit": commit, "files": [f for f in files if f["path"] in keep],
             "hub_version": getattr(huggingface_hub, "__version__", None)}
@@ -168,7 +168,7 @@ class Status(object):
         fetched = self.done_bytes
         for rel, base in list(self.base.items()):
             try:
-                fetched += max(0, os.lstat(sglang_model.part_path(path, rel)).st_size - base)
+                fetched += max(0, os.lstat(sglang_weights.part_path(path, rel)).st_size - base)
             except OSError:
                 pass
         with self.lock:
@@ -203,7 +203,7 @@ class Status(object):
             d["elapsed"] = now - self.started
             d["updated_at"] = now
             text = json.dumps(d, sort_keys=True)
-        sglang_proc.write_files(self.state_dir, [(sglang_model.state_files(self.name)["status"], text)], mode=0o644)
+        sglang_proc.write_files(self.state_dir, [(sglang_weights.state_files(self.name)["status"], text)], mode=0o644)
 
 
 class ModelDir(object):
@@ -211,7 +211,7 @@ class ModelDir(object):
     the record of each file in place, and at the end the manifest."""
 
     def staging(self):
-        return os.path.join(self.path, sglang_model.STAGING)
+        return os.path.join(self.path, sglang_weights.STAGING)
 
     def make_dir(self, path):
         """A directory of the model, made as the role wants it (managed) or as the umask makes it."""
@@ -234,14 +234,14 @@ class ModelDir(object):
         if (st.st_uid, st.st_gid) != (self.uid, self.gid) or (st.st_mode & 0o7777) != self.fmode:
             os.chown(path, self.uid, self.gid)
             os.chmod(path, self.fmode)
-            if "/%s/" % sglang_model.STAGING not in path:  # a file in place, not a part about to be renamed
+            if "/%s/" % sglang_weights.STAGING not in path:  # a file in place, not a part about to be renamed
                 with self.lock:
                     self.settled += 1
 
     def record(self, rel, digests):
         st = os.lstat(os.path.join(self.path, rel))
         with self.lock:
-            self.entries[rel] = sglang_model.entry_of(st, digests)
+            self.entries[rel] = sglang_weights.entry_of(st, digests)
         self.status.add("files_done", 1)
 
     def put_in_place(self, rel, part):
@@ -253,7 +253,7 @@ class ModelDir(object):
     def finish(self):
         """Every file is in place: directories as wanted, the staging dir gone, the manifest written."""
         if self.managed:
-            for rel in sglang_model.model_dirs(self.entries):
+            for rel in sglang_weights.model_dirs(self.entries):
                 d = os.path.join(self.path, rel) if rel else self.path
                 st = os.lstat(d)
                 if (st.st_uid, st.st_gid) != (self.uid, self.gid) or (st.st_mode & 0o7777) != self.dmode:
@@ -264,13 +264,13 @@ class ModelDir(object):
         if os.path.isdir(staging) and not os.path.islink(staging):
             shutil.rmtree(staging)
         manifest = {
-            "version": sglang_model.MANIFEST_VERSION, "name": self.name, "path": self.path,
+            "version": sglang_weights.MANIFEST_VERSION, "name": self.name, "path": self.path,
             "source": self.job["record_source"], "files": dict(sorted(self.entries.items())),
             "verified_at": time.time(), "owner": self.job.get("owner"), "group": self.job.get("group"),
         }
         old = self.old_manifest or {}
         self.manifest_changed = any(old.get(k) != manifest[k] for k in ("path", "source", "files", "owner", "group"))
-        sglang_proc.write_files(self.state_dir, [(sglang_model.state_files(self.name)["manifest"],
+        sglang_proc.write_files(self.state_dir, [(sglang_weights.state_files(self.name)["manifest"],
                                                   json.dumps(manifest, indent=0, sort_keys=True))], mode=0o644)
 
 
@@ -353,7 +353,7 @@ class PeerCopy(object):
                 continue
             last = None
             for rel, task in list(todo.items()):
-                problem = self.accept_part(rel, task, sglang_model.part_path(self.path, rel))
+                problem = self.accept_part(rel, task, sglang_weights.part_path(self.path, rel))
                 if problem is None:
                     del todo[rel]
                 else:
@@ -374,7 +374,7 @@ class PeerCopy(object):
         rel = task["path"]
         final = os.path.join(self.path, rel)
         digests = self.hash_counted(final)
-        if sglang_model.digest_problem(task, digests) is None:
+        if sglang_weights.digest_problem(task, digests) is None:
             self.settle(final)
             self.record(rel, digests)
             return True
@@ -405,7 +405,7 @@ class Fetch(ModelDir, SourceTransfer, PeerCopy):
         self.entries = {}
         self.refetched = []
         self.settled = 0  # files and directories whose owner, group or mode was set
-        self.old_manifest = sglang_model.read_manifest(state_dir, name)[0]
+        self.old_manifest = sglang_weights.read_manifest(state_dir, name)[0]
         self.manifest_changed = True
         self.peer_again = []  # a peer copy's file found here with wrong bytes: copied again with the others
         self.lock = threading.Lock()
@@ -416,7 +416,7 @@ class Fetch(ModelDir, SourceTransfer, PeerCopy):
         """A part fetched or copied: hashed, and put in place and recorded when its digests are the listed ones, else
         removed. The problem with it, or None."""
         digests = self.hash_counted(part)
-        problem = sglang_model.digest_problem(task, digests)
+        problem = sglang_weights.digest_problem(task, digests)
         if problem is None:
             self.put_in_place(rel, part)
             self.status.part_done(rel, task["size"])
@@ -426,13 +426,13 @@ class Fetch(ModelDir, SourceTransfer, PeerCopy):
         return problem
 
     def hash_counted(self, path):
-        return sglang_model.hash_file(path, on_bytes=lambda n: self.status.add("hash_done", n))
+        return sglang_weights.hash_file(path, on_bytes=lambda n: self.status.add("hash_done", n))
 
     def verify(self, task):
         rel = task["path"]
         final = os.path.join(self.path, rel)
         digests = self.hash_counted(final)
-        problem = sglang_model.digest_problem(task, digests)
+        problem = sglang_weights.digest_problem(task, digests)
         if problem is None:
             self.settle(final)
             self.record(rel, digests)
@@ -454,7 +454,7 @@ class Fetch(ModelDir, SourceTransfer, PeerCopy):
     def fetch(self, task):
         """Fetch one file into its part file (resuming it), hash it, put it in place. True when it is."""
         rel = task["path"]
-        part = sglang_model.part_path(self.path, rel)
+        part = sglang_weights.part_path(self.path, rel)
         os.makedirs(os.path.dirname(part), 0o700, exist_ok=True)
         for attempt in range(ATTEMPTS):
             try:
@@ -556,7 +556,7 @@ def _terminated(signum, frame):
 
 
 def run(state_dir, name):
-    files = sglang_model.state_files(name)
+    files = sglang_weights.state_files(name)
     dir_fd = sglang_proc.open_run_dir(state_dir)
     try:
         lock_fd = os.open(files["lock"], os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)

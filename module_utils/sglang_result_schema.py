@@ -148,7 +148,7 @@ def problems(result, failed=None):
             continue
         key = KEYS.get(name)
         if key is None:
-            out.append("%s: not a key of wait_for_model's result (module_utils/sglang_result.py)" % name)
+            out.append("%s: not a key of wait_for_model's result (module_utils/sglang_result_schema.py)" % name)
             continue
         value = result[name]
         if value is not None and not _is(value, key.type):

@@ -18,7 +18,7 @@ writes it (sglang_program). It:
 * writes that output into the attempt's log ``<log_dir>/<name>_r<N>.log`` with every secret replaced by ``***``
   (``sglang_redact.Redactor``), and the same redacted lines to its own stdout (the journal);
 * records the run state ``<run_dir>/<name>.json`` (what ``wait_for_model`` and ``gpu_facts`` call ours);
-* follows the log and the processes with ``sglang_watch.Watch`` (the same watchers and ``decide()`` as
+* follows the log and the processes with ``sglang_verdict.Watch`` (the same watchers and ``decide()`` as
   ``wait_for_model``: text never acts alone) and tells systemd: ``STATUS=`` at every phase and shard,
   ``EXTEND_TIMEOUT_USEC`` only while the log moves (a slow load that moves never times out; a stuck one fails by
   ``TimeoutStartSec``), ``READY=1`` only once the health URL (``/health_generate``: a real generation) answered 200;
@@ -46,9 +46,9 @@ import sys
 import threading
 import time
 
-# Relative imports only: the modules import this file as ansible.module_utils.sglang_watcher, the installed program
-# as eagle_deploy.sglang_watcher (sglang_program), the same files either way.
-from . import sglang_probe, sglang_proc, sglang_progress, sglang_redact, sglang_watch
+# Relative imports only: the modules import this file as ansible.module_utils.sglang_supervisor, the installed program
+# as eagle_deploy.sglang_supervisor (sglang_program), the same files either way.
+from . import sglang_probe, sglang_proc, sglang_progress, sglang_redact, sglang_verdict
 from .sglang_contract import (
     API_KEY_NAMES, CONFIG, EXIT_PERMANENT, EXIT_SETUP, EXIT_STOPPED, STATUS, exit_status,
     read_config_secret,
@@ -271,8 +271,8 @@ class Watcher(object):
         self.real = sleep is None  # the real clock: health answers may end a pause early
         self.sleep = time.sleep if sleep is None else sleep
         self.spawner = spawner or self.spawn
-        self.procs = procs or sglang_watch.ProcView()
-        self.http = http or sglang_watch.http_status
+        self.procs = procs or sglang_verdict.ProcView()
+        self.http = http or sglang_verdict.http_status
         # /v1/loads and /metrics while serving (no generation): an injected HTTP comes with its own fetch, or none
         self.fetch = fetch if fetch is not None or http is not None else sglang_probe.http_get
         self.serving = serving
@@ -329,7 +329,7 @@ class Watcher(object):
 
     def open_attempt_log(self, user):
         log_dir, name = self.cfg["log_dir"], self.name
-        attempt = sglang_watch.next_attempt(log_dir, name)
+        attempt = sglang_verdict.next_attempt(log_dir, name)
         for _try in range(100):  # the service user may create the next name first: take the next free one
             path = os.path.join(log_dir, "%s_r%d.log" % (name, attempt))
             try:
@@ -341,7 +341,7 @@ class Watcher(object):
             raise SystemExit("sglang-watcher: no free attempt log name in %s" % log_dir)
         if user is not None:
             os.fchown(fd, user[0], user[1])
-        sglang_watch.point_link(os.path.join(log_dir, "%s.log" % name), os.path.basename(path))
+        sglang_verdict.point_link(os.path.join(log_dir, "%s.log" % name), os.path.basename(path))
         return fd, path, attempt
 
     @staticmethod
@@ -439,7 +439,7 @@ class Watcher(object):
         t0 = self.clock()
         follower = LogFollower(os.devnull)
         settings = serve_numbers(cfg)
-        self.w = w = sglang_watch.Watch(follower, LogClassifier(clock=lambda: self.clock() - t0), t0, t0 + 10 ** 9,
+        self.w = w = sglang_verdict.Watch(follower, LogClassifier(clock=lambda: self.clock() - t0), t0, t0 + 10 ** 9,
                                         self.clock, None, state["pid"], self.procs, state.get("start_time"),
                                         self.health_ask(cfg, headers, settings), self.real,
                                         settings, events=settings.get("events", True))
@@ -497,7 +497,7 @@ class Watcher(object):
         # The file we created, through our own descriptor: never a path the service user could swap meanwhile.
         log_read_fd = os.open("/proc/self/fd/%d" % log_fd, os.O_RDONLY | os.O_CLOEXEC)
         follower = LogFollower("/proc/self/fd/%d" % log_read_fd)
-        self.w = w = sglang_watch.Watch(follower, LogClassifier(clock=lambda: self.clock() - t0), t0, deadline,
+        self.w = w = sglang_verdict.Watch(follower, LogClassifier(clock=lambda: self.clock() - t0), t0, deadline,
                                         self.clock, self.proc, self.proc.pid, self.procs, state.get("start_time"), ask,
                                         self.real, settings,
                                         events=settings.get("events", True))
@@ -561,7 +561,7 @@ class Watcher(object):
                     self.run_dir, getattr(e, "strerror", None) or e, self.run_dir)})
             self.code = EXIT_SETUP
             return None
-        sglang_watch.prune_attempts(cfg["log_dir"], self.name, cfg.get("keep_attempts", 20))
+        sglang_verdict.prune_attempts(cfg["log_dir"], self.name, cfg.get("keep_attempts", 20))
         self.notifier.send(STATUS=self.status["status"], MAINPID=os.getpid())
         self.say("started %s (PID %d), attempt %d, log %s" % (cfg["argv"][0], self.proc.pid, attempt, log_path))
         return log_fd, state, t0
@@ -636,7 +636,7 @@ class Watcher(object):
         ``unhealthy_after`` requests in a row is a failure (exit 69: a restart may help); a crash line the server
         outlives is set aside."""
         clf = w.log.clf
-        fields, note = sglang_watch.explain("ready", clf, state, elapsed, None, None, False)
+        fields, note = sglang_verdict.explain("ready", clf, state, elapsed, None, None, False)
         phases = [{"phase": ph["phase"], "at": round(ph["at"], 3)} for ph in clf.phases]
         total = round(elapsed, 3)
         text = self.ready_text = sglang_progress.status_text("ready", None, "ready", total)
@@ -655,7 +655,7 @@ class Watcher(object):
             return self.stopped(follower, w)
         settings = self.cfg["settings"]
         w.drain(verdict, settings["settle_time"], settings["poll_interval"], self.sleep)
-        fields, _note = sglang_watch.explain(verdict, w.log.clf, state, elapsed, w.leader.rc, w.children.died, False,
+        fields, _note = sglang_verdict.explain(verdict, w.log.clf, state, elapsed, w.leader.rc, w.children.died, False,
                                              False, w.health, w.candidates, timeout=self.cfg.get("timeout") or 0,
                                              stall_timeout=settings["stall_timeout"],
                                              tail_lines=self.cfg.get("tail_lines", 40))
@@ -709,7 +709,7 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     adopt = argv[2:] == ["--adopt"]
     if len(argv) != 2 and not adopt:
-        sys.stderr.write("usage: sglang_watcher.py RUN_DIR NAME [--adopt]\n")
+        sys.stderr.write("usage: sglang_supervisor.py RUN_DIR NAME [--adopt]\n")
         return 64
     try:
         return Watcher(argv[0], argv[1], adopt=adopt).run()

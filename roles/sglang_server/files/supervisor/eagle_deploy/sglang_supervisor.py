@@ -1,0 +1,1 @@
+../../../../../module_utils/sglang_supervisor.py

@@ -1,1 +1,0 @@
-../../../../../module_utils/sglang_watch.py
