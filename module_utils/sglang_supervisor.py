@@ -260,34 +260,9 @@ def serving_text(w, settings, ready_text):
 
 
 # ------------------------------------------------------------------------------ the program
-class Watcher(object):
-    def __init__(self, run_dir, name, notifier=None, clock=time.monotonic, wall=time.time, sleep=None, spawner=None,
-                 procs=None, http=None, serving=True, adopt=False, fetch=None):
-        """Everything but ``run_dir`` and ``name`` is injectable for unit tests (a fake clock, a fake server, a fake
-        /proc and HTTP): ``serving=False`` ends ``steps()`` at the verdict ``ready``."""
-        self.run_dir, self.name = run_dir, name
-        self.notifier = notifier or Notifier()
-        self.clock, self.wall = clock, wall
-        self.real = sleep is None  # the real clock: health answers may end a pause early
-        self.sleep = time.sleep if sleep is None else sleep
-        self.spawner = spawner or self.spawn
-        self.procs = procs or sglang_verdict.ProcView()
-        self.http = http or sglang_verdict.http_status
-        # /v1/loads and /metrics while serving (no generation): an injected HTTP comes with its own fetch, or none
-        self.fetch = fetch if fetch is not None or http is not None else sglang_probe.http_get
-        self.serving = serving
-        self.adopt = adopt  # watch the recorded, serving server whose supervisor is gone (no new launch)
-        self.w = None
-        self.code = None
-        self.cfg = None
-        self.stopping = False
-        self.status = {}
-        self.proc = None
-        self.state = None
-        self.copy = None
-        self.gate = None
-        self.serve_shown = None  # the serving state last told (None: health answers)
-        self.ready_text = sglang_progress.status_text("ready", None, "ready")
+class ServerStart(object):
+    """The supervisor's launch of the server, a part of :class:`Watcher`: its config and API key, the service user,
+    the attempt's log, the server's process and its run state."""
 
     # ---------------------------------------------------------------- set-up
     def load_config(self):
@@ -396,6 +371,166 @@ class Watcher(object):
     def own_cgroup():
         """(cgroup v2 mount, this process's cgroup path in it): the unit's, or the deployment's (detached)."""
         return sglang_proc.cgroup2_mount(), sglang_proc.proc_cgroup(os.getpid())
+
+    def start_server(self, cfg, user):
+        """Start the server, its output copied into a new attempt's log, and record it: (the log's fd, the run state,
+        the start's clock), or None when it could not start or be recorded (``self.code`` says which)."""
+        self.signals()
+        log_fd, log_path, attempt = self.open_attempt_log(user)
+        token = "%s:%s" % (self.name, secrets.token_hex(16))
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            self.proc = self.spawner(cfg, user, out_w, token)
+        except OSError as e:
+            os.close(out_r)
+            os.close(log_fd)
+            self.write_status(launch=cfg.get("launch"), attempt=attempt, log_path=log_path, verdict="exited",
+                              report={"crash_class": "exited", "exit_status": EXIT_PERMANENT, "after_ready": False,
+                                      "msg": "could not start %s: %s" % (cfg["argv"][0], e)})
+            self.say("failed: could not start %s: %s" % (cfg["argv"][0], e))
+            self.code = EXIT_PERMANENT
+            return None
+        finally:
+            os.close(out_w)
+        self.copy = LogCopy(out_r, log_fd, cfg.get("secrets") or [], echo_fd=1 if cfg.get("journal", True) else None)
+        self.copy.start()
+        t0 = self.clock()
+        self.status = self.launch_status(cfg, attempt, log_path)
+        self.write_status()  # before the run state names the new leader: no attach may read the old verdict
+        try:
+            state = self.record(self.proc, attempt, log_path, token)
+        except (OSError, sglang_proc.UntrustedState) as e:
+            # A server nobody recorded could never be stopped by a later run: take it down at once.
+            self.say("failed: cannot record the run state (%s): the server just started was stopped" % e)
+            self.end_tree(grace=0.0)
+            self.write_status(verdict="setup_failed", report={
+                "exit_status": EXIT_SETUP, "after_ready": False, "msg": "could not record the run state in %s (%s): "
+                "the server just started was killed so that nothing runs unrecorded. Fix %s and run again." % (
+                    self.run_dir, getattr(e, "strerror", None) or e, self.run_dir)})
+            self.code = EXIT_SETUP
+            return None
+        sglang_verdict.prune_attempts(cfg["log_dir"], self.name, cfg.get("keep_attempts", 20))
+        self.notifier.send(STATUS=self.status["status"], MAINPID=os.getpid())
+        self.say("started %s (PID %d), attempt %d, log %s" % (cfg["argv"][0], self.proc.pid, attempt, log_path))
+        return log_fd, state, t0
+
+    def launch_status(self, cfg, attempt, log_path):
+        """The status of a launch just made (``launching``, no verdict)."""
+        return {"launch": cfg.get("launch"), "attempt": attempt, "log_path": log_path, "server_pid": self.proc.pid,
+                "watcher_pid": os.getpid(), "started_at": self.wall(), "phase": "launching",
+                "status": sglang_progress.status_text("launching", None), "shards": None, "phases": [],
+                "verdict": None, "report": None, "fingerprint": cfg.get("fingerprint"),
+                "invocation": os.environ.get("INVOCATION_ID"), "launcher": "systemd" if cfg.get("unit") else
+                "detached"}
+
+
+class Endings(object):
+    """How the supervisor ends a watch, a part of :class:`Watcher`: ready, failed or stopped, and the tree stopped."""
+
+    def ready(self, w, state, elapsed):
+        """The verdict ``ready``: the status file, the load's phase durations (the next load's ETA), READY=1. Then
+        the serving server is watched with the same watchers and ``decide()`` (``Watch.serve``): a leader that
+        exits, any child that was part of the server when it became ready dying, or health failing
+        ``unhealthy_after`` requests in a row is a failure (exit 69: a restart may help); a crash line the server
+        outlives is set aside."""
+        clf = w.log.clf
+        fields, note = sglang_verdict.explain("ready", clf, state, elapsed, None, None, False)
+        phases = [{"phase": ph["phase"], "at": round(ph["at"], 3)} for ph in clf.phases]
+        total = round(elapsed, 3)
+        text = self.ready_text = sglang_progress.status_text("ready", None, "ready", total)
+        self.write_status(verdict="ready", phase="ready", status=text, phases=phases, ready_after=total, report=fields)
+        try:
+            sglang_progress.record_load(self.run_dir, self.name, {
+                "attempt": state["attempt"], "finished_at": self.wall(), "total": total, "phases": phases,
+                "shards": clf.shards[1] if clf.shards else None})
+        except (OSError, ValueError, sglang_proc.UntrustedState) as e:
+            self.say("cannot record the load's durations: %s" % e)
+        self.notifier.send(READY=1, STATUS=text)
+        self.say("ready after %.1f s%s" % (elapsed, "; " + note if note else ""))
+
+    def failed(self, w, follower, state, verdict, elapsed, ready):
+        if self.stopping:  # systemd signals the whole cgroup at once: the server may end before we hear of it
+            return self.stopped(follower, w)
+        settings = self.cfg["settings"]
+        w.drain(verdict, settings["settle_time"], settings["poll_interval"], self.sleep)
+        fields, _note = sglang_verdict.explain(verdict, w.log.clf, state, elapsed, w.leader.rc, w.children.died, False,
+                                             False, w.health, w.candidates, timeout=self.cfg.get("timeout") or 0,
+                                             stall_timeout=settings["stall_timeout"],
+                                             tail_lines=self.cfg.get("tail_lines", 40))
+        code = exit_status(verdict, ready)
+        cls = fields.get("crash_class", verdict)
+        shown = sglang_progress.class_words({"class": cls, "class_uncertain": fields.get("class_uncertain")})
+        text = "%s: %s" % (sglang_progress.status_text(None, None, shown), fields.get("evidence", ""))
+        fields["exit_status"] = code
+        fields["after_ready"] = ready
+        self.write_status(verdict=cls, status=text, report=fields)
+        self.notifier.send(STATUS=text)
+        self.say("%s (%s)%s" % (text, fields.get("hint", ""), "; not restarted: a restart would repeat it"
+                                if code == EXIT_PERMANENT else ""))
+        self.end_tree(grace=min(10.0, float(self.cfg.get("stop_timeout", 30))))  # after the verdict: nobody waits
+        follower.close()
+        return code
+
+    def stopped(self, follower, w):
+        self.notifier.send(STOPPING=1, STATUS="stopping")
+        # systemd SIGKILLs what is left after TimeoutStopSec (stop_timeout): end before it, with the last lines
+        self.end_tree(grace=max(1.0, float(self.cfg.get("stop_timeout", 30)) - 2.0))
+        self.write_status(verdict="stopped", status=sglang_progress.status_text(None, None, "stopped"))
+        follower.close()
+        return EXIT_STOPPED
+
+    def end_tree(self, grace=10.0):
+        """Stop the server's session (systemd also stops the unit's cgroup once we exit) and let the log copy
+        write its last lines."""
+        proc = self.proc
+        if proc is None and self.adopt and self.state is not None:
+            # an adopted server is no child of ours: its verified tree (cgroup, session, run token), as a run would
+            sglang_proc.stop_tree(self.state, grace=grace, clock=self.clock, sleep=self.sleep)
+        if proc is not None and proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGTERM)
+            except OSError:
+                pass
+            try:
+                proc.wait(timeout=grace)
+            except subprocess.TimeoutExpired:
+                try:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                except OSError:
+                    pass
+                proc.wait()
+        if self.copy is not None:
+            self.copy.join(timeout=5.0)
+
+
+class Watcher(ServerStart, Endings):
+    def __init__(self, run_dir, name, notifier=None, clock=time.monotonic, wall=time.time, sleep=None, spawner=None,
+                 procs=None, http=None, serving=True, adopt=False, fetch=None):
+        """Everything but ``run_dir`` and ``name`` is injectable for unit tests (a fake clock, a fake server, a fake
+        /proc and HTTP): ``serving=False`` ends ``steps()`` at the verdict ``ready``."""
+        self.run_dir, self.name = run_dir, name
+        self.notifier = notifier or Notifier()
+        self.clock, self.wall = clock, wall
+        self.real = sleep is None  # the real clock: health answers may end a pause early
+        self.sleep = time.sleep if sleep is None else sleep
+        self.spawner = spawner or self.spawn
+        self.procs = procs or sglang_verdict.ProcView()
+        self.http = http or sglang_verdict.http_status
+        # /v1/loads and /metrics while serving (no generation): an injected HTTP comes with its own fetch, or none
+        self.fetch = fetch if fetch is not None or http is not None else sglang_probe.http_get
+        self.serving = serving
+        self.adopt = adopt  # watch the recorded, serving server whose supervisor is gone (no new launch)
+        self.w = None
+        self.code = None
+        self.cfg = None
+        self.stopping = False
+        self.status = {}
+        self.proc = None
+        self.state = None
+        self.copy = None
+        self.gate = None
+        self.serve_shown = None  # the serving state last told (None: health answers)
+        self.ready_text = sglang_progress.status_text("ready", None, "ready")
 
     # ---------------------------------------------------------------- status
     def write_status(self, **fields):
@@ -524,57 +659,6 @@ class Watcher(object):
             yield SERVE_POLL
         self.code = self.stopped(follower, w)
 
-    def start_server(self, cfg, user):
-        """Start the server, its output copied into a new attempt's log, and record it: (the log's fd, the run state,
-        the start's clock), or None when it could not start or be recorded (``self.code`` says which)."""
-        self.signals()
-        log_fd, log_path, attempt = self.open_attempt_log(user)
-        token = "%s:%s" % (self.name, secrets.token_hex(16))
-        out_r, out_w = os.pipe2(os.O_CLOEXEC)
-        try:
-            self.proc = self.spawner(cfg, user, out_w, token)
-        except OSError as e:
-            os.close(out_r)
-            os.close(log_fd)
-            self.write_status(launch=cfg.get("launch"), attempt=attempt, log_path=log_path, verdict="exited",
-                              report={"crash_class": "exited", "exit_status": EXIT_PERMANENT, "after_ready": False,
-                                      "msg": "could not start %s: %s" % (cfg["argv"][0], e)})
-            self.say("failed: could not start %s: %s" % (cfg["argv"][0], e))
-            self.code = EXIT_PERMANENT
-            return None
-        finally:
-            os.close(out_w)
-        self.copy = LogCopy(out_r, log_fd, cfg.get("secrets") or [], echo_fd=1 if cfg.get("journal", True) else None)
-        self.copy.start()
-        t0 = self.clock()
-        self.status = self.launch_status(cfg, attempt, log_path)
-        self.write_status()  # before the run state names the new leader: no attach may read the old verdict
-        try:
-            state = self.record(self.proc, attempt, log_path, token)
-        except (OSError, sglang_proc.UntrustedState) as e:
-            # A server nobody recorded could never be stopped by a later run: take it down at once.
-            self.say("failed: cannot record the run state (%s): the server just started was stopped" % e)
-            self.end_tree(grace=0.0)
-            self.write_status(verdict="setup_failed", report={
-                "exit_status": EXIT_SETUP, "after_ready": False, "msg": "could not record the run state in %s (%s): "
-                "the server just started was killed so that nothing runs unrecorded. Fix %s and run again." % (
-                    self.run_dir, getattr(e, "strerror", None) or e, self.run_dir)})
-            self.code = EXIT_SETUP
-            return None
-        sglang_verdict.prune_attempts(cfg["log_dir"], self.name, cfg.get("keep_attempts", 20))
-        self.notifier.send(STATUS=self.status["status"], MAINPID=os.getpid())
-        self.say("started %s (PID %d), attempt %d, log %s" % (cfg["argv"][0], self.proc.pid, attempt, log_path))
-        return log_fd, state, t0
-
-    def launch_status(self, cfg, attempt, log_path):
-        """The status of a launch just made (``launching``, no verdict)."""
-        return {"launch": cfg.get("launch"), "attempt": attempt, "log_path": log_path, "server_pid": self.proc.pid,
-                "watcher_pid": os.getpid(), "started_at": self.wall(), "phase": "launching",
-                "status": sglang_progress.status_text("launching", None), "shards": None, "phases": [],
-                "verdict": None, "report": None, "fingerprint": cfg.get("fingerprint"),
-                "invocation": os.environ.get("INVOCATION_ID"), "launcher": "systemd" if cfg.get("unit") else
-                "detached"}
-
     def load_steps(self, w, settings):
         """The load, step by step (a generator: it yields the seconds to the next look): the phase in the status and
         the unit's STATUS=, the start's timeout extended while the log moves. Returns the verdict (None: stopping)."""
@@ -628,81 +712,6 @@ class Watcher(object):
 
     def _on_term(self, signum, frame):
         self.stopping = True  # the next look sees it (a pause is at most poll_interval, SERVE_POLL while serving)
-
-    def ready(self, w, state, elapsed):
-        """The verdict ``ready``: the status file, the load's phase durations (the next load's ETA), READY=1. Then
-        the serving server is watched with the same watchers and ``decide()`` (``Watch.serve``): a leader that
-        exits, any child that was part of the server when it became ready dying, or health failing
-        ``unhealthy_after`` requests in a row is a failure (exit 69: a restart may help); a crash line the server
-        outlives is set aside."""
-        clf = w.log.clf
-        fields, note = sglang_verdict.explain("ready", clf, state, elapsed, None, None, False)
-        phases = [{"phase": ph["phase"], "at": round(ph["at"], 3)} for ph in clf.phases]
-        total = round(elapsed, 3)
-        text = self.ready_text = sglang_progress.status_text("ready", None, "ready", total)
-        self.write_status(verdict="ready", phase="ready", status=text, phases=phases, ready_after=total, report=fields)
-        try:
-            sglang_progress.record_load(self.run_dir, self.name, {
-                "attempt": state["attempt"], "finished_at": self.wall(), "total": total, "phases": phases,
-                "shards": clf.shards[1] if clf.shards else None})
-        except (OSError, ValueError, sglang_proc.UntrustedState) as e:
-            self.say("cannot record the load's durations: %s" % e)
-        self.notifier.send(READY=1, STATUS=text)
-        self.say("ready after %.1f s%s" % (elapsed, "; " + note if note else ""))
-
-    def failed(self, w, follower, state, verdict, elapsed, ready):
-        if self.stopping:  # systemd signals the whole cgroup at once: the server may end before we hear of it
-            return self.stopped(follower, w)
-        settings = self.cfg["settings"]
-        w.drain(verdict, settings["settle_time"], settings["poll_interval"], self.sleep)
-        fields, _note = sglang_verdict.explain(verdict, w.log.clf, state, elapsed, w.leader.rc, w.children.died, False,
-                                             False, w.health, w.candidates, timeout=self.cfg.get("timeout") or 0,
-                                             stall_timeout=settings["stall_timeout"],
-                                             tail_lines=self.cfg.get("tail_lines", 40))
-        code = exit_status(verdict, ready)
-        cls = fields.get("crash_class", verdict)
-        shown = sglang_progress.class_words({"class": cls, "class_uncertain": fields.get("class_uncertain")})
-        text = "%s: %s" % (sglang_progress.status_text(None, None, shown), fields.get("evidence", ""))
-        fields["exit_status"] = code
-        fields["after_ready"] = ready
-        self.write_status(verdict=cls, status=text, report=fields)
-        self.notifier.send(STATUS=text)
-        self.say("%s (%s)%s" % (text, fields.get("hint", ""), "; not restarted: a restart would repeat it"
-                                if code == EXIT_PERMANENT else ""))
-        self.end_tree(grace=min(10.0, float(self.cfg.get("stop_timeout", 30))))  # after the verdict: nobody waits
-        follower.close()
-        return code
-
-    def stopped(self, follower, w):
-        self.notifier.send(STOPPING=1, STATUS="stopping")
-        # systemd SIGKILLs what is left after TimeoutStopSec (stop_timeout): end before it, with the last lines
-        self.end_tree(grace=max(1.0, float(self.cfg.get("stop_timeout", 30)) - 2.0))
-        self.write_status(verdict="stopped", status=sglang_progress.status_text(None, None, "stopped"))
-        follower.close()
-        return EXIT_STOPPED
-
-    def end_tree(self, grace=10.0):
-        """Stop the server's session (systemd also stops the unit's cgroup once we exit) and let the log copy
-        write its last lines."""
-        proc = self.proc
-        if proc is None and self.adopt and self.state is not None:
-            # an adopted server is no child of ours: its verified tree (cgroup, session, run token), as a run would
-            sglang_proc.stop_tree(self.state, grace=grace, clock=self.clock, sleep=self.sleep)
-        if proc is not None and proc.poll() is None:
-            try:
-                os.killpg(proc.pid, signal.SIGTERM)
-            except OSError:
-                pass
-            try:
-                proc.wait(timeout=grace)
-            except subprocess.TimeoutExpired:
-                try:
-                    os.killpg(proc.pid, signal.SIGKILL)
-                except OSError:
-                    pass
-                proc.wait()
-        if self.copy is not None:
-            self.copy.join(timeout=5.0)
 
 
 def main(argv=None):
