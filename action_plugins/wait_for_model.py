@@ -37,6 +37,7 @@ step, a stop and ``CONSEQUENCE_SLACK`` s.
 """
 from __future__ import annotations
 
+import collections
 import os
 import time
 
@@ -136,7 +137,11 @@ class ActionModule(SteppedAction):
 
     # -- a multi-node server: GroupLaunch ---------------------------------------------------------------------------
     def _joined(self, args, task_vars, host, join, plan_only=False):
-        return GroupLaunch(self, args, task_vars, host).run(join, plan_only=plan_only)
+        port = ActionPort(clock=self._clock, sleep=self._sleep, wall=self._wall, board_base=self._board_base,
+                          task=self._task, call=lambda module_args: self._execute_module(
+                              module_args=module_args, task_vars=task_vars),
+                          limit=self._limit, steps=self._steps)
+        return GroupLaunch(port, args, task_vars, host).run(join, plan_only=plan_only)
 
     @staticmethod
     def _limit(args):
@@ -173,12 +178,17 @@ def _merge(steps):
     return out
 
 
+ActionPort = collections.namedtuple("ActionPort", "clock sleep wall board_base task call limit steps")
+ActionPort.__doc__ = ("What a GroupLaunch uses of its ActionModule: clock, sleep, wall, the board's base directory, the "
+                      "task, call(module_args) (the module, once), limit(args) and steps(args, task_vars, host, watch)")
+
+
 class GroupLaunch(object):
     """One node's launch of a multi-node server, joined on the controller through a board (``sglang_join``; the
     module's docstring above tells the protocol): the plan (would any node restart?), the launch in steps with the
     board read between them, then the wait until every node is ready; a node's failure stops the others.
-    ``action`` is the ActionModule: its module calls, clocks (``_clock``, ``_sleep``, ``_wall``), board directory
-    (``_board_base``) and steps (``_steps``)."""
+    ``action`` is its ActionPort: the module call, the clocks, the board directory and the steps of the
+    ActionModule, each under a public name (GroupLaunch reaches into nothing of the ActionModule)."""
 
     def __init__(self, action, args, task_vars, host):
         self.action, self.args, self.task_vars, self.host = action, args, task_vars, host
@@ -190,7 +200,7 @@ class GroupLaunch(object):
         sj = self.sj
         try:
             spec = sj.check_spec(join, self.host)
-            directory = sj.board_dir(self.action._board_base)
+            directory = sj.board_dir(self.action.board_base)
         except sj.JoinError as e:
             return {"failed": True, "msg": "join: %s. Nothing was stopped or launched." % e}
         self.nodes, self.rank, self.group = spec["nodes"], spec["rank"], spec["group"]
@@ -202,9 +212,9 @@ class GroupLaunch(object):
                 "multi-node server %s: %s not in this run (failed or unreachable before the launch, or left out by "
                 "--limit / serial): nothing was stopped or launched on rank %d (%s); run the group's hosts together"
                 % (self.group, ", ".join("rank %d (%s)" % (i, n) for n, i in away), self.rank, self.host))}
-        name = sj.board_name(getattr(self.action._task, "_uuid", ""), self.group, self.nodes, os.getppid())
-        sj.sweep(directory, self.action._wall(), keep=(name, name + ".lock"))
-        self.board = sj.Board(directory, name, clock=self.action._wall)
+        name = sj.board_name(getattr(self.action.task, "_uuid", ""), self.group, self.nodes, os.getppid())
+        sj.sweep(directory, self.action.wall(), keep=(name, name + ".lock"))
+        self.board = sj.Board(directory, name, clock=self.action.wall)
         self.round = self.board.begin(self.host, self.rank)
         ended, plan, words = self._plan()
         if ended is not None:
@@ -230,10 +240,10 @@ class GroupLaunch(object):
         """1. the plan: would this node restart? (the module in check mode: it reads, it never acts), then every
         node's. (result that ends the task or None, this node's plan, the board's words)."""
         sj = self.sj
-        deadline = self.action._clock() + self.timeout
+        deadline = self.action.clock() + self.timeout
         plan = self._check_mode_call()
         if plan.get("failed"):
-            self.board.put(self.host, state="failed", failure=sj.summary_of(plan), failed_at=self.action._wall())
+            self.board.put(self.host, state="failed", failure=sj.summary_of(plan), failed_at=self.action.wall())
             return self._node_failed(plan), plan, None
         self.board.put(self.host, state="planned", restart=bool(plan.get("changed")),
                        reason=plan.get("restart_reason") or ("would restart" if plan.get("changed") else None))
@@ -243,19 +253,19 @@ class GroupLaunch(object):
                 return self._peer_failed(words, launched=False), plan, words
             if sj.all_planned(words):
                 return None, plan, words
-            if self.action._clock() > deadline:
+            if self.action.clock() > deadline:
                 missing = [(n, i) for i, n in enumerate(self.nodes) if words.get(n) is None]
                 return self._give_up("never joined: %s did not reach the launch within %d s" % (
                     ", ".join("rank %d (%s)" % (i, n) for n, i in missing), self.timeout), launched=False), plan, words
-            self.action._sleep(BOARD_POLL)
+            self.action.sleep(BOARD_POLL)
 
     def _check_mode_call(self):
         """The module in check mode (its plan: keep or restart), whatever the task's own mode."""
-        task = self.action._task
+        task = self.action.task
         was = task.check_mode
         task.check_mode = True
         try:
-            return self.action._execute_module(module_args=dict(self.args), task_vars=self.task_vars)
+            return self.action.call(dict(self.args))
         finally:
             task.check_mode = was
 
@@ -263,10 +273,10 @@ class GroupLaunch(object):
         """2. the launch, in steps, the board read between them (``_watch``); 3. this node is ready: the group is,
         once every node is."""
         sj = self.sj
-        self.started = self.action._clock()
+        self.started = self.action.clock()
         self.deadline = self.started + self.timeout
-        self.limit = self.action._limit(self.args)
-        ended = self.action._steps(self.args, self.task_vars, self.host, watch=self._watch)
+        self.limit = self.action.limit(self.args)
+        ended = self.action.steps(self.args, self.task_vars, self.host, watch=self._watch)
         if ended.get("failed"):
             return ended
         while True:
@@ -281,20 +291,20 @@ class GroupLaunch(object):
                 out["nodes_group"] = self._group_view(words)
                 return out
             never = sj.never_joined(words, self.nodes)
-            if self.action._clock() - self.started > self.limit or (self.action._clock() > self.deadline and never):
+            if self.action.clock() - self.started > self.limit or (self.action.clock() > self.deadline and never):
                 missing = never or [(n, i) for i, n in enumerate(self.nodes)
                                     if (words.get(n) or {}).get("state") != "ready"]
                 return self._give_up("%s not ready: %s" % (
                     "never joined" if never else "the group is",
                     ", ".join("rank %d (%s)" % (i, n) for n, i in missing)), launched=True)
-            self.action._sleep(BOARD_POLL)
+            self.action.sleep(BOARD_POLL)
 
     def _watch(self, res, steps, pending):
         """After every step of the launch: this node's word on the board, and the group's failure read from it."""
         sj, board, host = self.sj, self.board, self.host
         self.steps = steps
         if res.get("failed"):
-            board.put(host, state="failed", failure=sj.summary_of(res), failed_at=self.action._wall())
+            board.put(host, state="failed", failure=sj.summary_of(res), failed_at=self.action.wall())
             return self._node_failed(_merge(steps))
         if not pending:
             board.put(host, state="ready", phase="ready")
@@ -303,13 +313,13 @@ class GroupLaunch(object):
         words = self._words()
         if sj.group_failure(words, self.nodes):
             return self._peer_failed(words, launched=True)
-        missing = sj.never_joined(words, self.nodes) if self.action._clock() > self.deadline else []
+        missing = sj.never_joined(words, self.nodes) if self.action.clock() > self.deadline else []
         if missing:
             return self._give_up("never joined: %s had not joined (its load not begun: torch.distributed's "
                                  "rendezvous at rank 0 not done) %d s after the launch"
                                  % (", ".join("rank %d (%s)" % (i, n) for n, i in missing), self.timeout),
                                  launched=True)
-        if self.action._clock() - self.started > self.limit:
+        if self.action.clock() - self.started > self.limit:
             return self._give_up("still loading after %d s of steps, past the module's timeout" % self.limit,
                                  launched=True)
         return None
@@ -320,16 +330,16 @@ class GroupLaunch(object):
         failure (followers end when rank 0 does)."""
         action = self.action
         if self.rank > 0:
-            until = action._clock() + FOLLOWER_WAIT
-            while action._clock() < until:
+            until = action.clock() + FOLLOWER_WAIT
+            while action.clock() < until:
                 w = self._words().get(self.nodes[0]) or {}
                 if w.get("state") in ("failed", "stopped") or not w:
                     break
-                action._sleep(BOARD_POLL)
+                action.sleep(BOARD_POLL)
         keys = ("name", "run_dir", "log_dir", "launcher", "stop_timeout")
         stop_args = dict((k, self.args[k]) for k in keys if self.args.get(k) is not None)
         stop_args["state"] = "stopped"
-        res = action._execute_module(module_args=stop_args, task_vars=self.task_vars)
+        res = action.call(stop_args)
         self.board.put(self.host, state="stopped")
         return {k: res.get(k) for k in ("changed", "msg", "failed", "signalled", "killed") if k in res}
 
@@ -348,14 +358,14 @@ class GroupLaunch(object):
             # this failure (its step that was under way ended: a step that saw its own server die ends failed, after
             # stopping that tree), for at most one step and one stop of its own
             since = float((words.get(host) or {}).get("at", 0) or 0)
-            until = action._clock() + self.step_time + float(self.args.get("stop_timeout") or 30) + CONSEQUENCE_SLACK
-            while action._clock() < until:
+            until = action.clock() + self.step_time + float(self.args.get("stop_timeout") or 30) + CONSEQUENCE_SLACK
+            while action.clock() < until:
                 first = sj.group_failure(words, self.nodes)
                 if first and first[0] != host:
                     break
                 if sj.heard_since(words, self.nodes, host, since):
                     break
-                action._sleep(BOARD_POLL)
+                action.sleep(BOARD_POLL)
                 words = self._words()
         first = sj.group_failure(words, self.nodes)
         also = ""

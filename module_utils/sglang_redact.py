@@ -190,7 +190,7 @@ class Redactor(object):
         return bytes(out)
 
 
-def _write_all(fd, data, write):
+def write_all(fd, data, write):
     """Write all of ``data`` (short writes continued); False when the file refuses it (disk full): that output is
     lost, never the server's pipe, which keeps being read (``sglang_supervisor.LogCopy``)."""
     view = memoryview(data)

@@ -102,10 +102,10 @@ class LogCopy(threading.Thread):
     def _out(self, data):
         if not data:
             return
-        if not sglang_redact._write_all(self.log_fd, data, os.write):  # noqa: SLF001 - the writer's own helper
+        if not sglang_redact.write_all(self.log_fd, data, os.write):
             self.lost += len(data)
         if self.echo_fd is not None:
-            sglang_redact._write_all(self.echo_fd, data, os.write)  # noqa: SLF001 - the journal may drop it
+            sglang_redact.write_all(self.echo_fd, data, os.write)  # the journal may drop it
 
     def run(self):
         while True:

@@ -207,7 +207,7 @@ def test_encoded_forms_are_distinct_and_longest_first():
 
 # ------------------------------------------------------------------ the supervisor's LogCopy, on pipes (no process)
 # LogCopy.run() is called in the test's own thread: no thread is started, nothing sleeps. Short writes and a log
-# that refuses a write (disk full) are _write_all's; /dev/full refuses every write with ENOSPC.
+# that refuses a write (disk full) are write_all's; /dev/full refuses every write with ENOSPC.
 class ShortWrites(object):
     def __init__(self, fail_writes=0):
         self.written = bytearray()
@@ -224,9 +224,9 @@ class ShortWrites(object):
 
 def test_write_all_continues_short_writes_and_reports_a_refused_write():
     out = ShortWrites()
-    assert sr._write_all(1, SERVER_ARGS, out.write) and bytes(out.written) == SERVER_ARGS  # noqa: SLF001
+    assert sr.write_all(1, SERVER_ARGS, out.write) and bytes(out.written) == SERVER_ARGS
     out = ShortWrites(fail_writes=1)
-    assert not sr._write_all(1, b"first line\n", out.write) and out.written == b""  # noqa: SLF001
+    assert not sr.write_all(1, b"first line\n", out.write) and out.written == b""
 
 
 def copy_through(data, sizes, log_fd, secrets=(KEY,), echo=True):
