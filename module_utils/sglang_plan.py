@@ -50,6 +50,7 @@ def describe_change(old_parts, new_parts):
 
 
 KEEP = "keep"
+ATTACH = "attach"  # a later step of the launch this task started: its supervisor's word is awaited
 RESTART = "restart"
 # Why a kept server is restarted after all: detached, its supervisor gone, and it does not answer health (the module
 # watches no server itself).
@@ -106,8 +107,9 @@ class Recorded(object):
 
 @dataclass(frozen=True)
 class Plan(object):
-    """A start's plan: ``action`` KEEP (the recorded server, kept as it is or attached to its supervisor's wait,
-    whichever its answer says) or RESTART, ``reason`` (why a restart: the result's restart_reason), ``resuming``
+    """A start's plan: ``action`` KEEP (the recorded server, kept as it is, or attached to its supervisor's wait when
+    it does not answer yet), ATTACH (a later step of the launch this task started: its supervisor's verdict is awaited)
+    or RESTART, ``reason`` (why a restart: the result's restart_reason), ``resuming``
     (a later step of the launch the recorded server is), and the fingerprint (``parts``, ``fingerprint``)."""
     action: str
     reason: Optional[str]
@@ -119,7 +121,10 @@ class Plan(object):
 def plan_start(p, recorded, parts, fp):
     """The plan of ``state: started`` from the options ``p``, what is ``recorded`` and this run's fingerprint."""
     action, reason = start_plan(p, recorded.state, recorded.ours, fp, parts)
-    return Plan(action, reason, bool(resuming(p, recorded.state, recorded.ours)), parts, fp)
+    later_step = bool(resuming(p, recorded.state, recorded.ours))
+    if action == KEEP and later_step:
+        action = ATTACH
+    return Plan(action, reason, later_step, parts, fp)
 
 
 def look_recorded(s):

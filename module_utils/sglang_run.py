@@ -65,7 +65,7 @@ def start(s, host, recorded, the_plan):
     """``state: started`` after its plan: keep (or attach to) the recorded server, or (re)start it."""
     p, state, ours = s.p, recorded.state, recorded.ours
     reason = the_plan.reason
-    if the_plan.action == plan.KEEP:
+    if the_plan.action in (plan.KEEP, plan.ATTACH):
         kept, report = keep(s, host, state, the_plan.resuming)
         yield report
         if kept:

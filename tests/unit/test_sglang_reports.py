@@ -104,4 +104,4 @@ def test_the_plan_is_made_from_the_settings_and_what_is_recorded_alone():
     assert sglang_plan.plan_start(p, sglang_plan.Recorded(None, False), parts, "fp").reason == "not running"
     later_step = dict(p, force_restart=True, resume_attempt=3)
     assert sglang_plan.plan_start(later_step, ours, parts, "fp").resuming is True
-    assert sglang_plan.plan_start(later_step, ours, parts, "fp").action == sglang_plan.KEEP
+    assert sglang_plan.plan_start(later_step, ours, parts, "fp").action == sglang_plan.ATTACH  # its supervisor awaited
