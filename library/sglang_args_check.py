@@ -173,14 +173,14 @@ options:
         C(SGLANG_) twin (SGLang rewrites the legacy prefix).
       - One of SGLang's own (C(SGLANG_), C(SGL_)) that the installed SGLang does not read fails the task
         (RV(unknown_environment)); one of another family (C(NCCL_), C(CUDA_), C(TORCH_), ...) that SGLang itself
-        does not read is a warning (RV(environment_unread)): SGLang passes it on to its libraries.
+        does not read is a warning (RV(environment_unread)), since SGLang passes it on to its libraries.
     type: list
     elements: str
     default: []
   environment_compare:
     description:
       - Other SGLangs to compare with when an environment variable is not read by the installed one, so that the
-        message says which read it (C(read by 0.5.9, not by 0.5.23)): C(sglang) package dirs (their version from the
+        message says which read it (C(read by 0.5.9, not by 0.5.23)) - C(sglang) package dirs (their version from the
         dist-info beside them), SGLang wheels, or directories of C(sglang-*.whl) wheels (a wheelhouse). Read, never
         installed or imported; the installed version is left out.
     type: list
