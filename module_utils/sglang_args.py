@@ -671,7 +671,7 @@ class FreshCheck:
         names = sorted(set(self.params["environment_names"] or []))
         self.result["environment_checked"] = names
         self.result["environment_unread"] = []
-        if not names:
+        if not names or not sglang_root:
             return
         try:
             reads = sglang_envs.installed_reads(sglang_root, names)
