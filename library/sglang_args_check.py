@@ -51,6 +51,9 @@ description:
     listed or searched for an import (an installed or removed package shows there). A look re-hashes exactly those
     (no import, no process) and takes the verdict only when all match; otherwise the check runs fresh,
     RV(cache_miss) says why, and a pass is kept again.
+  - With O(environment_names), the files the environment check decided with are part of the key too
+    (C(srt/environ.py), each file that reads a name, the dist-info's C(RECORD), and the SGLangs of
+    O(environment_compare)).
   - Only a pass is kept; a refusal fails the task and is never kept. A cache that someone less privileged could have
     written (C(cache_dir) or anything above it writable by others, not owned by root or the module's user, a
     symlink; the file likewise) is never read, with a warning; the check runs fresh and its pass replaces the file
@@ -160,6 +163,29 @@ options:
         description: Permission bits the file must have, octal (V(0600)).
         type: str
         required: true
+  environment_names:
+    description:
+      - Names (never values) of the environment variables the server will get (the server role gives those of
+        C(sglang_server_environment) and C(sglang_server_secret_environment)), checked against the variables the
+        installed SGLang reads, found in its sources by C(ast) (never imported) - the C(Envs) fields of
+        C(sglang/srt/environ.py) and the names read by C(os.environ[...]), C(os.environ.get), C(os.getenv),
+        C(get_bool_env_var), C(get_int_env_var) and the like anywhere in the package; an C(SGL_) name also through its
+        C(SGLANG_) twin (SGLang rewrites the legacy prefix).
+      - One of SGLang's own (C(SGLANG_), C(SGL_)) that the installed SGLang does not read fails the task
+        (RV(unknown_environment)); one of another family (C(NCCL_), C(CUDA_), C(TORCH_), ...) that SGLang itself
+        does not read is a warning (RV(environment_unread)), since SGLang passes it on to its libraries.
+    type: list
+    elements: str
+    default: []
+  environment_compare:
+    description:
+      - Other SGLangs to compare with when an environment variable is not read by the installed one, so that the
+        message says which read it (C(read by 0.5.9, not by 0.5.23)) - C(sglang) package dirs (their version from the
+        dist-info beside them), SGLang wheels, or directories of C(sglang-*.whl) wheels (a wheelhouse). Read, never
+        installed or imported; the installed version is left out.
+    type: list
+    elements: path
+    default: []
   cache_dir:
     description:
       - Where a passing verdict is kept, the deployment's trusted run dir (the server role passes
@@ -198,6 +224,8 @@ EXAMPLES = r"""
     extra_args:
       enable-metrics: true
     secret_args: [api-key]
+    # Names only: an SGLANG_ variable this SGLang does not read fails, an NCCL_ one warns.
+    environment_names: [SGLANG_HEALTH_CHECK_TIMEOUT, NCCL_CUMEM_ENABLE]
     # Options the installed SGLang refuses in its --config file come back in config_argv.
     config_refused: argv
     # A pass is kept in the run dir; an unchanged re-run uses it without importing SGLang.
@@ -331,6 +359,30 @@ config_argv:
   type: list
   elements: str
   sample: ["--disable-cuda-graph", "--cuda-graph-max-bs-decode", "64"]
+environment_checked:
+  description: The names of O(environment_names) that were checked, sorted.
+  returned: when the options were checked (not when SGLang is not installed and O(allow_missing=true))
+  type: list
+  elements: str
+  sample: ["NCCL_CUMEM_ENABLE", "SGLANG_HEALTH_CHECK_TIMEOUT"]
+environment_unread:
+  description: Variables of O(environment_names) of other families than SGLang's own that the installed SGLang
+    itself does not read (a warning, not a failure).
+  returned: when the options were checked
+  type: list
+  elements: str
+  sample: ["NCCL_NVLS_ENABLE"]
+unknown_environment:
+  description: Variables of SGLang's own families (C(SGLANG_), C(SGL_)) that the installed SGLang does not read.
+  returned: on failure
+  type: list
+  elements: str
+  sample: ["SGLANG_ENABLE_SPEC_V2"]
+environment_read_by:
+  description: For each of RV(unknown_environment), the versions of O(environment_compare) that read it.
+  returned: on failure
+  type: dict
+  sample: {"SGLANG_ENABLE_SPEC_V2": ["0.5.5", "0.5.9"]}
 cached:
   description: Whether the verdict was the one kept from an earlier check of the same inputs (O(cache_dir)); SGLang
     was then neither imported nor read.

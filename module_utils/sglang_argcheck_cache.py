@@ -75,6 +75,8 @@ KEY_PARTS = (
     ("sglang_root", "sglang_root changed"),
     ("allow_missing", "allow_missing changed"),
     ("timeout", "timeout changed"),
+    ("environment_names", "environment names changed"),
+    ("environment_compare", "environment_compare changed"),
     ("environment", None),
 )
 
@@ -219,7 +221,10 @@ def _valid_verdict(verdict):
         return False
     if verdict.get("import_error") is not None and not isinstance(verdict["import_error"], str):
         return False
-    return all(isinstance(v, str) for v in verdict["config_refused_args"] + verdict["config_argv"])
+    unread = verdict.get("environment_unread", [])
+    if not isinstance(unread, list):
+        return False
+    return all(isinstance(v, str) for v in verdict["config_refused_args"] + verdict["config_argv"] + unread)
 
 
 def look(cache_dir, name, key, label=lambda p: p):

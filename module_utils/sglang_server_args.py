@@ -24,7 +24,7 @@ import stat
 import sys
 import tempfile
 
-from ansible.module_utils import sglang_argcheck_cache, sglang_paths
+from ansible.module_utils import sglang_argcheck_cache, sglang_envs, sglang_paths
 from ansible.module_utils.sglang_paths import SITE_DIRS_SCRIPT, locate, venv_of, venv_site_dirs
 from ansible.module_utils.sglang_proc import safe_name
 
@@ -147,6 +147,8 @@ ARGUMENT_SPEC = dict(
     config_refused=dict(type="str", default="fail", choices=["fail", "argv"]),
     allow_missing=dict(type="bool", default=False),
     model_dirs=dict(type="list", elements="path", default=[]),
+    environment_names=dict(type="list", elements="str", default=[]),
+    environment_compare=dict(type="list", elements="path", default=[]),
     cache_dir=dict(type="path"),
     name=dict(type="str", default="sglang"),
     config_file=dict(type="dict", options=dict(
@@ -436,6 +438,20 @@ def config_file_in_place(spec):
     return digest.hexdigest() == spec["sha256"].lower()
 
 
+def package_version(sglang_root):
+    """Version of the SGLang whose package dir is ``sglang_root``, from the dist-info beside it; None if none."""
+    return sglang_paths.find_distribution(os.path.dirname(os.path.abspath(sglang_root)))[0]
+
+
+def unread_warning(names, version, read_by=None):
+    """The warning for environment variables of other families (NCCL_, CUDA_, ...) that SGLang itself does not read."""
+    read_by = read_by or {}
+    return ("environment variables SGLang %s itself does not read (passed on to its libraries, NCCL, CUDA, torch, ...: "
+            "check their spelling there): %s" % (version, ", ".join(
+                n + (" (read by %s, not by %s)" % (", ".join(read_by[n]), version) if read_by.get(n) else "")
+                for n in names)))
+
+
 def checker_digest():
     """SHA-256 of the checker's own code: this module's source and that of the module_utils that decide with it
     (where SGLang is, what is kept), and the Python that runs it (its ast reads the sources). None when a source
@@ -443,7 +459,8 @@ def checker_digest():
     h = hashlib.sha256(sys.version.encode("utf-8"))
     own = (__spec__.name if __spec__ is not None else __name__, globals().get("__loader__"))
     for name, loader in (own, (sglang_paths.__name__, getattr(sglang_paths, "__loader__", None)),
-                         (sglang_argcheck_cache.__name__, getattr(sglang_argcheck_cache, "__loader__", None))):
+                         (sglang_argcheck_cache.__name__, getattr(sglang_argcheck_cache, "__loader__", None)),
+                         (sglang_envs.__name__, getattr(sglang_envs, "__loader__", None))):
         try:
             source = loader.get_source(name)
         except Exception:  # any loader, any failure: no digest, no cache
@@ -469,6 +486,8 @@ class SGLangArgsChecker:
         self.result = {"changed": False, "checked_args": [], "values_checked": False, "cached": False}
         self.parser = ParserProbe(self)
         self.kept = KeptVerdict(self)
+        self.found = {}
+        self.env_files = []  # the files the environment check decided with (the kept verdict's key)
 
     def fail(self, msg, **extra):
         self.result.update(extra)
@@ -557,13 +576,17 @@ class SGLangArgsChecker:
                            values_checked=verdict["values_checked"], checked_args=["--" + k for k in names])
         if verdict.get("import_error"):
             self.result["import_error"] = verdict["import_error"]
+        self.result["environment_checked"] = sorted(set(self.params["environment_names"] or []))
+        self.result["environment_unread"] = verdict.get("environment_unread") or []
+        if self.result["environment_unread"]:
+            self.module.warn(unread_warning(self.result["environment_unread"], self.result.get("sglang_version", "?")))
         if self.params["config_refused"] == "argv":
             self.result.update(config_refused_args=refused_keys, config_argv=verdict["config_argv"])
         return refused_keys
 
     def run(self):
         merged, keys, secret_args = self.task_inputs()
-        found = self.find_sglang()
+        found = self.found = self.find_sglang()
         self.result.update(installed=found["installed"], eagle_worker_v2=found["eagle_worker_v2"])
         if self.nothing_installed(found):
             return self.result
@@ -638,7 +661,51 @@ class FreshCheck:
                 self.fail("SGLang's parser rejected the arguments: %s" % probe["parser_error"],
                           parser_error=probe["parser_error"])
             self.result["values_checked"] = bool(probe.get("parsed"))
+        self.check_environment(sglang_root)
         return refused_keys, argv, probe
+
+    def check_environment(self, sglang_root):
+        """The server's environment variables (their names) against those the installed SGLang reads
+        (:mod:`sglang_envs`): one of SGLang's own (SGLANG_, SGL_) that it does not read fails the task; another family
+        (NCCL_, CUDA_, TORCH_, ...) that SGLang itself does not read is a warning (SGLang passes it on)."""
+        names = sorted(set(self.params["environment_names"] or []))
+        self.result["environment_checked"] = names
+        self.result["environment_unread"] = []
+        if not names or not sglang_root:
+            return
+        try:
+            reads = sglang_envs.installed_reads(sglang_root, names)
+        except OSError as exc:
+            self.fail("cannot read the environment variables SGLang reads from %s: %s" % (sglang_root, exc))
+        self.checker.env_files = reads.files
+        unread = [n for n in names if not reads.reads(n)]
+        unknown = [n for n in unread if sglang_envs.is_own(n)]
+        others = [n for n in unread if not sglang_envs.is_own(n)]
+        version = self.result.get("sglang_version", "?")
+        read_by = {}
+        if unread and self.params["environment_compare"]:
+            sources = sglang_envs.compare_sources(self.params["environment_compare"], package_version)
+            read_by = sglang_envs.history(unread, [s for s in sources if s[0] != version])
+        if unknown:
+            self.fail(
+                "environment variables unknown to SGLang %s (no file of it reads them): %s; remove them from "
+                "sglang_server_environment or use what this SGLang reads" % (
+                    version, "; ".join(self.environment_words(n, version, read_by, reads) for n in unknown)),
+                unknown_environment=unknown, environment_read_by=dict((n, read_by.get(n, [])) for n in unknown))
+        self.result["environment_unread"] = others
+        if others:
+            self.checker.module.warn(unread_warning(others, version, read_by))
+
+    @staticmethod
+    def environment_words(name, version, read_by, reads):
+        versions = read_by.get(name) or []
+        words = name
+        if versions:
+            words += " (read by %s, not by %s)" % (", ".join(versions), version)
+        close = reads.suggestions(name)
+        if close:
+            words += " (did you mean %s?)" % " or ".join(close)
+        return words
 
     def refused_as_argv(self, merged, refused_keys, sglang_root):
         """config_refused=argv: the options refused in the --config file as command-line words (in the result)."""
@@ -810,6 +877,8 @@ class KeptVerdict:
             "sglang_root": p["sglang_root"],
             "allow_missing": p["allow_missing"],
             "timeout": p["timeout"] if probing else None,
+            "environment_names": sglang_argcheck_cache.digest(sorted(set(p["environment_names"] or []))),
+            "environment_compare": sglang_argcheck_cache.digest(p["environment_compare"] or []),
             "environment": sglang_argcheck_cache.environment() if probing else {},
         }
 
@@ -821,6 +890,16 @@ class KeptVerdict:
         srt = os.path.join(sglang_root, "srt")
         hashed = set(server_args_sources(sglang_root) + [os.path.join(srt, "server_args_config_parser.py")])
         by_identity = set()
+        if self.params["environment_names"]:
+            # What the environment check decided with: environ.py, each file that reads a name, and the dist-info's
+            # RECORD (the hash of every file of the package: another install shows there).
+            hashed.update(self.checker.env_files)
+            hashed.add(os.path.join(srt, "environ.py"))
+            if self.checker.found.get("dist_info"):
+                hashed.add(os.path.join(self.checker.found["dist_info"], "RECORD"))
+            for version, kind, path in sglang_envs.compare_sources(self.params["environment_compare"], package_version):
+                (by_identity if kind == "wheel" else hashed).add(
+                    path if kind == "wheel" else os.path.join(path, "srt", "environ.py"))
         dirs = {srt, os.path.join(srt, "arg_groups"), os.path.join(srt, "arg_groups", "fields")}
         if probe is None:
             return sglang_argcheck_cache.record(hashed, by_identity, dirs)
@@ -885,7 +964,8 @@ class KeptVerdict:
             self.params["cache_dir"], self.params["name"], key, files,
             {"method": self.result["method"], "option_count": self.result["option_count"],
              "values_checked": self.result["values_checked"], "import_error": self.result.get("import_error"),
-             "config_refused_args": refused_keys, "config_argv": argv})
+             "config_refused_args": refused_keys, "config_argv": argv,
+             "environment_unread": self.result.get("environment_unread", [])})
         miss = self.result["cache_miss"]
         if why and not (miss.startswith("no cache dir") or miss == "cache not trusted"):
             self.module.warn("the argument check's verdict was not kept: %s" % why)

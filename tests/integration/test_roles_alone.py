@@ -80,7 +80,7 @@ def play_vars(prefix, port, wheel):
         "sglang_server_speculative_num_steps": 3,
         "sglang_server_speculative_eagle_topk": 1,
         "sglang_server_speculative_num_draft_tokens": 4,
-        "sglang_server_environment": {"SGLANG_ENABLE_SPEC_V2": "1"},
+        "sglang_server_environment": {"SGLANG_HEALTH_CHECK_TIMEOUT": "20"},
         "sglang_server_host": "127.0.0.1",
         "sglang_server_port": port,
         "sglang_server_api_key": API_KEY,
