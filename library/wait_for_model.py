@@ -498,7 +498,7 @@ EXAMPLES = r"""
     name: sglang
     argv: [/opt/sglang/venv/bin/python, -m, sglang.launch_server, --config, /etc/sglang/server.yaml]
     environment:
-      SGLANG_ENABLE_SPEC_V2: "1"
+      SGLANG_HEALTH_CHECK_TIMEOUT: "20"
     log_dir: /var/log/sglang
     run_dir: /run/sglang
     run_as: sglang
