@@ -414,7 +414,7 @@ class SourceListing(object):
                     continue
                 files.append({"path": rel, "size": os.path.getsize(full), "sha256": None, "git_sha1": None})
         keep = set(sglang_weights.selected([f["path"] for f in files], model.get("allow_patterns"),
-                                         model.get("ignore_patterns")))
+                                           model.get("ignore_patterns")))
         return [f for f in files if f["path"] in keep]
 
     def listing(self, model):
@@ -613,7 +613,7 @@ class ModelFetch(SourceListing, JobFiles, FetchWait):
             return self.finish(results, [], changed=any(r["action"] == "would_fetch" for r in results))
         plans = [self.plan_one(model, entry, ownership) for model, entry in to_start]
         shortfall = sglang_weights.disk_shortfall([(plan[0]["name"], plan[0]["path"], plan[5]) for plan in plans],
-                                                p["disk_margin_mib"] << 20)
+                                                  p["disk_margin_mib"] << 20)
         if shortfall:
             raise ModelError(shortfall, models=[plan[1] for plan in plans])
         jobs = self.start_all(plans, ownership, attached)

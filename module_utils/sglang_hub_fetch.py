@@ -119,7 +119,7 @@ def list_repo(req):
         kind, msg = error_kind(e)
         return {"error": kind, "msg": msg}
     keep = set(sglang_weights.selected([f["path"] for f in files], req.get("allow_patterns"),
-                                     req.get("ignore_patterns")))
+                                       req.get("ignore_patterns")))
     return {"commit": commit, "files": [f for f in files if f["path"] in keep],
             "hub_version": getattr(huggingface_hub, "__version__", None)}
 

@@ -454,9 +454,9 @@ class Endings(object):
         settings = self.cfg["settings"]
         w.drain(verdict, settings["settle_time"], settings["poll_interval"], self.sleep)
         fields, _note = sglang_verdict.explain(verdict, w.log.clf, state, elapsed, w.leader.rc, w.children.died, False,
-                                             False, w.health, w.candidates, timeout=self.cfg.get("timeout") or 0,
-                                             stall_timeout=settings["stall_timeout"],
-                                             tail_lines=self.cfg.get("tail_lines", 40))
+                                               False, w.health, w.candidates, timeout=self.cfg.get("timeout") or 0,
+                                               stall_timeout=settings["stall_timeout"],
+                                               tail_lines=self.cfg.get("tail_lines", 40))
         code = exit_status(verdict, ready)
         cls = fields.get("crash_class", verdict)
         shown = sglang_progress.class_words({"class": cls, "class_uncertain": fields.get("class_uncertain")})
@@ -575,9 +575,9 @@ class Watcher(ServerStart, Endings):
         follower = LogFollower(os.devnull)
         settings = serve_numbers(cfg)
         self.w = w = sglang_verdict.Watch(follower, LogClassifier(clock=lambda: self.clock() - t0), t0, t0 + 10 ** 9,
-                                        self.clock, None, state["pid"], self.procs, state.get("start_time"),
-                                        self.health_ask(cfg, headers, settings), self.real,
-                                        settings, events=settings.get("events", True))
+                                          self.clock, None, state["pid"], self.procs, state.get("start_time"),
+                                          self.health_ask(cfg, headers, settings), self.real,
+                                          settings, events=settings.get("events", True))
         self.serve(w, cfg, headers, settings, t0)
         view = ServingView(None, settings, w.health.interval)  # its log is not followed: log_read stays None
         w.children.poll(t0)
@@ -633,9 +633,9 @@ class Watcher(ServerStart, Endings):
         log_read_fd = os.open("/proc/self/fd/%d" % log_fd, os.O_RDONLY | os.O_CLOEXEC)
         follower = LogFollower("/proc/self/fd/%d" % log_read_fd)
         self.w = w = sglang_verdict.Watch(follower, LogClassifier(clock=lambda: self.clock() - t0), t0, deadline,
-                                        self.clock, self.proc, self.proc.pid, self.procs, state.get("start_time"), ask,
-                                        self.real, settings,
-                                        events=settings.get("events", True))
+                                          self.clock, self.proc, self.proc.pid, self.procs, state.get("start_time"), ask,
+                                          self.real, settings,
+                                          events=settings.get("events", True))
         verdict = yield from self.load_steps(w, settings)
         if self.stopping:
             self.code = self.stopped(follower, w)
