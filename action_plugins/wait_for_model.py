@@ -93,9 +93,11 @@ class ActionModule(SteppedAction):
     @staticmethod
     def _with_text(result, args):
         """A ``state: started`` result with what the operator reads of it (``sglang_result_text``): ``summary`` or
-        ``failure_message``, composed once here, after the steps are merged. The deployment's name and log dir are
-        the module's own arguments (its ``invocation``, module_defaults applied), else the task's."""
-        if args.get("state", "started") != "started":
+        ``failure_message`` (a failed ``state: watched`` one too: the smoke test's rescue prints it), composed once
+        here, after the steps are merged. The deployment's name and log dir are the module's own arguments (its
+        ``invocation``, module_defaults applied), else the task's."""
+        state = args.get("state", "started")
+        if state not in ("started", "watched") or (state == "watched" and not result.get("failed")):
             return result
         module_args = (result.get("invocation") or {}).get("module_args") or args
         name = module_args.get("name") or "sglang"

@@ -14,8 +14,8 @@ from __future__ import annotations
 import re
 
 # A second guard behind the supervisor's log copy (sglang_supervisor.LogCopy), which keeps the secrets out of the log
-# file: an API key assignment SGLang logs (its server_args) is masked in the lines shown. The role's
-# ``_sglang_server_secret_re`` / ``_sglang_server_secret_repl`` (its smoke test's message) are the same.
+# file: an API key assignment SGLang logs (its server_args) is masked in the lines shown (the launch's failure and
+# the smoke test's, both composed here).
 SECRET_ASSIGNMENT = re.compile("((?:api_key|admin_api_key|ssl_keyfile_password)['\"]?\\s*[:=]\\s*)['\"][^'\"]*['\"]")
 SECRET_REPLACEMENT = "\\1***"
 

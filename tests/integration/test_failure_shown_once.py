@@ -60,3 +60,35 @@ def test_a_crash_while_loading_is_printed_once():
         stopped = _play("stop.yml", prefix, port)
         assert stopped.returncode == 0, stopped.stdout[-3000:] + stopped.stderr[-3000:]
         shutil.rmtree(prefix, ignore_errors=True)
+
+
+def test_the_incident_at_the_first_decode_is_printed_once():
+    """The EAGLEWorkerV2 incident (the emulator's eagle scenario, the early-init patch off): the server comes up and
+    its first decode request crashes it. The smoke test's rescue prints the supervisor's failure once; no censored
+    block of the request (no_log: it carries the API key) comes before it."""
+    prefix = tempfile.mkdtemp(prefix="eagle-deploy-test-")
+    os.chmod(prefix, 0o755)
+    port = free_port()
+    try:
+        proc = _play("serve_eagle3.yml", prefix, port, "-e", "sglang_emulator_scenario=eagle",
+                     "-e", "sglang_patch_enabled=false")
+        out = proc.stdout + proc.stderr
+        assert proc.returncode == 2, out[-4000:]
+        request = out.index("TASK [sglang_server : Generate from a fixed prompt]")
+        shown = out.index("TASK [sglang_server : Show why the smoke test failed]")
+        fail = out.index("TASK [sglang_server : Fail when the smoke test failed]")
+        assert request < shown < fail, out[request:]
+        exception = "AttributeError: 'EAGLEWorkerV2' object has no attribute 'spec_disable_batch_threshold'"
+        for part in ("crash class: first_request_crash (" + exception + ")", "hint: ", "deciding line ",
+                     "---- log tail ----"):
+            assert out[request:].count(part) == 1, (part, out[request:])
+            assert shown < out.index(part, request) < fail, (part, out[request:])
+        assert "smoke test failed at 'Check that the fixed prompt produced text': " in out[shown:fail], out[shown:]
+        end = out[fail:]
+        assert "first_request_crash" not in end and exception not in end, end
+        assert "hidden due to the fact that" not in out[request:], out[request:]
+        assert API_KEY not in out
+    finally:
+        stopped = _play("stop.yml", prefix, port)
+        assert stopped.returncode == 0, stopped.stdout[-3000:] + stopped.stderr[-3000:]
+        shutil.rmtree(prefix, ignore_errors=True)

@@ -395,10 +395,11 @@ def test_eagle_scenario_without_the_patch_fails_at_smoke_with_the_attribute_erro
     assert len(run.failures()) == 2, run
     # The server itself came up (the crash is at the first real request), then the smoke test caught it.
     assert run.result("Launch SGLang and wait for health")["changed"] is True
-    msg = run.failure_msgs()[-1]
+    assert "why is shown just above" in run.failure_msgs()[-1]
+    msg = run.result("Show why the smoke test failed")["msg"]
     assert "crash class: first_request_crash" in msg  # decided by the log classifier, not by a timeout
     assert "timed out" not in msg and "stalled" not in msg
-    assert "exception: AttributeError: 'EAGLEWorkerV2' object has no attribute 'spec_disable_batch_threshold'" in msg
+    assert "(AttributeError: 'EAGLEWorkerV2' object has no attribute 'spec_disable_batch_threshold')" in msg
     assert "early-init patch" in msg  # the hint
     assert "Traceback (most recent call last)" in msg
     assert API_KEY not in json.dumps(run.out)

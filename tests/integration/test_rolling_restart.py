@@ -284,7 +284,9 @@ def test_a_crashing_new_version_stops_the_rollout_with_no_client_error(fleet):
     msg = failures["replica2"]
     print("the run's failure:\n" + "\n".join(msg.splitlines()[:8]))
     assert msg.startswith("replica replica2 (%s) did not come back; it is out of the router" % replicas["replica2"]["url"])
-    assert "crash class: " in msg and "spec_disable_batch_threshold" in msg and "early-init patch" in msg, msg
+    assert "why is shown just above" in msg, msg
+    shown = run.result("replica2", "Show why the smoke test failed")["msg"]
+    assert "crash class: " in shown and "spec_disable_batch_threshold" in shown and "early-init patch" in shown, shown
 
     # replica1: restarted with the new version, drained and back in the router.
     r1 = replicas["replica1"]
