@@ -54,11 +54,10 @@ def watcher(emu):
     path = os.path.join(REPO, "module_utils", "sglang_log.py")
     if not os.path.isfile(path):
         return None
-    import importlib.util
-    spec = importlib.util.spec_from_file_location("sglang_log_for_emulator_it", path)
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod.classify_file(emu.log_path).summary()
+    # the project's module_utils as ansible.module_utils (tests/conftest.py puts it there): its files import one
+    # another relatively
+    from ansible.module_utils import sglang_log
+    return sglang_log.classify_file(emu.log_path).summary()
 
 
 def assert_watcher(emu, state, crash_class=None):
