@@ -11,6 +11,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+from contextlib import contextmanager
 
 from ansible_run import free_port
 
@@ -29,12 +30,23 @@ def _play(playbook, prefix, port, *extra):
     return subprocess.run(cmd, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False)
 
 
-def test_a_crash_while_loading_is_printed_once():
+@contextmanager
+def _host():
+    """(prefix, port) of a rehearsal host of its own, its server stopped and its prefix removed at the end."""
     # Not under pytest's tmp dir: /tmp/pytest-of-root is 0700 and the service user must walk into the prefix.
     prefix = tempfile.mkdtemp(prefix="eagle-deploy-test-")
     os.chmod(prefix, 0o755)
     port = free_port()
     try:
+        yield prefix, port
+    finally:
+        stopped = _play("stop.yml", prefix, port)
+        assert stopped.returncode == 0, stopped.stdout[-3000:] + stopped.stderr[-3000:]
+        shutil.rmtree(prefix, ignore_errors=True)
+
+
+def test_a_crash_while_loading_is_printed_once():
+    with _host() as (prefix, port):
         proc = _play("serve_eagle3.yml", prefix, port, "-e", "sglang_emulator_scenario=crash_loading")
         out = proc.stdout + proc.stderr
         assert proc.returncode == 2, out[-4000:]
@@ -56,20 +68,13 @@ def test_a_crash_while_loading_is_printed_once():
         assert "[ERROR]: Task failed: Action failed: " + FAILED in end, end
         assert "hidden due to the fact that" not in out[launch:], out[launch:]
         assert API_KEY not in out
-    finally:
-        stopped = _play("stop.yml", prefix, port)
-        assert stopped.returncode == 0, stopped.stdout[-3000:] + stopped.stderr[-3000:]
-        shutil.rmtree(prefix, ignore_errors=True)
 
 
 def test_the_incident_at_the_first_decode_is_printed_once():
     """The EAGLEWorkerV2 incident (the emulator's eagle scenario, the early-init patch off): the server comes up and
     its first decode request crashes it. The smoke test's rescue prints the supervisor's failure once; no censored
     block of the request (no_log: it carries the API key) comes before it."""
-    prefix = tempfile.mkdtemp(prefix="eagle-deploy-test-")
-    os.chmod(prefix, 0o755)
-    port = free_port()
-    try:
+    with _host() as (prefix, port):
         proc = _play("serve_eagle3.yml", prefix, port, "-e", "sglang_emulator_scenario=eagle",
                      "-e", "sglang_patch_enabled=false")
         out = proc.stdout + proc.stderr
@@ -88,7 +93,3 @@ def test_the_incident_at_the_first_decode_is_printed_once():
         assert "first_request_crash" not in end and exception not in end, end
         assert "hidden due to the fact that" not in out[request:], out[request:]
         assert API_KEY not in out
-    finally:
-        stopped = _play("stop.yml", prefix, port)
-        assert stopped.returncode == 0, stopped.stdout[-3000:] + stopped.stderr[-3000:]
-        shutil.rmtree(prefix, ignore_errors=True)
