@@ -24,11 +24,17 @@ def versions():
                   key=lambda v: tuple(int(p) for p in v.split(".")))
 
 
+def fragments():
+    """The fragments waiting for a release (the folder holds only .keep after one)."""
+    folder = os.path.join(CHANGES, "fragments")
+    return sorted(f for f in os.listdir(folder) if f.endswith((".yml", ".yaml")))
+
+
 def test_the_collection_version_is_a_release_or_the_next_one():
     """galaxy.yml's version is the newest release, or the one after it while fragments wait for their release."""
     version = load(os.path.join(ROOT, "collection", "galaxy.yml"))["version"]
     newest = versions()[-1]
-    pending = [f for f in os.listdir(os.path.join(CHANGES, "fragments")) if f.endswith((".yml", ".yaml"))]
+    pending = fragments()
     if pending:
         assert tuple(map(int, version.split("."))) > tuple(map(int, newest.split("."))), (version, newest, pending)
     else:
@@ -45,7 +51,7 @@ def test_every_release_is_in_the_generated_changelog():
 def test_every_fragment_names_known_sections_with_text():
     folder = os.path.join(CHANGES, "fragments")
     known = sections()
-    for name in sorted(os.listdir(folder)):
+    for name in fragments():
         data = load(os.path.join(folder, name))
         assert isinstance(data, dict) and data, name
         for section, entries in data.items():
