@@ -22,6 +22,8 @@ import time
 
 import pytest
 
+from installed_programs import install_supervisor
+
 from ansible.module_utils import sglang_progress
 
 from ansible_run import EMULATOR, REPO, TARGET_PYTHON, free_port, run_module
@@ -116,6 +118,8 @@ def test_progress_lines_and_the_eta_of_a_second_load(tmp_path):
         "health_url": "http://127.0.0.1:%d/health_generate" % port,
         "timeout": 600,
         "stall_timeout": 120,
+        # the supervisor program as the role sglang_server installs it (root-owned, under the test's own dir)
+        "program_dir": install_supervisor(log_dir, str(tmp_path / "supervisor")),
     }
     try:
         # ---- the first load: lines with shard counts, no ETA yet

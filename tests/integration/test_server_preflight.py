@@ -94,7 +94,8 @@ def test_foreign_port_holder_is_refused_before_our_server_is_stopped(prefix):
             # A new port is a new config: a restart is due, and the new port is held by this test process.
             rc, results, failed = play(prefix, taken)
         assert rc != 0
-        msg = failed[-1][1]["msg"]
+        assert "why is shown just above" in failed[-1][1]["msg"], failed
+        msg = [r for n, r in results if n == "Show why the server did not come up"][-1]["msg"]
         assert "port %d is held by a process that is not ours: PID %d" % (taken, os.getpid()) in msg, failed
         assert "Nothing was stopped or launched" in msg
         # Our server was left alone: same process, same run state, still serving on its port.
