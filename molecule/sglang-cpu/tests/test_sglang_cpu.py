@@ -80,14 +80,14 @@ def test_api_key_is_in_no_file_under_the_log_dir(host):
 
 def test_the_supervisor_is_roots_and_sits_between_server_and_log(host, state, procs):
     """The supervisor program (detached here: no systemd in the container) is recorded as `watcher`; it runs as root,
-    `python3 -I <run_dir>/watcher/sglang_supervisor.py RUN_DIR NAME`, reads the server's output from the pipe that is
+    `python3 -I -B <run_dir>/supervisor RUN_DIR NAME` (the program the role installed), reads the server's output from the pipe that is
     the server's stdout and stderr, and holds the log file. No log writer process any more."""
     assert "log_writer" not in state and state["launcher"] == "detached"
     sup = state["watcher"]
     p = next(p for p in procs if p["pid"] == sup["pid"])
     assert (p["user"], p["start_time"], p["argv"]) == ("root", sup["start_time"], sup["cmdline"])
     assert Path(p["argv"][0]).name.startswith("python3")
-    assert p["argv"][1:] == ["-I", f"{RUN_DIR}/watcher/sglang_supervisor.py", RUN_DIR, "sglang"]
+    assert p["argv"][1:] == ["-I", "-B", f"{RUN_DIR}/supervisor", RUN_DIR, "sglang"]
     assert p["pid"] not in {q["pid"] for q in hostcheck.server_tree(procs, state["pid"])}  # not of the server's tree
     assert KEY.encode() not in host.file(f"/proc/{sup['pid']}/environ").content
     # The server's stdout and stderr are one pipe, written by the server and read by the supervisor alone.
@@ -116,11 +116,12 @@ def test_real_sglang_tree_runs_as_the_service_user(state, procs):
 
 def test_the_real_server_is_the_only_sglang_left(state, procs):
     """converge started one server; the fault servers (a, b) and their supervisors are gone, nothing else launched
-    (c, d). The one supervisor left is the server's own (its argv names sglang_supervisor.py)."""
+    (c, d). The one supervisor left is the server's own (its argv names the installed program, <run_dir>/supervisor)."""
     tree = {p["pid"] for p in hostcheck.server_tree(procs, state["pid"])}
-    sglang = [p for p in procs if any("sglang" in a for a in p["argv"][:3])]
+    supervisors = [p for p in procs if p["argv"][1:4] == ["-I", "-B", f"{RUN_DIR}/supervisor"]]
+    sglang = [p for p in procs if any("sglang" in a for a in p["argv"][:3])] + supervisors
     assert {p["pid"] for p in sglang} <= tree | {state["watcher"]["pid"]}
-    assert [p["pid"] for p in sglang if "sglang_supervisor" in " ".join(p["argv"])] == [state["watcher"]["pid"]]
+    assert [p["pid"] for p in supervisors] == [state["watcher"]["pid"]]
     assert not [p for p in procs if p["state"] == "Z"], "zombies left"
 
 
