@@ -40,26 +40,14 @@ def reports_of(exc):
     return list(reversed(getattr(exc, "findings", None) or []))
 
 
-class _Removed(object):
-    def __repr__(self):
-        return "REMOVED"
-
-
-# A report's value that takes an earlier report's key out of the result (a stop after a failure is reported as
-# ``stopped_after_failure``, not as ``stopped``).
-REMOVED = _Removed()
-
-
 def build_result(reports):
     """The module's result from the run's reports, in order: ``changed`` when any report says so; every other key
-    as the last report that names it says (REMOVED: not in the result)."""
+    as the last report that names it says."""
     result = {"changed": False}
     for report in reports:
         for key, value in report.items():
             if key == "changed":
                 result["changed"] = result["changed"] or bool(value)
-            elif value is REMOVED:
-                result.pop(key, None)
             else:
                 result[key] = value
     return result

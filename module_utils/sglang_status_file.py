@@ -21,7 +21,7 @@ from ansible.module_utils.sglang_unit_facts import SERVICE_TIMEOUT_MARGIN, SHOW_
 from ansible.module_utils.sglang_verdict import Waker
 from ansible.module_utils.sglang_input_checks import Orphaned, WaitError, open_log
 from ansible.module_utils import sglang_settings, sglang_stop, sglang_unit_guard
-from ansible.module_utils.sglang_reports import REMOVED, findings
+from ansible.module_utils.sglang_reports import findings
 
 
 def read_status(s):
@@ -245,7 +245,7 @@ class Verdicts(object):
                 state = sglang_proc.read_state(self.s.run_dir, self.s.p["name"])
                 if state and not state.get("untrusted"):
                     stop = sglang_stop.stop_recorded(self.s, self.host, state)
-                    r.update(stopped=REMOVED, stopped_after_failure=stop.get("stopped"))
+                    r["stopped_after_failure"] = stop.get("stopped")
             return r
 
     def stop_service_after_failure(self, show, decided=None):
@@ -274,7 +274,7 @@ class Verdicts(object):
             r["stopped_after_failure"] = {"unit": unit, "how": "systemctl stop --no-block"}
             return r
         stop = sglang_stop.stop_unit(self.s, self.host)
-        r.update(stopped=REMOVED, stopped_after_failure=stop.get("stopped"))
+        r["stopped_after_failure"] = stop.get("stopped")
         return r
 
     def tail_of(self, state):

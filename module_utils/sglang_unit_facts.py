@@ -28,6 +28,7 @@ UNIT_MARK = "# Written by eagle-deploy (role sglang_server, tasks/unit.yml)."
 OLD_UNIT_MARK = "# Written by eagle-deploy (wait_for_model)."
 UNIT_MARKS = (UNIT_MARK, OLD_UNIT_MARK)
 WATCHER_DIR = "watcher"  # where the module itself installed the supervisor before the role did (a legacy unit names it)
+LEGACY_PROGRAM = "sglang_watcher.py"  # that program's file name on hosts (module_utils/sglang_supervisor.py's old name)
 SHOW_EVERY = 1.0  # s between two looks at the unit (systemctl show) while waiting on the watcher's status file
 # The watcher ends a start at `timeout` after its launch; the module stops waiting this much later (its backstop).
 SERVICE_TIMEOUT_MARGIN = 30.0
@@ -107,7 +108,7 @@ def unit_owner(text):
     writes ``ansible_managed`` as comment lines, the mark, then the deployment line; the module of earlier versions
     wrote its mark (OLD_UNIT_MARK) on the first line and the deployment line on the second. A unit the module wrote
     before the deployment line was added names its run dir and name in ExecStart (``<python> -I
-    <run_dir>/watcher/sglang_supervisor.py <run_dir> <name>``): its deployment is read from there."""
+    <run_dir>/watcher/sglang_watcher.py <run_dir> <name>``): its deployment is read from there."""
     header = unit_header(text)
     if not any(line.startswith(UNIT_MARKS) for line in header):
         return None
@@ -122,7 +123,7 @@ def unit_owner(text):
     for line in text.split("\n"):
         if line.startswith("ExecStart="):
             words = exec_words(line[len("ExecStart="):])
-            if len(words) == 5 and words[1] == "-I" and words[2] == os.path.join(words[3], WATCHER_DIR, "sglang_supervisor.py"):
+            if len(words) == 5 and words[1] == "-I" and words[2] == os.path.join(words[3], WATCHER_DIR, LEGACY_PROGRAM):
                 return sglang_proc.deployment_name(words[4], words[3]), os.path.realpath(words[3])
     return None
 

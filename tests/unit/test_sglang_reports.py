@@ -1,6 +1,6 @@
 """wait_for_model's result built from its executors' reports, without a module (module_utils/sglang_reports.py):
-the reports in the order the run made them, ``changed`` when any says so, the last word on every other key, a key
-taken out (REMOVED), and a failed executor's findings carried up with its exception. Also the frozen Settings and
+the reports in the order the run made them, ``changed`` when any says so, the last word on every other key, and a
+failed executor's findings carried up with its exception. Also the frozen Settings and
 the pure plan the run hands to its executors."""
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ import pytest
 
 from ansible.module_utils import sglang_plan, sglang_result_schema
 from ansible.module_utils.sglang_input_checks import WaitError
-from ansible.module_utils.sglang_reports import REMOVED, build_result, findings, reports_of
+from ansible.module_utils.sglang_reports import build_result, findings, reports_of
 from ansible.module_utils.sglang_settings import Settings
 
 
@@ -47,12 +47,11 @@ def test_nothing_changed_unless_a_report_says_so_and_the_last_word_counts():
     assert build_result([{"changed": True}, {"changed": False}])["changed"] is True
 
 
-def test_a_report_takes_a_key_out_with_removed():
-    result = build_result([{"stopped": {"unit": "sglang-a.service", "seconds": 1.0, "how": "systemctl stop"}},
-                           {"failed": True, "stopped": REMOVED,
-                            "stopped_after_failure": {"unit": "sglang-a.service", "how": "systemctl stop"}}])
-    assert "stopped" not in result and result["stopped_after_failure"]["how"] == "systemctl stop"
-    assert build_result([{"stopped": REMOVED}]) == {"changed": False}
+def test_the_stop_before_a_launch_and_the_stop_after_its_failure_are_two_keys():
+    """``stopped``: what stopping the previous server did; ``stopped_after_failure``: the failed new one's stop."""
+    result = build_result([{"stopped": {"signalled": [41], "killed": [], "remaining": []}},
+                           {"failed": True, "stopped_after_failure": {"unit": "sglang-a.service", "how": "systemctl stop"}}])
+    assert result["stopped"]["signalled"] == [41] and result["stopped_after_failure"]["how"] == "systemctl stop"
 
 
 def test_a_failed_executor_s_findings_go_up_with_its_exception_innermost_last():

@@ -19,7 +19,7 @@ OTHER_TEXT = "#\n# Ansible managed\n#\n%s x\n# eagle-deploy deployment: m-ba9876
 # What the module wrote before the unit became the role's template: its mark first, then the deployment line ...
 MODULE_TEXT = "%s x\n# eagle-deploy deployment: %s run_dir=%s\n[Unit]\n" % (OLD_UNIT_MARK, DEPLOYMENT, RUN_DIR)
 # ... and before that, no deployment line: the run dir and name of its ExecStart.
-LEGACY_TEXT = '%s x\n[Service]\nExecStart="/usr/bin/python3" "-I" "%s/watcher/sglang_supervisor.py" "%s" "m"\n' % (
+LEGACY_TEXT = '%s x\n[Service]\nExecStart="/usr/bin/python3" "-I" "%s/watcher/sglang_watcher.py" "%s" "m"\n' % (
     OLD_UNIT_MARK, RUN_DIR, RUN_DIR)
 FOREIGN_TEXT = "[Service]\nExecStart=/usr/bin/someone-elses\n"
 LOADED = {"FragmentPath": OURS, "LoadState": "loaded", "Transient": "no", "DropInPaths": "", "ActiveState": "active"}

@@ -208,7 +208,7 @@ class FakeSupervisorProc(object):
 
     def __init__(self, monkeypatch, lag):
         self.now, self.lag, self.alive, self.kills = 0.0, lag, True, []
-        ident = {"pid": 700, "start_time": 77, "cmdline": ["python3", "-I", "sglang_supervisor.py", "/run", "sglang"]}
+        ident = {"pid": 700, "start_time": 77, "cmdline": ["python3", "-I", "sglang_watcher.py", "/run", "sglang"]}
         self.state = {"pid": 500, "watcher": ident}
         monkeypatch.setattr(sp, "pid_alive", lambda pid: pid == 700 and self.alive)
         monkeypatch.setattr(sp, "proc_start_time", lambda pid: 77 if pid == 700 else None)

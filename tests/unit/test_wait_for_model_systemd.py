@@ -686,7 +686,7 @@ def test_a_stop_acts_only_on_a_unit_file_of_our_deployment(world, stops):  # noq
 def old_module_unit_text(run_dir, deployment_line=True, python=sys.executable, stall_timeout=120):
     """The unit as wait_for_model itself wrote it before the unit became the role's template (its mark on the first
     line, then the deployment line, which still older versions did not write)."""
-    program = os.path.join(run_dir, "watcher", "sglang_supervisor.py")
+    program = os.path.join(run_dir, "watcher", "sglang_watcher.py")
     lines = ["# Written by eagle-deploy (wait_for_model). Changes here are replaced on its next run."]
     if deployment_line:
         lines.append(sglang_unit_facts.deployment_line("sglang", run_dir))
@@ -794,7 +794,7 @@ StartLimitBurst=3
 [Service]
 Type=notify
 NotifyAccess=main
-ExecStart="/usr/bin/python3" "-I" "/srv/run/watcher/sglang_supervisor.py" "/srv/run" "m"
+ExecStart="/usr/bin/python3" "-I" "/srv/run/watcher/sglang_watcher.py" "/srv/run" "m"
 Restart=on-failure
 RestartSec=10
 RestartPreventExitStatus=78
@@ -817,7 +817,7 @@ def facts_for(words, name="m", run_dir="/srv/run"):
 
 
 def test_the_template_renders_the_unit():
-    words = ["/usr/bin/python3", "-I", "/srv/run/watcher/sglang_supervisor.py", "/srv/run", "m"]
+    words = ["/usr/bin/python3", "-I", "/srv/run/watcher/sglang_watcher.py", "/srv/run", "m"]
     text = role_unit.render(facts_for(words), name="m")
     assert text == EXPECTED_UNIT
     assert sglang_unit_facts.unit_owner(text) == ("m-0123456789ab", "/srv/run")
@@ -830,23 +830,23 @@ def test_the_template_renders_the_unit():
     ("900", "10", "TimeoutStartSec=960s", "TimeoutStopSec=10s"),  # (-e gives strings)
 ])
 def test_the_templates_timeouts_follow_stall_and_stop_timeout(stall, stop, start_line, stop_line):
-    words = ["/usr/bin/python3", "-I", "/srv/run/watcher/sglang_supervisor.py", "/srv/run", "m"]
+    words = ["/usr/bin/python3", "-I", "/srv/run/watcher/sglang_watcher.py", "/srv/run", "m"]
     lines = role_unit.render(facts_for(words), name="m", stall_timeout=stall, stop_timeout=stop).splitlines()
     assert start_line in lines and stop_line in lines
 
 
 def test_the_templates_exec_start_quotes_every_word_for_systemd():
     # Backslashes and quotes escaped, % doubled (a specifier otherwise), spaces kept inside the quotes.
-    words = ['/opt/py thon/bin/python3', "-I", '/srv/r"u%n\\x/watcher/sglang_supervisor.py', '/srv/r"u%n\\x', "m"]
+    words = ['/opt/py thon/bin/python3', "-I", '/srv/r"u%n\\x/watcher/sglang_watcher.py', '/srv/r"u%n\\x', "m"]
     line = next(l for l in role_unit.render(facts_for(words), name="m").splitlines() if l.startswith("ExecStart="))
-    assert line == ('ExecStart="/opt/py thon/bin/python3" "-I" "/srv/r\\"u%%n\\\\x/watcher/sglang_supervisor.py" '
+    assert line == ('ExecStart="/opt/py thon/bin/python3" "-I" "/srv/r\\"u%%n\\\\x/watcher/sglang_watcher.py" '
                     '"/srv/r\\"u%%n\\\\x" "m"')
     assert sglang_unit_facts.exec_words(line[len("ExecStart="):]) == words
 
 
 @pytest.mark.parametrize("managed", ["Ansible managed", "Managed by Ansible: {file} on {host}\nDo not edit"])
 def test_a_unit_from_the_template_is_recognised_as_ours_whatever_ansible_managed_says(managed):
-    words = ["/usr/bin/python3", "-I", "/srv/run/watcher/sglang_supervisor.py", "/srv/run", "m"]
+    words = ["/usr/bin/python3", "-I", "/srv/run/watcher/sglang_watcher.py", "/srv/run", "m"]
     text = role_unit.render(facts_for(words), name="m", managed=managed)
     assert sglang_unit_facts.unit_owner(text) == ("m-0123456789ab", "/srv/run")
     assert text.split("\n[Unit]\n", 1)[1] == EXPECTED_UNIT.split("\n[Unit]\n", 1)[1]
