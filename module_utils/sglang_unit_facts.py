@@ -340,10 +340,20 @@ def unit_loaded(show, path):
             and show.get("NeedDaemonReload") != "yes")
 
 
-def launch_problem(unit, path, text, show):
+def unit_exec_start(text):
+    """The words of the unit text's ExecStart (exec_words), or None when it has none."""
+    for line in (text or "").split("\n"):
+        if line.startswith("ExecStart="):
+            return exec_words(line[len("ExecStart="):])
+    return None
+
+
+def launch_problem(unit, path, text, show, exec_start=None):
     """Why the module cannot start ``unit`` (after unit_refusal found nothing of that name but ours), or None. The
     module writes no unit: the role's unit tasks (roles/sglang_server/tasks/unit.yml) template it, reload systemd and
-    enable it. text: our file's text (None: there is none); show: ``systemctl show -p CHECK_PROPS``."""
+    enable it. text: our file's text (None: there is none); show: ``systemctl show -p CHECK_PROPS``; exec_start:
+    the ExecStart this run would template (unit_facts): systemd runs the program the unit names, so it must be the
+    one this run checks (sglang_program.check), whatever Python runs it."""
     if text is None:
         return ("%s does not exist: with launcher systemd the unit is written by the role sglang_server "
                 "(tasks/unit.yml: its template, systemctl daemon-reload, enable). Run the role, or include_role "
@@ -353,6 +363,11 @@ def launch_problem(unit, path, text, show):
                 "systemctl daemon-reload (the handler of the role's tasks/unit.yml does). Nothing was stopped or "
                 "launched." % (path, show.get("LoadState") or "?", show.get("FragmentPath") or "-",
                                show.get("NeedDaemonReload") or "?"))
+    have = unit_exec_start(text)
+    if exec_start is not None and (have or [None])[1:] != list(exec_start)[1:]:
+        return ("%s runs %s, not the supervisor program this run checks (%s): run the role sglang_server's "
+                "tasks/unit.yml (it templates the unit from unit_facts), or set program_dir to the unit's. Nothing was "
+                "stopped or launched." % (path, " ".join(have or ["nothing"]), " ".join(exec_start)))
     return None
 
 

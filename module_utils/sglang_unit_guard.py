@@ -67,7 +67,7 @@ def check_unit(p, run_dir, host, check):
             return report, before
         why = enable_problem(p["unit_dir"], unit, path)
         if why is None and not check:
-            why = launch_problem(unit, path, before, show)
+            why = launch_problem(unit, path, before, show, facts["exec_start"])
         if why:
             raise WaitError(why)
         return report, before

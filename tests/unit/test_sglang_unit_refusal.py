@@ -142,3 +142,16 @@ def test_files_on_disk_finds_units_and_drop_ins_without_following_links(tmp_path
     (b / UNIT).symlink_to("/dev/null")
     found = sglang_unit_facts.unit_files_on_disk(UNIT, [str(a), str(b), str(tmp_path / "absent")])
     assert found == [(str(a / UNIT), OUR_TEXT), (str(a / (UNIT + ".d") / "override.conf"), None), (str(b / UNIT), None)]
+
+
+def test_a_launch_needs_the_unit_to_run_the_program_this_run_checks():
+    """systemd runs the program the unit names: a unit naming another program (an older one's watcher/, another
+    program_dir) is refused before a launch; another Python alone is not."""
+    want = ["/usr/bin/python3", "-I", "-B", RUN_DIR + "/supervisor", RUN_DIR, "m"]
+    unit = '%s x\n[Service]\nExecStart="/usr/bin/python3" "-I" "-B" "%s/supervisor" "%s" "m"\n' % (
+        UNIT_MARK, RUN_DIR, RUN_DIR)
+    assert sglang_unit_facts.launch_problem(UNIT, OURS, unit, SHOW, want) is None
+    assert sglang_unit_facts.launch_problem(UNIT, OURS, unit, SHOW, ["/opt/py/bin/python3"] + want[1:]) is None
+    why = sglang_unit_facts.launch_problem(UNIT, OURS, LEGACY_TEXT, SHOW, want)
+    assert "watcher/sglang_watcher.py" in why and "not the supervisor program this run checks" in why, why
+    assert why.endswith("Nothing was stopped or launched."), why

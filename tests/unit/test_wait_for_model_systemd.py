@@ -349,7 +349,8 @@ def test_an_attach_never_takes_an_earlier_attempts_verdict(world, stops, module_
     unit_dir = dirs[0]
     fake = FakeSystemd(world, unit_dir, [])
     fake.active = "activating"
-    role_unit.install(sglang_unit_facts.unit_facts("sglang", world.log_dir, unit_dir, sys.executable))  # the role's
+    role_unit.install(sglang_unit_facts.unit_facts("sglang", world.log_dir, unit_dir, sys.executable,
+                                                   world.program_dir))  # the role's
     parts = sglang_plan.fingerprint_parts([sys.executable, "-m", "sglang.launch_server", "--config", "/etc/sglang.yaml"],
                                   {}, [], {}, None)
     parts["launcher"] = sglang_plan._h("systemd")
