@@ -287,12 +287,12 @@ class Supervision(object):
         files the copies in this module's payload) and trusted. Its next start would run (or refuse) the installed
         one."""
         directory = self.program_dir()
+        try:  # trusted first: nothing of it is read before (a file someone else could write, or grow)
+            sglang_program.check(directory, "the supervisor program", INSTALLER)
+        except (sglang_program.ProgramError, OSError) as e:
+            return "%s; its next start is refused" % e
         drift = sglang_program.drift(directory, sglang_program.sources(SUPERVISOR_MODULES))
         if drift:
             return ("the supervisor program in %s is not this eagle-deploy's (%s differ): its next start runs it as it "
                     "is; %s installs this one" % (directory, ", ".join(drift), INSTALLER))
-        try:
-            sglang_program.check(directory, "the supervisor program", INSTALLER)
-        except (sglang_program.ProgramError, OSError) as e:
-            return "%s; its next start is refused" % e
         return None
