@@ -57,11 +57,13 @@ import urllib.request
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "library"))
+sys.path.insert(0, os.path.join(REPO, "tests", "integration"))
 import ansible.module_utils  # noqa: E402 - the sys.path set-up above comes first
 
 ansible.module_utils.__path__.append(os.path.join(REPO, "module_utils"))
 import wait_for_model as wfm  # noqa: E402 - library/wait_for_model.py, once module_utils/ is on ansible.module_utils
 from ansible.module_utils import sglang_proc  # noqa: E402 - module_utils/sglang_proc.py, once on ansible.module_utils
+from installed_programs import install_supervisor  # noqa: E402 - the supervisor as the role sglang_server installs it
 
 EMULATOR = os.path.join(REPO, "tests", "emulator", "sglang-emulator")  # the emulator package, run from the tree
 
@@ -72,6 +74,16 @@ class FakeModule(object):
     def __init__(self, **params):
         self.params = dict((k, v.get("default")) for k, v in wfm.argument_spec().items())
         self.params.update(params)
+        self.warnings = []
+
+    def warn(self, text):
+        self.warnings.append(text)
+
+    @staticmethod
+    def run_command(args, **kwargs):
+        """AnsibleModule.run_command's (rc, out, err), for what the run asks the host (systemctl)."""
+        proc = subprocess.run(args, capture_output=True, text=True, check=False)
+        return proc.returncode, proc.stdout, proc.stderr
 
 
 def free_port():
@@ -139,6 +151,7 @@ def harness(url, pid_alive, out, stop, interval=10.0):
 def one_run(scenario, tmp, run_harness, events=True):
     port = free_port()
     log_dir = tempfile.mkdtemp(dir=tmp)
+    install_supervisor(log_dir)  # <run_dir>/supervisor, wait_for_model's default program_dir (run_dir: log_dir)
     load = random.uniform(0.8, 2.0)
     url = "http://127.0.0.1:%d/health_generate" % port
     module = FakeModule(name="bench", log_dir=log_dir, health_url=url, timeout=60, stall_timeout=30,

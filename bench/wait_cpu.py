@@ -42,7 +42,7 @@ import time
 
 REPO = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 sys.path.insert(0, os.path.join(REPO, "bench"))
-from detect_latency import EMULATOR, FakeModule, free_port, wfm, sglang_proc  # noqa: E402 - bench/detect_latency.py, importable once sys.path has bench/
+from detect_latency import EMULATOR, FakeModule, free_port, install_supervisor, wfm, sglang_proc  # noqa: E402 - bench/detect_latency.py, importable once sys.path has bench/
 from ansible.module_utils import sglang_verdict  # noqa: E402 - on ansible.module_utils once detect_latency is imported
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
@@ -119,6 +119,7 @@ def one_wait(seconds, events):
     """The figures of one wait on a silent server: a dict of wall, CPU (module, supervisor) over the whole wait and
     after its first SKIP s, the verdict, and the module's Waker wakes."""
     log_dir = tempfile.mkdtemp(prefix="wait-cpu-")
+    install_supervisor(log_dir)  # <run_dir>/supervisor, wait_for_model's default program_dir (run_dir: log_dir)
     port = free_port()
     module = FakeModule(name="cpu", log_dir=log_dir, health_url="http://127.0.0.1:%d/health_generate" % port,
                         timeout=seconds, stall_timeout=0, stop_on_failure=True,
