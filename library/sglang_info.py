@@ -679,7 +679,7 @@ def models_params(module, given):
     checked = ArgumentSpecValidator(sglang_weights.ARGUMENT_SPEC).validate(given)
     module.no_log_values.update(checked._no_log_values)  # pylint: disable=protected-access
     if checked.error_messages:
-        module.fail_json(msg="models: %s (the options of sglang_weights)" % "; ".join(checked.error_messages))
+        module.fail_json(msg="models: %s (the options of sglang_model)" % "; ".join(checked.error_messages))
     return checked.validated_parameters
 
 

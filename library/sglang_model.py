@@ -141,7 +141,7 @@ options:
   program_dir:
     description:
       - Where the model fetch program is installed - a directory C(__main__.py) + C(eagle_deploy/) that the role
-        C(sglang_weights) copies from its C(files/fetch) (C(tasks/program.yml), variable C(sglang_model_program_dir)),
+        C(sglang_model) copies from its C(files/fetch) (C(tasks/program.yml), variable C(sglang_model_program_dir)),
         root-owned, files 0644, directories 0755; run as C(python -I -B <program_dir> list) (the listing of a Hub
         source) and C(... run STATE_DIR NAME) (a fetch). This module never writes it.
       - Before it runs the program the module refuses, saying what to fix, one that someone less privileged could

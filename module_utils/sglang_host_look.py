@@ -274,5 +274,5 @@ def look_keep(module, spec, secrets, args, waiter=None):
                launcher=result.get("launcher"), log_path=result.get("log_path"), attempt=result.get("attempt"))
     if not kept:
         out["why"] = operator_text(result.get("msg") or result.get("restart_reason") or "; ".join(facade.warnings)
-                                   or "its supervisor program would be brought up to date")
+                                   or "not kept")
     return out

@@ -829,8 +829,8 @@ def pids_holding_sockets(inodes):
 
 
 def module_source(mod):
-    """Source of a module_utils module (bytes), also from inside an AnsiballZ zip: what a module writes out for a
-    program it leaves running on the host (the supervisor, the model fetch program)."""
+    """Source of a module_utils module (bytes), also from inside an AnsiballZ zip: what an installed program's copy
+    is compared with (sglang_program.drift)."""
     loader = getattr(mod, "__loader__", None)
     source = loader.get_source(mod.__name__) if loader is not None else None
     if source is None:

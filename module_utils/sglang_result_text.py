@@ -33,14 +33,15 @@ def masked(line):
 
 
 def what_happened(result):
-    """restarted (why), unchanged, or kept with its supervisor brought up to date or put back."""
+    """restarted (why), unchanged, or kept (its supervisor put back). The module writes no program: a kept server's
+    supervisor program is the role's to bring up to date."""
     if not result.get("changed"):
         return "unchanged, healthy"
     if result.get("restart_reason") is not None:
         return "restarted (%s)" % result["restart_reason"]
     if result.get("supervisor") == "restored":
         return "kept, healthy, its supervisor program put back"
-    return "kept, healthy, its supervisor program brought up to date"
+    return "kept, healthy"
 
 
 def summary(result, name):

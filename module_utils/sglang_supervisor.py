@@ -718,7 +718,7 @@ def main(argv=None):
     argv = sys.argv[1:] if argv is None else argv
     adopt = argv[2:] == ["--adopt"]
     if len(argv) != 2 and not adopt:
-        sys.stderr.write("usage: sglang_supervisor.py RUN_DIR NAME [--adopt]\n")
+        sys.stderr.write("usage: python -I -B <program_dir> RUN_DIR NAME [--adopt]\n")
         return 64
     try:
         return Watcher(argv[0], argv[1], adopt=adopt).run()

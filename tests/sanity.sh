@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Ansible's own gate: `ansible-test sanity`, every test that applies, on the collection eagle.deploy assembled from
-# this tree (bin/build-collection) in a temporary directory. Needs the controller venv (.venv, README "Set-up").
+# this tree (bin/build-collection) in a temporary directory. Needs the controller venv (.venv, README "Quick start").
 # ansible-test puts each test's requirements (pylint, pycodestyle, voluptuous, ...) into venvs of its own under
 # ~/.ansible/test/venv, from the package index, on the first run.
 #   tests/sanity.sh                    every sanity test
@@ -13,7 +13,7 @@ repo=${PWD}
 # .venv-2.21)
 venv_bin=${repo}/${EAGLE_VENV:-.venv}/bin
 for tool in python ansible-test; do
-    [[ -x "${venv_bin}/${tool}" ]] || { echo "sanity: ${venv_bin}/${tool} is missing: create the venv (README \"Set-up\")" >&2; exit 1; }
+    [[ -x "${venv_bin}/${tool}" ]] || { echo "sanity: ${venv_bin}/${tool} is missing: create the venv (README \"Quick start\")" >&2; exit 1; }
 done
 export PATH="${venv_bin}:${PATH}"
 

@@ -48,4 +48,4 @@ def test_the_look_says_a_fetched_model_is_in_place_without_a_process(tmp_path, m
 def test_a_models_option_sglang_model_would_refuse_fails_the_look(tmp_path, monkeypatch):
     make_venv(tmp_path / "venv")
     result = run_module(monkeypatch, venv=str(tmp_path / "venv"), models={"models": [{"name": "m"}]})
-    assert result["failed"] and result["msg"].startswith("models: ") and "(the options of sglang_weights)" in result["msg"]
+    assert result["failed"] and result["msg"].startswith("models: ") and "(the options of sglang_model)" in result["msg"]
