@@ -169,8 +169,9 @@ options:
         C(sglang_server_environment) and C(sglang_server_secret_environment)), checked against the variables the
         installed SGLang reads, found in its sources by C(ast) (never imported) - the C(Envs) fields of
         C(sglang/srt/environ.py) and the names read by C(os.environ[...]), C(os.environ.get), C(os.getenv),
-        C(get_bool_env_var), C(get_int_env_var) and the like anywhere in the package; an C(SGL_) name also through its
-        C(SGLANG_) twin (SGLang rewrites the legacy prefix).
+        C(get_bool_env_var), C(get_int_env_var) and the like anywhere in the package but its tests (a store, a C(del)
+        or a setter such as C(setenv) is no read); an C(SGL_) name also through its C(SGLANG_) twin (SGLang rewrites
+        the legacy prefix).
       - One of SGLang's own (C(SGLANG_), C(SGL_)) that the installed SGLang does not read fails the task
         (RV(unknown_environment)); one of another family (C(NCCL_), C(CUDA_), C(TORCH_), ...) that SGLang itself
         does not read is a warning (RV(environment_unread)), since SGLang passes it on to its libraries.
@@ -183,6 +184,7 @@ options:
         message says which read it (C(read by 0.5.9, not by 0.5.23)) - C(sglang) package dirs (their version from the
         dist-info beside them), SGLang wheels, or directories of C(sglang-*.whl) wheels (a wheelhouse). Read, never
         installed or imported; the installed version is left out.
+      - It words failures only (a warning does not name them), so it is no part of a kept verdict's key.
     type: list
     elements: path
     default: []

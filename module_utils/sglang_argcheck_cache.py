@@ -76,7 +76,6 @@ KEY_PARTS = (
     ("allow_missing", "allow_missing changed"),
     ("timeout", "timeout changed"),
     ("environment_names", "environment names changed"),
-    ("environment_compare", "environment_compare changed"),
     ("environment", None),
 )
 

@@ -9,9 +9,12 @@ A variable is read by an SGLang when:
 - ``sglang/srt/environ.py`` declares it: a class attribute set to a call (``SGLANG_X = EnvBool(False)``, the ``Envs``
   fields that ``envs.SGLANG_X.get()`` reads), or a string naming it in a call, a dict key or a list there (the
   deprecated names SGLang still reads to warn or forward);
-- a file of the package reads it by name: ``os.environ["X"]``, ``os.environ.get("X")`` (``pop``, ``setdefault``),
-  ``"X" in os.environ``, ``os.getenv("X")``, or any call whose function name holds ``env``
-  (``get_bool_env_var("X")``, ``get_int_env_var("X")``, ...);
+- a file of the package reads it by name: ``os.environ["X"]`` (a load, not a store or a ``del``),
+  ``os.environ.get("X")`` (``pop``, ``setdefault``), ``"X" in os.environ``, ``os.getenv("X")``, or any call whose
+  function name holds ``env`` (``get_bool_env_var("X")``, ``get_int_env_var("X")``, ...) but the setters
+  (``setenv``, ``putenv``, ``delenv``, ``unsetenv``: ``monkeypatch.setenv("X", ...)`` reads nothing);
+- test files of the package (a ``test`` or ``tests`` directory, ``test_*.py``, ``*_test.py``) are not read: what a
+  test sets or reads is not what the server reads;
 - it is ``SGL_X`` and ``SGLANG_X`` is read, where ``environ.py`` rewrites the legacy ``SGL_`` prefix to ``SGLANG_``.
 
 Only the requested names are looked for: a file is parsed only when its bytes hold one of them (SGLang 0.5.23 has
@@ -35,6 +38,9 @@ OWN_PREFIXES = ("SGLANG_", "SGL_")
 # The legacy prefix rewrite of environ.py (0.5.x: _convert_SGL_to_SGLANG / _handle_deprecated_envs).
 _SGL_REWRITE = re.compile(rb"""replace\(\s*["']SGL_["']\s*,\s*["']SGLANG_["']""")
 _READ_ATTRS = ("get", "pop", "setdefault", "__contains__", "__getitem__")
+# Calls whose name holds "env" but that set or remove a variable: not reads.
+_SETTERS = ("setenv", "putenv", "delenv", "unsetenv")
+_TEST_DIRS = ("test", "tests")
 
 
 def is_own(name):
@@ -50,12 +56,27 @@ def _string(node):
     return node.value if isinstance(node, ast.Constant) and isinstance(node.value, str) else None
 
 
-def _func_name(func):
+def call_name(node):
+    """The name a call calls: ``f`` of ``f(...)`` and of ``a.b.f(...)``; None for another callee."""
+    func = node.func
     if isinstance(func, ast.Attribute):
         return func.attr
     if isinstance(func, ast.Name):
         return func.id
     return None
+
+
+def _is_env_reader(fname):
+    lower = fname.lower()
+    return "env" in lower and lower.lstrip("_") not in _SETTERS
+
+
+def is_test_file(rel):
+    """Whether a package file (a path with ``/``) is one of its tests: under a ``test``/``tests`` directory, or
+    named ``test_*.py`` / ``*_test.py``."""
+    parts = rel.replace(os.sep, "/").split("/")
+    base = parts[-1]
+    return any(p in _TEST_DIRS for p in parts[:-1]) or base.startswith("test_") or base.endswith("_test.py")
 
 
 def reads_in_source(source):
@@ -65,11 +86,11 @@ def reads_in_source(source):
         name = None
         if isinstance(node, ast.Call) and node.args:
             func = node.func
-            fname = _func_name(func) or ""
+            fname = call_name(node) or ""
             if (fname in _READ_ATTRS and isinstance(func, ast.Attribute) and _is_environ(func.value)) or (
-                    "env" in fname.lower()):
+                    _is_env_reader(fname)):
                 name = _string(node.args[0])
-        elif isinstance(node, ast.Subscript) and _is_environ(node.value):
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Load) and _is_environ(node.value):
             name = _string(node.slice)
         elif isinstance(node, ast.Compare) and len(node.ops) == 1 and isinstance(node.ops[0], (ast.In, ast.NotIn)) \
                 and _is_environ(node.comparators[0]):
@@ -132,6 +153,8 @@ class Reads:
         wanted = [(n, n.encode("ascii", "replace")) for n in self.names]
         others = []
         for rel, handle in members:
+            if is_test_file(rel):
+                continue
             if rel == "sglang/" + ENVIRON:
                 data = read(handle)
                 self.files.append(handle)
@@ -214,8 +237,23 @@ def compare_sources(paths, package_version):
     return [s for s in out if s[0]]
 
 
+# PEP 440's order of the tags after the release: X.devN < X.aN < X.bN < X.rcN < X < X.postN.
+_TAG_RANK = {"dev": 0, "a": 1, "alpha": 1, "b": 2, "beta": 2, "c": 3, "rc": 3, "pre": 3, "preview": 3,
+             "post": 5, "rev": 5, "r": 5}
+_FINAL = (4, 0, "")
+
+
 def version_key(version):
-    return [int(p) if p.isdigit() else p for p in re.split(r"[.+-]", version)]
+    """A sort key of a version string, in PEP 440's order (0.5.9 < 0.5.24rc1 < 0.5.24 < 0.5.24+cu130 <
+    0.5.24.post1); any string is keyed, none raises (an unknown tag sorts as a final release, by its words)."""
+    public, _, local = str(version).lower().partition("+")
+    m = re.match(r"v?(\d+(?:\.\d+)*)", public)
+    release = tuple(int(p) for p in m.group(1).split(".")) if m else ()
+    rest = public[m.end():] if m else public
+    tags = [(_TAG_RANK.get(word, 4), int(num) if num else 0, word)
+            for word, num in re.findall(r"([a-z]+)[._-]?(\d*)", rest)]
+    local_parts = tuple((int(p), "") if p.isdigit() else (-1, p) for p in re.split(r"[._-]", local) if p)
+    return (release, tuple(tags) + (_FINAL,), local_parts)
 
 
 def history(names, sources):

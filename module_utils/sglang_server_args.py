@@ -169,15 +169,6 @@ def is_secret_key(key):
     return bool(SECRET_KEY_RE.search(normalize_key(key)))
 
 
-def _call_name(node):
-    func = node.func
-    if isinstance(func, ast.Name):
-        return func.id
-    if isinstance(func, ast.Attribute):
-        return func.attr
-    return None
-
-
 def _is_annotated(node):
     if isinstance(node, ast.Name):
         return node.id in ("A", "Annotated")
@@ -215,7 +206,7 @@ def _field_option_strings(name, annotation):
         return []
     elts = annotation.slice.elts if isinstance(annotation.slice, ast.Tuple) else []
     for meta in elts[1:]:
-        if isinstance(meta, ast.Call) and _call_name(meta) == "Arg":
+        if isinstance(meta, ast.Call) and sglang_envs.call_name(meta) == "Arg":
             kwargs = {kw.arg: kw.value for kw in meta.keywords if kw.arg}
             no_cli = kwargs.get("no_cli")
             if isinstance(no_cli, ast.Constant) and no_cli.value is True:
@@ -253,7 +244,7 @@ def option_strings_from_source(source):
     tree = ast.parse(source)
     found = set()
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and _call_name(node) == "add_argument":
+        if isinstance(node, ast.Call) and sglang_envs.call_name(node) == "add_argument":
             names = [a.value for a in node.args
                      if isinstance(a, ast.Constant) and isinstance(a.value, str) and a.value.startswith("-")]
             action = next((kw.value for kw in node.keywords if kw.arg == "action"), None)
@@ -299,7 +290,7 @@ def config_refused_dests(sglang_root):
         return None
     refused = {}
     for node in ast.walk(tree):
-        if not (isinstance(node, ast.Call) and _call_name(node) == "add_argument"):
+        if not (isinstance(node, ast.Call) and sglang_envs.call_name(node) == "add_argument"):
             continue
         names = [a.value for a in node.args if isinstance(a, ast.Constant) and isinstance(a.value, str)]
         if not names or not names[0].startswith("-") or "--config" in names or "--help" in names:
@@ -343,7 +334,7 @@ def option_kinds(sglang_root):
         return {}
     kinds = {}
     for node in ast.walk(tree):
-        if isinstance(node, ast.Call) and _call_name(node) == "add_argument":
+        if isinstance(node, ast.Call) and sglang_envs.call_name(node) == "add_argument":
             kw = {k.arg: k.value for k in node.keywords if k.arg}
             kind = _action_kind(kw.get("action"), kw.get("nargs"))
             for a in node.args:
@@ -443,13 +434,11 @@ def package_version(sglang_root):
     return sglang_paths.find_distribution(os.path.dirname(os.path.abspath(sglang_root)))[0]
 
 
-def unread_warning(names, version, read_by=None):
-    """The warning for environment variables of other families (NCCL_, CUDA_, ...) that SGLang itself does not read."""
-    read_by = read_by or {}
+def unread_warning(names, version):
+    """The warning for environment variables of other families (NCCL_, CUDA_, ...) that SGLang itself does not read:
+    the same on a fresh check and from a kept verdict (which versions read them is said in failures only)."""
     return ("environment variables SGLang %s itself does not read (passed on to its libraries, NCCL, CUDA, torch, ...: "
-            "check their spelling there): %s" % (version, ", ".join(
-                n + (" (read by %s, not by %s)" % (", ".join(read_by[n]), version) if read_by.get(n) else "")
-                for n in names)))
+            "check their spelling there): %s" % (version, ", ".join(names)))
 
 
 def checker_digest():
@@ -682,11 +671,12 @@ class FreshCheck:
         unknown = [n for n in unread if sglang_envs.is_own(n)]
         others = [n for n in unread if not sglang_envs.is_own(n)]
         version = self.result.get("sglang_version", "?")
-        read_by = {}
-        if unread and self.params["environment_compare"]:
-            sources = sglang_envs.compare_sources(self.params["environment_compare"], package_version)
-            read_by = sglang_envs.history(unread, [s for s in sources if s[0] != version])
         if unknown:
+            # The other SGLangs only word the failure (never kept): they are no part of the kept verdict's key.
+            read_by = {}
+            if self.params["environment_compare"]:
+                sources = sglang_envs.compare_sources(self.params["environment_compare"], package_version)
+                read_by = sglang_envs.history(unknown, [s for s in sources if s[0] != version])
             self.fail(
                 "environment variables unknown to SGLang %s (no file of it reads them): %s; remove them from "
                 "sglang_server_environment or use what this SGLang reads" % (
@@ -694,7 +684,8 @@ class FreshCheck:
                 unknown_environment=unknown, environment_read_by=dict((n, read_by.get(n, [])) for n in unknown))
         self.result["environment_unread"] = others
         if others:
-            self.checker.module.warn(unread_warning(others, version, read_by))
+            # The same words as a kept verdict's (the other SGLangs are not asked for a warning).
+            self.checker.module.warn(unread_warning(others, version))
 
     @staticmethod
     def environment_words(name, version, read_by, reads):
@@ -878,7 +869,6 @@ class KeptVerdict:
             "allow_missing": p["allow_missing"],
             "timeout": p["timeout"] if probing else None,
             "environment_names": sglang_argcheck_cache.digest(sorted(set(p["environment_names"] or []))),
-            "environment_compare": sglang_argcheck_cache.digest(p["environment_compare"] or []),
             "environment": sglang_argcheck_cache.environment() if probing else {},
         }
 
@@ -897,9 +887,6 @@ class KeptVerdict:
             hashed.add(os.path.join(srt, "environ.py"))
             if self.checker.found.get("dist_info"):
                 hashed.add(os.path.join(self.checker.found["dist_info"], "RECORD"))
-            for version, kind, path in sglang_envs.compare_sources(self.params["environment_compare"], package_version):
-                (by_identity if kind == "wheel" else hashed).add(
-                    path if kind == "wheel" else os.path.join(path, "srt", "environ.py"))
         dirs = {srt, os.path.join(srt, "arg_groups"), os.path.join(srt, "arg_groups", "fields")}
         if probe is None:
             return sglang_argcheck_cache.record(hashed, by_identity, dirs)

@@ -166,3 +166,42 @@ def test_the_kept_verdict_is_not_used_when_a_file_that_read_a_name_changed(run, 
         f.write("\n# changed\n")
     again = run(python=python, args=SERVER_ARGS, method="ast", cache_dir=str(cache), environment_names=names)
     assert again["cached"] is False and again["cache_miss"] == "%s changed" % reader
+
+
+def _other_sglang(tmp_path, reads):
+    """An sglang package dir of version 0.5.99 (dist-info beside it) whose environ.py reads ``reads``."""
+    site = tmp_path / "other-site"
+    srt = site / "sglang" / "srt"
+    srt.mkdir(parents=True)
+    (srt / "environ.py").write_text("import os\n" + "".join("os.environ.get(%r)\n" % n for n in reads))
+    dist = site / "sglang-0.5.99.dist-info"
+    dist.mkdir()
+    (dist / "METADATA").write_text("Metadata-Version: 2.1\nName: sglang\nVersion: 0.5.99\n\n")
+    return str(site / "sglang")
+
+
+def test_the_kept_verdict_warns_as_a_fresh_check_and_is_not_keyed_on_environment_compare(run, warnings, tmp_path,
+                                                                                          site_0_5_23):
+    python = _venv(tmp_path, site_0_5_23)
+    cache = tmp_path / "run"
+    cache.mkdir(mode=0o700)
+    other = _other_sglang(tmp_path, ["NCCL_NO_SUCH_KNOB", "SGLANG_ONLY_IN_0_5_99"])
+    names = ["SGLANG_HEALTH_CHECK_TIMEOUT", "NCCL_NO_SUCH_KNOB"]
+    first = run(python=python, args=SERVER_ARGS, method="ast", cache_dir=str(cache), environment_names=names,
+                environment_compare=[other])
+    assert not first.get("failed"), first["msg"]
+    assert first["cached"] is False
+    again = run(python=python, args=SERVER_ARGS, method="ast", cache_dir=str(cache), environment_names=names,
+                environment_compare=[other])
+    assert again["cached"] is True
+    # environment_compare only words a failure (never kept): another list uses the same kept verdict.
+    other_compare = run(python=python, args=SERVER_ARGS, method="ast", cache_dir=str(cache), environment_names=names,
+                        environment_compare=[])
+    assert other_compare["cached"] is True, other_compare.get("cache_miss")
+    said = [w for w in warnings if "NCCL_NO_SUCH_KNOB" in w]
+    assert len(said) == 3 and said[0] == said[1] == said[2], said
+    assert "read by" not in said[0]
+    # A failure still names the versions that read the variable.
+    failed = run(python=python, args=SERVER_ARGS, method="ast", cache_dir=str(cache),
+                 environment_names=["SGLANG_ONLY_IN_0_5_99"], environment_compare=[other])
+    assert failed["failed"] and "SGLANG_ONLY_IN_0_5_99 (read by 0.5.99, not by 0.5.23)" in failed["msg"]
