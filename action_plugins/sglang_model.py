@@ -22,8 +22,6 @@ One module call, as without this plugin: check mode, an async task, and the task
 """
 from __future__ import annotations
 
-import time
-
 from ansible_collections.eagle.deploy.plugins.module_utils import sglang_progress
 from ansible_collections.eagle.deploy.plugins.plugin_utils.sglang_action_steps import SteppedAction, merge_messages
 
@@ -31,8 +29,6 @@ STARTING_ACTIONS = ("fetched", "copied")
 
 
 class ActionModule(SteppedAction):
-
-    _clock = staticmethod(time.monotonic)
 
     def run(self, tmp=None, task_vars=None):
         result = super(ActionModule, self).run(tmp, task_vars)

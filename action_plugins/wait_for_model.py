@@ -53,8 +53,7 @@ class ActionModule(SteppedAction):
 
     STEP_TIME_MAY_BE_ZERO = True
 
-    # seams for the unit tests (a fake clock; what a line is written with; the board's clock and directory)
-    _clock = staticmethod(time.monotonic)
+    # seams for the unit tests (the fake clock is the base's _clock; the sleep; the board's clock and directory)
     _sleep = staticmethod(time.sleep)
     _wall = staticmethod(time.time)
     _board_base = None

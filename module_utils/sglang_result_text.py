@@ -3,21 +3,27 @@
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """What the operator reads of a ``wait_for_model`` result (``sglang_result_schema``), composed once: the summary line of
 what the server did (``summary``) and the message of a failure (``failure_message``: the module's message, the
-crash class, the hint, the deciding line, the log and its tail). The action plugin puts both into the task's result
-(after the steps are merged: the step that stopped the old server is not the last one); the role prints them.
+crash class, the hint, the deciding line, the log, the crash's traceback or the log's tail; or, for a module whose
+output could not be read, the last lines it wrote). The action plugin puts both into the task's result (after the
+steps are merged: the step that stopped the old server is not the last one); the role prints them.
 
-Standard library only, Python 3.8 syntax.
+Standard library and the project's sglang_progress (itself standard library only), Python 3.8 syntax.
 """
 
 from __future__ import annotations
 
 import re
 
+from .sglang_progress import operator_text
+
 # A second guard behind the supervisor's log copy (sglang_supervisor.LogCopy), which keeps the secrets out of the log
 # file: an API key assignment SGLang logs (its server_args) is masked in the lines shown (the launch's failure and
 # the smoke test's, both composed here).
 SECRET_ASSIGNMENT = re.compile("((?:api_key|admin_api_key|ssl_keyfile_password)['\"]?\\s*[:=]\\s*)['\"][^'\"]*['\"]")
 SECRET_REPLACEMENT = "\\1***"
+
+# The last lines shown of what a module wrote when ansible-core could not read its result (module_stdout/_stderr).
+OUTPUT_LINES = 20
 
 UNCERTAIN = " (uncertain: its line follows a raw request echo, where a client can write any line)"
 
@@ -63,13 +69,30 @@ def summary(result, name):
     return ", ".join(parts)
 
 
+def _output_tail(result):
+    """The last lines a module wrote on stdout and stderr where ansible-core could not read its result (killed, an
+    interpreter error: ``module_stdout``/``module_stderr``), each under its heading, escaped and masked: the launch
+    task prints no fatal block of its own, so this is where the operator reads them."""
+    lines = []
+    for key, heading in (("module_stderr", "---- module stderr (last lines) ----"),
+                         ("module_stdout", "---- module stdout (last lines) ----")):
+        written = [line for line in str(result.get(key) or "").splitlines() if line.strip()]
+        if written:
+            lines.append(heading)
+            lines += [masked(operator_text(line)) for line in written[-OUTPUT_LINES:]]
+    return lines
+
+
 def failure_message(result, default_log="-"):
     """The message of a failed result: the module's message and, where the wait decided a failure (it has a crash
     class; an input or safety refusal has none and its message says it all), the class (flagged when uncertain) and
-    exception, the hint, the deciding line, the log (``default_log`` where the result names none) and its tail."""
+    exception, the hint, the deciding line, the log (``default_log`` where the result names none) and the crash's
+    traceback, or the log's tail where it has none. A result without a crash class that carries what the module
+    wrote when its output could not be read (``module_stdout``/``module_stderr``) has their last lines after its
+    message."""
     lines = [_shown(result.get("msg"), "the server did not come up")]
     if result.get("crash_class") is None:
-        return lines[0]
+        return "\n".join(lines + _output_tail(result))
     crash = "crash class: %s" % result["crash_class"]
     if result.get("class_uncertain"):
         crash += UNCERTAIN
@@ -78,9 +101,13 @@ def failure_message(result, default_log="-"):
     lines += [crash,
               "hint: %s" % _shown(result.get("hint")),
               "deciding line %s: %s" % (_shown(result.get("deciding_lineno"), "?"), _shown(result.get("deciding_line"))),
-              "log: %s" % (result.get("log_path") or default_log),
-              "---- log tail ----"]
-    lines += [masked(line) for line in result.get("log_tail") or []]
+              "log: %s" % (result.get("log_path") or default_log)]
+    if result.get("traceback"):
+        lines.append("---- traceback ----")
+        lines += [masked(line) for line in result["traceback"]]
+    else:
+        lines.append("---- log tail ----")
+        lines += [masked(line) for line in result.get("log_tail") or []]
     return "\n".join(lines)
 
 

@@ -13,6 +13,8 @@ a project's own module_utils only for what it ships to a host, never for a contr
 """
 from __future__ import annotations
 
+import time
+
 from ansible import constants as C
 from ansible.errors import AnsibleActionFail
 from ansible.module_utils.parsing.convert_bool import boolean
@@ -50,6 +52,9 @@ class SteppedAction(ActionBase):
     _supports_check_mode = True
     _supports_async = True
     STEP_TIME_MAY_BE_ZERO = False
+
+    # the clock of the steps and the progress lines (a seam: the unit tests set a fake one on an instance)
+    _clock = staticmethod(time.monotonic)
 
     def _say(self, line):
         self._display.display(line, stderr=to_stderr())

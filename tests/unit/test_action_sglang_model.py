@@ -78,3 +78,16 @@ def test_a_failed_step_ends_the_task_with_its_result():
                  ({"failed": True, "msg": "fetch failed: m: config.json: ...", "models": []}, 1.0)])
     res = h.run()
     assert res["failed"] and res["msg"].startswith("fetch failed") and res["steps"] == 2
+
+
+def test_the_clock_of_the_steps_is_the_base_class_s_and_an_instance_may_replace_it():
+    import time
+
+    # the base defines the clock its printer reads: a subclass without a clock of its own still prints progress
+    assert plugin_mod.SteppedAction.__dict__["_clock"].__func__ is time.monotonic
+    assert "_clock" not in plugin_mod.ActionModule.__dict__
+    h = Harness([])
+    assert h.action._printer("gpu-01", None).clock is h.clock
+    plain = make_action(plugin_mod, ARGS, h._execute_module, h.clock)
+    del plain._clock
+    assert plain._printer("gpu-01", None).clock is time.monotonic

@@ -194,8 +194,10 @@ def test_the_schema_and_its_text_run_on_the_target(name):
         if isinstance(node, ast.Import):
             imported.update(a.name.split(".")[0] for a in node.names)
         elif isinstance(node, ast.ImportFrom):
-            imported.add(node.module.split(".")[0])
-    assert imported <= {"__future__", "collections", "re", "typing"}, imported
+            # a relative import: the project's own module_utils, itself standard library only (sglang_progress's
+            # control-character escape, the one function through which log text reaches the operator)
+            imported.add(("." if node.level else "") + node.module.split(".")[0])
+    assert imported <= {"__future__", "collections", "re", "typing", ".sglang_progress"}, imported
 
 
 # ------------------------------------------------------------------ what the operator reads
@@ -224,12 +226,53 @@ def test_the_message_of_a_crash_with_a_traceback():
         "hint: apply the early-init patch (sglang_patch_enabled: true)",
         "deciding line 54: [2026-12-06 06:27:01] Scheduler hit an exception: Traceback (most recent call last):",
         "log: /var/log/sglang/sglang_r2.log",
-        "---- log tail ----",
-        "[2026-12-06 06:26:40] server_args=ServerArgs(model_path='/m', api_key=***)",
+        "---- traceback ----",
         "[2026-12-06 06:27:01] Scheduler hit an exception: Traceback (most recent call last):",
         "AttributeError: 'EAGLEWorkerV2' object has no attribute 'spec_disable_batch_threshold'",
     ]
     assert "sk-very-secret" not in text
+    # the traceback, not the tail: each part once
+    assert "---- log tail ----" not in text and "server_args=" not in text
+
+
+def test_a_traceback_is_masked_and_a_crash_without_one_shows_the_masked_tail():
+    secret = dict(CRASH, traceback=["Traceback (most recent call last):", "  ServerArgs(api_key='sk-in-the-trace')",
+                                    "ValueError: bad"])
+    text = sglang_result_text.failure_message(secret)
+    assert text.split("\n")[-4:] == ["---- traceback ----", "Traceback (most recent call last):",
+                                     "  ServerArgs(api_key=***)", "ValueError: bad"]
+    assert "sk-in-the-trace" not in text
+    for no_traceback in (dict(CRASH, traceback=None), {k: v for k, v in CRASH.items() if k != "traceback"},
+                         dict(CRASH, traceback=[])):
+        text = sglang_result_text.failure_message(no_traceback)
+        assert text.split("\n")[5:] == [
+            "---- log tail ----",
+            "[2026-12-06 06:26:40] server_args=ServerArgs(model_path='/m', api_key=***)",
+            "[2026-12-06 06:27:01] Scheduler hit an exception: Traceback (most recent call last):",
+            "AttributeError: 'EAGLEWorkerV2' object has no attribute 'spec_disable_batch_threshold'",
+        ]
+        assert "---- traceback ----" not in text and "sk-very-secret" not in text
+
+
+def test_a_module_whose_output_could_not_be_read_shows_its_last_lines_escaped_and_masked():
+    """A killed module or an interpreter error: ansible-core's result has module_stdout/module_stderr and no crash
+    class; the launch task prints no fatal block of its own, so the message carries their last lines."""
+    stderr = "\n".join(["line %d" % i for i in range(30)] + [
+        "Traceback (most recent call last):", "  api_key='sk-in-stderr'", "\x1b[2Jcleared", "Killed", ""])
+    text = sglang_result_text.failure_message({
+        "failed": True, "msg": "MODULE FAILURE: No start of json char found\nSee stdout/stderr for the exact error",
+        "module_stderr": stderr, "module_stdout": "partial output\n", "rc": 137})
+    lines = text.split("\n")
+    assert lines[:3] == ["MODULE FAILURE: No start of json char found", "See stdout/stderr for the exact error",
+                         "---- module stderr (last lines) ----"]
+    assert lines[3:23] == ["line %d" % i for i in range(14, 30)] + [
+        "Traceback (most recent call last):", "  api_key=***", "\\x1b[2Jcleared", "Killed"]
+    assert lines[23:] == ["---- module stdout (last lines) ----", "partial output"]
+    assert "sk-in-stderr" not in text and "\x1b" not in text
+    # an empty output adds nothing; a crash class keeps the crash's own parts (no module output there)
+    assert sglang_result_text.failure_message({"failed": True, "msg": "m", "module_stderr": "",
+                                               "module_stdout": " \n"}) == "m"
+    assert "module stderr" not in sglang_result_text.failure_message(dict(CRASH, module_stderr="x"))
 
 
 def test_the_message_of_an_uncertain_class_without_a_deciding_line_or_log():
