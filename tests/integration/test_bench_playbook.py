@@ -342,3 +342,6 @@ def test_a_failed_run_leaves_the_deployment_as_it_was_and_still_writes_the_repor
         bench = json.load(f)
     assert [(r["side"], r["ok"]) for r in bench["runs"]] == [("speculative", False)]
     assert bench["deployment"]["restored"] is True
+    # the restore came up: no error of it in the report (a restore that crashed carries the server role's composed
+    # message there, crash class and all: tests/unit/test_bench_restore_error.py)
+    assert bench["deployment"]["restore_error"] is None, bench["deployment"]
