@@ -246,7 +246,7 @@ _FINAL = (4, 0, "")
 def version_key(version):
     """A sort key of a version string, in PEP 440's order (0.5.9 < 0.5.24rc1 < 0.5.24 < 0.5.24+cu130 <
     0.5.24.post1); any string is keyed, none raises (an unknown tag sorts as a final release, by its words)."""
-    public, _, local = str(version).lower().partition("+")
+    public, _sep, local = str(version).lower().partition("+")
     m = re.match(r"v?(\d+(?:\.\d+)*)", public)
     release = tuple(int(p) for p in m.group(1).split(".")) if m else ()
     rest = public[m.end():] if m else public

@@ -2,9 +2,10 @@
 # Copyright: (c) 2026, eagle-deploy contributors
 # GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
 """wait_for_model keeps our recorded server (the plan's KEEP or ATTACH): a warning when the installed supervisor
-program is not this eagle-deploy's (the role's copy brings it up to date; no restart), then ready when it answers, else its supervisor's word (a later step's verdict, or an attach). A
-detached one whose supervisor is gone is given one back (``--adopt``) when it answers. :func:`keep` takes the
-Settings, the Host, the recorded state and whether this is a later step of its launch, and returns (kept?, report).
+program is not this eagle-deploy's (the role's copy brings it up to date; no restart), then ready when it answers,
+else its supervisor's word (a later step's verdict, or an attach). A detached one whose supervisor is gone is given
+one back (``--adopt``) when it answers. :func:`keep` takes the Settings, the Host, the recorded state and whether
+this is a later step of its launch, and returns (kept?, report).
 
 Module side only.
 """

@@ -30,7 +30,9 @@ print(get_venv_packages(types.SimpleNamespace(version="'"${pyver}"'"))["pip"])')
 get_pip=${HOME}/.ansible/test/cache/get_pip_${pip_version//./_}.py
 if [[ ! -f "${get_pip}" ]]; then
     mkdir -p "$(dirname "${get_pip}")"
-    cp tests/sanity/get_pip.py "${get_pip}"
+    # (renamed into place: tests/run.sh runs two of these side by side)
+    cp tests/sanity/get_pip.py "${get_pip}.$$"
+    mv -f "${get_pip}.$$" "${get_pip}"
 fi
 
 tmp=$(mktemp -d "${TMPDIR:-/tmp}/eagle-deploy-sanity.XXXXXX")
