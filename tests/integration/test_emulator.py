@@ -280,7 +280,7 @@ def test_busy_port_fails_like_uvicorn_in_normal_scenario(start):
 def _corpus(name):
     path = os.path.join(CORPUS, name)
     if not os.path.isfile(path):
-        pytest.skip("corpus copy missing: %s" % path)
+        pytest.fail("corpus copy missing: %s (the test data is part of the repository)" % path, pytrace=False)
     return path
 
 
@@ -362,7 +362,8 @@ def _python39():
 def test_runs_on_python_3_9(tmp_path):
     python = _python39()
     if python is None:
-        pytest.skip("no Python 3.9 interpreter found")
+        pytest.fail("no Python 3.9 interpreter found (pyenv's, or python3.9 on PATH): the emulator's oldest "
+                    "supported Python is tested, never skipped", pytrace=False)
     port = free_port()
     log_path = tmp_path / "py39.log"
     with open(log_path, "wb") as log:

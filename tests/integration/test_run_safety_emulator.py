@@ -94,7 +94,7 @@ def test_stop_leaves_nothing_behind(dirs, cgroup):
     grandchild, child = _wait_file(gfile), _wait_file(cfile)
     dirs["pids"].extend([grandchild, child, r["pid"]])
     if cgroup and r["tree_tracking"] != "cgroup":
-        pytest.skip("this host gives the server no cgroup of its own: %s" % r.get("tree_tracking_note"))
+        pytest.fail("this host gives the server no cgroup of its own: %s" % r.get("tree_tracking_note"))
     assert r["tree_tracking"] == ("cgroup" if cgroup else "session")
     if cgroup:
         assert sglang_proc.process_table()[grandchild]["sid"] != r["pid"]  # it really left the session
@@ -267,7 +267,7 @@ def test_two_deployments_of_one_name_have_their_own_cgroups_and_stops(dirs):
     a = run_module("wait_for_model", _emulator_args(dirs, port_a, load="1"))
     assert not a.get("failed"), a.get("msg")
     if a["tree_tracking"] != "cgroup":
-        pytest.skip("this host gives the server no cgroup of its own: %s" % a.get("tree_tracking_note"))
+        pytest.fail("this host gives the server no cgroup of its own: %s" % a.get("tree_tracking_note"))
     try:
         b = run_module("wait_for_model", _emulator_args(dirs, port_b, load="1", log_dir=log_b, run_dir=run_b))
         assert not b.get("failed"), b.get("msg")
@@ -295,7 +295,7 @@ def test_a_crashed_deployments_stop_never_reaches_the_same_named_one_started_aft
     a = run_module("wait_for_model", _emulator_args(dirs, port_a, load="1"))
     assert not a.get("failed"), a.get("msg")
     if a["tree_tracking"] != "cgroup":
-        pytest.skip("this host gives the server no cgroup of its own: %s" % a.get("tree_tracking_note"))
+        pytest.fail("this host gives the server no cgroup of its own: %s" % a.get("tree_tracking_note"))
     state_a = sglang_proc.read_state(dirs["run_dir"], "safe")
     for pid in sglang_proc.our_tree(state_a):
         os.kill(pid, signal.SIGKILL)

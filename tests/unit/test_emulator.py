@@ -323,7 +323,7 @@ def test_line_time_and_delays():
 def test_replay_outcome_uses_the_manifest(name, label):
     path = os.path.join(CORPUS, name)
     if not os.path.isfile(path):
-        pytest.skip("corpus copy missing: %s" % path)
+        pytest.fail("corpus copy missing: %s (the test data is part of the repository)" % path, pytrace=False)
     with open(path, encoding="utf-8", errors="replace") as handle:
         assert replay.replay_outcome(path, handle.read()) == label
 

@@ -11,7 +11,7 @@ import shlex
 import sys
 from pathlib import Path
 
-import pytest
+import testinfra
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
@@ -44,6 +44,13 @@ def rank(host):
     return RANKS[host.backend.name]
 
 
+def node(rank_):
+    """The node of that rank, whichever host testinfra parametrizes the other tests with: a test of one rank runs once,
+    on that node (nothing is skipped on the other)."""
+    (name,) = [name for name, r in RANKS.items() if r == rank_]
+    return testinfra.get_host("podman://" + name)
+
+
 def test_each_node_has_the_groups_config_and_its_rank(host):
     config = host.file(hostcheck.CONFIG)
     assert config.mode == 0o600
@@ -68,9 +75,8 @@ def test_each_nodes_server_runs_in_its_enabled_notify_unit(host, state):
     assert host.file("/etc/systemd/system/" + UNIT).contains("^# Written by eagle-deploy")
 
 
-def test_rank0_waited_for_the_other_node_at_its_dist_init_address(host):
-    if rank(host) != 0:
-        pytest.skip("rank 0's log")
+def test_rank0_waited_for_the_other_node_at_its_dist_init_address():
+    host = node(0)
     log = host.file(LOG).content_string
     assert "waiting at %s for the other nodes to join" % DIST in log
     assert log.index("every node joined") < log.index("Load weight begin")
@@ -86,9 +92,9 @@ def test_the_servers_health_is_rank0s_across_the_network(host):
     assert out == "200"
 
 
-def test_a_followers_health_is_the_dummy_and_it_serves_nothing_else(host):
-    if rank(host) == 0:
-        pytest.skip("a follower's health")
+def test_a_followers_health_is_the_dummy_and_it_serves_nothing_else():
+    host = node(1)
+
     def ask(path):
         return host.check_output("python3 -c " + shlex.quote(HTTP) + " http://127.0.0.1:%d/%s" % (PORT, path))
     assert ask("health_generate") == "200"
