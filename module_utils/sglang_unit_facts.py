@@ -120,11 +120,9 @@ def unit_owner(text):
         return (deployment, run_dir) if sep and deployment and run_dir else None
     if not header[0].startswith(OLD_UNIT_MARK):
         return None  # the template always writes the deployment line
-    for line in text.split("\n"):
-        if line.startswith("ExecStart="):
-            words = exec_words(line[len("ExecStart="):])
-            if len(words) == 5 and words[1] == "-I" and words[2] == os.path.join(words[3], WATCHER_DIR, LEGACY_PROGRAM):
-                return sglang_proc.deployment_name(words[4], words[3]), os.path.realpath(words[3])
+    words = unit_exec_start(text) or []
+    if len(words) == 5 and words[1] == "-I" and words[2] == os.path.join(words[3], WATCHER_DIR, LEGACY_PROGRAM):
+        return sglang_proc.deployment_name(words[4], words[3]), os.path.realpath(words[3])
     return None
 
 
@@ -364,7 +362,7 @@ def launch_problem(unit, path, text, show, exec_start=None):
                 "launched." % (path, show.get("LoadState") or "?", show.get("FragmentPath") or "-",
                                show.get("NeedDaemonReload") or "?"))
     have = unit_exec_start(text)
-    if exec_start is not None and (have or [None])[1:] != list(exec_start)[1:]:
+    if exec_start is not None and (have is None or have[1:] != list(exec_start)[1:]):
         return ("%s runs %s, not the supervisor program this run checks (%s): run the role sglang_server's "
                 "tasks/unit.yml (it templates the unit from unit_facts), or set program_dir to the unit's. Nothing was "
                 "stopped or launched." % (path, " ".join(have or ["nothing"]), " ".join(exec_start)))
