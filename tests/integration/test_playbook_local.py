@@ -18,6 +18,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import stat
 import shutil
 import signal
@@ -257,6 +258,12 @@ def test_first_run_converges_and_serves(host, converged):
             with open(os.path.join(log_dir, name), "rb") as f:
                 assert API_KEY.encode() not in f.read(), name
     assert run.result("Check that every burst request generated tokens")["msg"].startswith("burst: 8/8")
+    # The speculation check: the emulator's draft gives 2.5 tokens a verify step (the first token of each request is
+    # the prefill's); the burst's own requests say so, and pass the default 1.3.
+    burst = run.result("Check that every burst request generated tokens")["msg"]
+    assert re.search(r"; accept length 2\.\d\d \(7 requests: \d+ tokens in \d+ verify steps\)$", burst), burst
+    spec = run.result("Check that speculative decoding accepts drafted tokens")["msg"]
+    assert re.match(r"speculation: accept length 2\.\d\d \(7 requests: .*\), at least 1\.3 asked$", spec), spec
 
 
 def test_second_run_changes_nothing(host, converged):
@@ -403,6 +410,36 @@ def test_eagle_scenario_without_the_patch_fails_at_smoke_with_the_attribute_erro
     assert "early-init patch" in msg  # the hint
     assert "Traceback (most recent call last)" in msg
     assert API_KEY not in json.dumps(run.out)
+
+
+def test_a_draft_that_never_accepts_fails_the_speculation_check_and_0_turns_it_off(host, converged):
+    # The threshold is checked before anything is touched: an accept length counts at most the draft tokens of a step.
+    # (Where the one look finds nothing to change, no role runs, and no smoke test: smoke_always makes the role run.)
+    before = run_state(host) if os.path.exists(os.path.join(run_dir(host), "sglang.json")) else None
+    run = host["play"]("-e", "sglang_server_min_accept_length=5", "-e", "sglang_server_smoke_always=true")
+    assert run.rc != 0 and "sglang_server_min_accept_length=5 cannot be reached" in run.failure_msgs()[0], run
+    assert not run.results(LAUNCH)
+    assert (run_state(host) if before else None) == before
+    # The emulator's draft never hits (1 token a verify step): the server decodes, the check fails the run.
+    run = host["play"]("-e", "sglang_emulator_accept_length=1.0")
+    assert run.rc != 0, run
+    assert run.result(LAUNCH)["changed"] is True  # a new command: restarted
+    msg = run.result("Show why the smoke test failed")["msg"]
+    assert "at 'Check that speculative decoding accepts drafted tokens': spec_not_accepting: accept length 1.0" in msg
+    assert "below sglang_server_min_accept_length=1.3" in msg
+    assert "draft %s/tests/emulator/models/Kimi-K2.5-EAGLE3 (revision not given)" % REPO in msg
+    assert "speculative-draft-attention-backend" in msg and "set sglang_server_min_accept_length to 0" in msg
+    assert run.result("Check that every burst request generated tokens")["msg"].startswith("burst: 8/8")
+    assert not run.results("Ask the watcher what happened to the server") or \
+        run.result("Ask the watcher what happened to the server").get("skipped")
+    # Off at 0: the same server (kept, not restarted), its figure shown.
+    run = host["play"]("-e", "sglang_emulator_accept_length=1.0", "-e", "sglang_server_min_accept_length=0",
+                       "-e", "sglang_server_smoke_always=true")
+    assert run.rc == 0, run
+    assert run.result(LAUNCH)["changed"] is False
+    spec = run.result("Check that speculative decoding accepts drafted tokens")["msg"]
+    assert re.match(r"speculation: accept length 1\.0\d \(7 requests: .*\) \(not checked: "
+                    r"sglang_server_min_accept_length is 0\)$", spec), spec
 
 
 def test_eagle_scenario_with_the_patch_passes(host, converged):
