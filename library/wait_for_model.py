@@ -614,6 +614,15 @@ class_uncertain:
   returned: on failure, when true
   type: bool
   sample: true
+crash_cause:
+  description:
+    - The known cause of the log's crash where the crash catalogue names one (docs/crash-catalogue.md), for example
+      C(spec_draft_extend_metadata_none), C(spec_draft_extend_gather_oob) or C(spec_draft_mla_backend) - crashes of
+      speculative decoding with a known fix or workaround. RV(crash_class) stays the class; RV(hint) names the fix.
+      Taken only from the crash's own lines (deciding line, exception, traceback), never from a request's text.
+  returned: on failure, when the catalogue names the cause
+  type: str
+  sample: spec_draft_extend_metadata_none
 hint:
   description: One line for the operator, saying what to do.
   returned: on failure

@@ -179,7 +179,8 @@ def current(board, nodes, rnd):
 
 def summary_of(result):
     """What a failed step says, for the board and the other nodes' messages (text only)."""
-    keep = ("msg", "crash_class", "crash_exception", "hint", "deciding_line", "deciding_lineno", "log_path", "phase")
+    keep = ("msg", "crash_class", "crash_cause", "crash_exception", "hint", "deciding_line", "deciding_lineno", "log_path",
+            "phase")
     return {k: result[k] for k in keep if result.get(k) is not None}
 
 

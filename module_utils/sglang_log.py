@@ -86,6 +86,47 @@ HINTS = {
                         "(a hung kernel or collective, often one rank stuck): read the py-spy dump above it",
 }
 
+# The crash catalogue: crashes SGLang's speculative decoding (EAGLE, EAGLE3, MTP/NextN, spec v2) is known for, each
+# with the fix or workaround its SGLang issue thread names. An entry does not change a crash's class (the class says
+# what failed: a Python exception, a CUDA fault); it names the known cause (``crash["cause"]``, the result's
+# ``crash_cause``) and its hint replaces the class's generic one. It is looked for only in the crash's own lines (its
+# deciding line, exception and traceback: server lines, never a request echo, an access line or a client's error, which
+# are data), so a prompt that quotes a signature decides nothing and names nothing. Each entry is tested on the real
+# log lines of its thread (tests/data/sglang-logs-spec, docs/crash-catalogue.md). (id, regex, hint), first match wins.
+CATALOGUE = (
+    ("spec_draft_extend_metadata_none",
+     re.compile(r"\bAll of them must not be None\b"),
+     "EAGLE/MTP draft-extend found its batch metadata unset under the overlap scheduler (SGLang #29785, v0.5.14 "
+     "ROCm, DSA attention; fix proposed in PR #30217): add --disable-overlap-schedule "
+     "(sglang_server_extra_args: {disable-overlap-schedule: true})"),
+    ("spec_draft_extend_gather_oob",
+     re.compile(r"vectorized gather kernel index out of bounds|vectorized_gather_kernel: .*Assertion .*ind_dim_size"),
+     "a gather kernel indexed out of bounds; with speculative decoding this is SGLang's known EAGLE draft-extend "
+     "race under spec v2 and the overlap scheduler at high concurrency (#15638 v0.5.6.post2, #15399 v0.5.6.post1, "
+     "#18744, #37936): add --disable-overlap-schedule (sglang_server_extra_args: {disable-overlap-schedule: true}) "
+     "or lower --max-running-requests, or upgrade SGLang"),
+    ("spec_draft_mla_backend",
+     re.compile(r"\b(?:trtllm_mla|flashmla|cutlass_mla) backend can only be used with MLA models"),
+     "the EAGLE3 draft (not MLA) inherited the MLA target's attention backend (Kimi K2.5/K2.6 on B200/GB300; "
+     "SGLang #23490, PR #20298): set the draft's own backend with --speculative-draft-attention-backend trtllm_mha "
+     "(sglang_server_extra_args: {speculative-draft-attention-backend: trtllm_mha})"),
+)
+CAUSES = tuple(entry[0] for entry in CATALOGUE)
+
+
+def crash_cause(lines):
+    """The catalogue entry ``(id, hint)`` that a crash's own lines (its deciding line, exception and traceback) name,
+    or None."""
+    for line in lines:
+        if not line:
+            continue
+        text = strip_prefix(line)[0].strip()
+        for cause, rx, hint in CATALOGUE:
+            if rx.search(text):
+                return cause, hint
+    return None
+
+
 # How specific a class is. Later evidence replaces an earlier verdict only when it is more specific
 # (innermost cause first): an NCCL error inside a C++ abort is "nccl", the launcher's traceback after a
 # segfault does not turn "native_crash" back into "python_exception".
@@ -790,6 +831,7 @@ class _TracebackTracker(object):
         if crash.get("traceback") is None or (crash.get("exception") is None and blk.exception is not None):
             crash["exception"] = exc_text or None
             crash["traceback"] = [l for l in blk.lines if l.strip()]
+            self._apply_cause(crash)
         if self.settled:
             return
         # child_sigquit is refined only by a scheduler's traceback, not by a launching script's.
@@ -799,6 +841,7 @@ class _TracebackTracker(object):
             return  # e.g. the launcher's RuntimeError after a segfault: the segfault is the cause
         crash["class"] = cls
         crash["hint"] = _crash_hint(cls, exc_text)
+        self._apply_cause(crash)
         self.settled = True
 
 
@@ -828,6 +871,7 @@ class _CrashDecisions(object):
             # the NCCL timeout in a C++ abort's what() line)
             self.crash["class"] = cls
             self.crash["hint"] = HINTS[cls]
+            self._apply_cause(self.crash)
             self.settled = bool(final)
 
     def _decide(self, line, lineno, cls, final):
@@ -844,7 +888,17 @@ class _CrashDecisions(object):
             "at": self._clock(),
             "exception": None,
             "traceback": None,
+            "cause": None,
         }
+        self._apply_cause(self.crash)
+
+    @staticmethod
+    def _apply_cause(crash):
+        """Name the crash's known cause where its own lines match the catalogue (CATALOGUE): its hint then replaces
+        the class's."""
+        found = crash_cause([crash.get("line"), crash.get("exception")] + list(crash.get("traceback") or ()))
+        if found is not None:
+            crash["cause"], crash["hint"] = found
 
     def crash_after_raw_echo(self, crash=None):
         """The line number of the first raw request echo at or before ``crash``'s deciding line (the current crash by
@@ -1104,6 +1158,7 @@ class LogClassifier(_LineScanner, _TracebackTracker, _CrashDecisions):
             "line": crash.get("line") if self.crash else (self.ready or {}).get("line"),
             "lineno": crash.get("lineno") if self.crash else (self.ready or {}).get("lineno"),
             "exception": crash.get("exception"),
+            "cause": crash.get("cause"),
             "shards": list(self.shards) if self.shards else None,
             "stop": dict(self.stopping) if self.stopping else None,
         }

@@ -65,6 +65,7 @@ DOCUMENTED = (
     # a failure's explanation
     _k("crash_class", "str", "class of the failure (from the log, the processes or the clock)", FAILURE),
     _k("class_uncertain", "bool", "the class's line follows a raw request echo (a client can write it)", FAILURE),
+    _k("crash_cause", "str", "the crash catalogue's known cause (docs/crash-catalogue.md); hint names its fix", FAILURE),
     _k("hint", "str", "one line for the operator, saying what to do", FAILURE),
     _k("deciding_line", "str", "the log line that proved the crash", FAILURE),
     _k("deciding_lineno", "int", "line number of deciding_line in the log", FAILURE),

@@ -98,6 +98,8 @@ def failure_message(result, default_log="-"):
         crash += UNCERTAIN
     if result.get("crash_exception"):
         crash += " (%s)" % result["crash_exception"]
+    if result.get("crash_cause"):
+        crash += ", known cause: %s" % result["crash_cause"]
     lines += [crash,
               "hint: %s" % _shown(result.get("hint")),
               "deciding line %s: %s" % (_shown(result.get("deciding_lineno"), "?"), _shown(result.get("deciding_line"))),

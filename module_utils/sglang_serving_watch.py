@@ -312,6 +312,8 @@ class Watched(object):
         if pending:
             r.update(deciding_line=pending.get("line"), deciding_lineno=pending.get("lineno"),
                      crash_exception=pending.get("exception"))
+            if pending.get("cause"):
+                r["crash_cause"] = pending["cause"]
         r["msg"] = "server stuck — %s (evidence: %s; see log_tail, %s)" % (r["hint"], r["evidence"],
                                                                            self.state.get("log_path"))
         return self.fields(r, elapsed)
@@ -329,6 +331,8 @@ class Watched(object):
         if pending:
             r.update(deciding_line=pending.get("line"), deciding_lineno=pending.get("lineno"),
                      crash_exception=pending.get("exception"))
+            if pending.get("cause"):
+                r["crash_cause"] = pending["cause"]
             if pending.get("class_uncertain"):
                 r["class_uncertain"] = True
         r["msg"] = "server unhealthy: %s — %s (evidence: %s; see log_tail, %s). %s keeps it serving while it is " \

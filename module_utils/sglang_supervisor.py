@@ -191,6 +191,8 @@ class ServingView(object):
         out = {"class": crash["class"], "line": text(crash["line"])[:self.LINE_MAX], "lineno": crash["lineno"],
                "offset": self.offset_of(crash["lineno"]), "hint": crash.get("hint"),
                "exception": text(crash.get("exception") or "")[:self.LINE_MAX] or None}
+        if crash.get("cause"):
+            out["cause"] = crash["cause"]
         if why is not None:
             out["why"] = why
         if clf is not None and getattr(clf, "crash_after_raw_echo", lambda c: None)(crash) is not None:

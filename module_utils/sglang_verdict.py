@@ -836,6 +836,8 @@ def explain(verdict, clf, state, elapsed, rc, died, attached, watch_mode=False, 
     if crash is not None:
         explained = {"class": crash["class"], "hint": crash["hint"], "line": crash["line"],
                      "lineno": crash["lineno"], "exception": crash.get("exception")}
+        if crash.get("cause"):
+            explained["cause"] = crash["cause"]  # the crash catalogue's entry (sglang_log.CATALOGUE)
         if uncertain_class(clf, crash):
             explained["class_uncertain"] = True  # shown flagged wherever it is shown (sglang_progress.class_words)
     if verdict == "ready":
@@ -886,6 +888,8 @@ def _class_and_hint(verdict, crash, rc, died, phase, timeout, stall_timeout, r):
     if verdict == "crashed" or (crash is not None and verdict in ("exited", "child_died")):
         r.update(deciding_line=crash["line"], deciding_lineno=crash["lineno"], crash_exception=crash.get("exception"),
                  traceback=crash.get("traceback"))
+        if crash.get("cause"):
+            r["crash_cause"] = crash["cause"]
         return crash["class"], crash["hint"]
     if verdict == "exited":
         return ("killed" if rc is not None and rc < 0 else "exited",
