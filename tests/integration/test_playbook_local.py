@@ -420,6 +420,14 @@ def test_a_draft_that_never_accepts_fails_the_speculation_check_and_0_turns_it_o
     assert run.rc != 0 and "sglang_server_min_accept_length=5 cannot be reached" in run.failure_msgs()[0], run
     assert not run.results(LAUNCH)
     assert (run_state(host) if before else None) == before
+    # EAGLE3 with no draft of its own would load the target as its draft and crash at start (SGLang #36528): refused.
+    # (No model role here: it would refuse the path first, as the model of two entries.)
+    target = os.path.join(REPO, "tests/emulator/models/Kimi-K2.5-INT4")
+    run = host["play"]("-e", "sglang_server_draft_model_path=%s/" % target, "-e", '{"sglang_model_models": []}',
+                       "-e", "sglang_server_smoke_always=true")
+    assert run.rc != 0 and "sglang_server_draft_model_path is the target itself" in run.failure_msgs()[0], run
+    assert "SGLang #36528" in run.failure_msgs()[0] and not run.results(LAUNCH)
+    assert (run_state(host) if before else None) == before
     # The emulator's draft never hits (1 token a verify step): the server decodes, the check fails the run.
     run = host["play"]("-e", "sglang_emulator_accept_length=1.0")
     assert run.rc != 0, run
