@@ -264,6 +264,8 @@ def test_first_run_converges_and_serves(host, converged):
     assert re.search(r"; accept length 2\.\d\d \(7 requests: \d+ tokens in \d+ verify steps\)$", burst), burst
     spec = run.result("Check that speculative decoding accepts drafted tokens")["msg"]
     assert re.match(r"speculation: accept length 2\.\d\d \(7 requests: .*\), at least 1\.3 asked$", spec), spec
+    kept = run.result("Keep the speculation figure of the smoke test")["ansible_facts"]["sglang_server_speculation"]
+    assert kept["source"] == "requests" and kept["min_accept_length"] == 1.3 and 2.0 < kept["accept_length"] < 2.6
 
 
 def test_second_run_changes_nothing(host, converged):
