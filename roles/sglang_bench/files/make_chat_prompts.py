@@ -66,7 +66,7 @@ PASTE_LINE = ["line {n}: value={v} status=ok", "def step_{n}(x):\n    return x *
 
 def reply(rng, tips, sentences):
     words = []
-    for _ in range(sentences):
+    for unused_sentence in range(sentences):
         words.append(rng.choice(SAY).format(tip=rng.choice(tips)))
         if rng.random() < 0.5:
             words.append(rng.choice(GLUE))
@@ -88,7 +88,7 @@ def conversation(rng, index):
     question = rng.choice(ASKS).format(thing=thing)
     if rng.random() < 0.15:
         question += "\n" + paste(rng)
-    for _ in range(earlier):
+    for unused_turn in range(earlier):
         turns.append("User: " + question)
         turns.append("Assistant: " + reply(rng, tips, rng.randint(1, 5)))
         question = rng.choice(FOLLOW).format(tip=rng.choice(tips))
