@@ -289,12 +289,16 @@ def test_bench_end_to_end(host, converged):
     assert summary["crossover_interval"] == {"above": 1, "at_most": 16, "close": [2], "words": table[-2][11:]}
     assert summary["crossover"] in (2, 16)  # the medians' crossover: concurrency 2 is about 1.0x
     # Each run flushed the cache after its warm-up (the accept length counts from there): a flush per run.
-    flushes = 0
+    flushes, jitter = 0, 0
     for path in glob.glob(os.path.join(host["prefix"], "var/log/sglang/*_r*.log")):
         with open(path, "rb") as f:
             f.seek(logs_before.get(path, 0))
-            flushes += f.read().count(b"Cache is flushed successfully!")
+            text = f.read()
+        flushes += text.count(b"Cache is flushed successfully!")
+        jitter += text.count(b"runs alternately 6 % slower and faster")
     assert flushes == 2 * len(SWEEP) * REPEATS
+    # the emulator that ran is this tree's (its wheel in .cache/emulator-wheels is named by its version)
+    assert jitter >= 1, "the emulator ran without --emulator-run-jitter: not this tree's emulator?"
 
     # The timeline: this load (the restore) next to the earlier ones, the baseline's among them.
     with open(os.path.join(out, "timeline.json")) as f:
