@@ -3,8 +3,10 @@ inventory/local`, real processes end to end.
 
 The host is converged once with playbooks/serve_eagle3.yml (its own prefix and free port; the server is the SGLang
 emulator with its decode model, inventory/local). Then SGLang 0.5.23's own benchmark client, installed into the
-rehearsal's SGLang venv from the CPU wheelhouse (tests/setup_bench.sh), runs a small sweep (concurrency 1 and 8,
-64 output tokens) on both sides; the report is opened in a real headless Chromium. The refusals (bad settings, a
+rehearsal's SGLang venv from the CPU wheelhouse (tests/setup_bench.sh), runs a small sweep (concurrency 1, 2 and 16,
+the role's chat set, 48 output tokens, two runs a point: the emulator makes them alternately 6 % slower and faster)
+on both sides: speculation pays at 1, is too close to call at 2 (about 1.0x) and does not pay at 16; the report is
+opened in a real headless Chromium. The refusals (bad settings, a
 server that is not ours, a server that is not the inventory's) and check mode must leave the server untouched.
 The server is stopped at the end.
 """
@@ -31,7 +33,9 @@ from chromium_cdp import open_page
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.dirname(sys.executable)
 API_KEY = "local-rehearsal-key"  # inventory/local's sglang_server_api_key
-SWEEP = [1, 8]
+SWEEP = [1, 2, 16]
+REPEATS = 2  # inventory/local's sglang_bench_repeats
+OUTPUT_LEN = 48  # inventory/local's sglang_bench_output_len
 # Counted in the page's DOM by Chromium: the chart's marks.
 MARKS = """JSON.stringify({
   points: Array.from(document.querySelectorAll('circle.speedup-point')).map(e => [e.dataset.concurrency, e.getAttribute('class')]),
@@ -41,6 +45,13 @@ MARKS = """JSON.stringify({
   loads: document.querySelectorAll('g.load-bar').length,
   current: document.querySelectorAll('g.load-bar.current').length,
   label: document.querySelector('.label') ? document.querySelector('.label').textContent : null,
+  verdicts: Array.from(document.querySelectorAll('tr.speedup-row')).map(e => [e.dataset.concurrency, e.dataset.verdict]),
+  medians: Array.from(document.querySelectorAll('tr.speedup-row td.spec-median')).map(e => e.textContent),
+  ranges: document.querySelectorAll('line.speedup-range').length,
+  band: Array.from(document.querySelectorAll('rect.crossover-band')).map(e => [e.dataset.above, e.dataset.atMost]),
+  recommendation: document.querySelector('.recommendation') ? document.querySelector('.recommendation').textContent : null,
+  prompts: document.querySelector('.prompt-set') ? document.querySelector('.prompt-set').dataset.dataset : null,
+  runs: document.querySelectorAll('tr.run').length,
   scripts: document.scripts.length,
   text: document.body.innerText})"""
 
@@ -170,7 +181,8 @@ def test_check_mode_runs_no_client_and_restarts_nothing(host, converged):
     run = host["play"]("--check", "-e", sweep_arg())
     assert run.rc == 0, run
     said = run.result("Say what the benchmark would do")["msg"]
-    assert "would run SGLang's benchmark client (sglang.benchmark.serving) 4 times" in said
+    assert "would run SGLang's benchmark client (sglang.benchmark.serving) %d times (%d runs at each concurrency" % (
+        2 * len(SWEEP) * REPEATS, REPEATS) in said and "chat prompts" in said
     assert "pid %d" % before["pid"] in said and "restart it with speculative decoding off" in said
     assert "write the report under %s" % host["reports"] in said
     assert run.results("Run SGLang's benchmark client") == [] and run.results("Show where the report is") == []
@@ -215,10 +227,22 @@ def test_bench_end_to_end(host, converged):
     assert proof["msg"].startswith("the deployment is as it was: fingerprint %s" % before["fingerprint"][:16])
 
     (out,) = sorted(set(report_dirs(host)) - set(reports_before))
-    # The play prints the sweep as a table (the README's), one line per concurrency and the crossover.
+    # The play prints the sweep as a table (docs/benchmarks.md's): the prompts, one line per concurrency with
+    # min/median/max of both sides and its verdict, the crossover's interval, the recommendation.
     table = run.result("Show the sweep's figures")["msg"]
-    assert table[0].startswith("concurrency  speculative tok/s  off tok/s  speed-up  accept length")
-    assert len(table) == len(SWEEP) + 2 and table[-1].startswith("crossover: "), table
+    print("\n".join([line for r in run.results("Show the runs' figures") for line in r["msg"]] + table))
+    assert table[0].startswith("prompts: chat-shaped prompts (roles/sglang_bench/files/chat_prompts.json") and \
+        table[0].endswith("runs per point and side: %d" % REPEATS), table
+    assert table[1].startswith("concurrency  speculative tok/s min/med/max  off tok/s min/med/max  speed-up (range)")
+    assert len(table) == len(SWEEP) + 4, table
+    assert [line.split("  ")[-1] for line in table[2:5]] == ["pays", "too close to call", "does not pay"], table
+    assert table[-2] == ("crossover: between 1 and 16: speculation pays at 1, does not pay at 16 (too close to call "
+                         "at 2)"), table
+    # SGLang 0.5.23 has no batch-size threshold for speculation: the recommendation's other ways
+    assert table[-1].startswith("recommendation: Speculative decoding pays up to concurrency 1 and does not pay from "
+                                "16 on. Since the installed SGLang has no batch-size threshold for speculation (it "
+                                "does not accept --speculative-disable-batch-threshold): cap the running batch with "
+                                "--max-running-requests 1"), table
     with open(os.path.join(out, "bench.json")) as f:
         bench = json.load(f)
     with open(os.path.join(out, "summary.json")) as f:
@@ -231,32 +255,50 @@ def test_bench_end_to_end(host, converged):
     assert dep["fingerprint_before"] == dep["fingerprint_after"] == before["fingerprint"] and dep["restored"] is True
     assert dep["baseline_fingerprint"] not in (None, before["fingerprint"])
     assert bench["label"] == "emulated" and bench["sweep"] == SWEEP
-    runs = {(r["side"], r["concurrency"]): r for r in bench["runs"]}
-    assert sorted(runs) == [("baseline", 1), ("baseline", 8), ("speculative", 1), ("speculative", 8)]
-    for (side, concurrency), r in runs.items():
-        assert r["ok"] and r["label"] == "emulated", r
-        f = r["figures"]
-        assert f["completed"] == r["num_prompts"] == max(8, 2 * concurrency)
-        assert f["max_concurrency"] == concurrency and f["dataset_name"] == "random-ids"
-        assert f["random_output_len"] == 64 and f["output_throughput"] > 0 and f["request_throughput"] > 0
-        assert 0 < f["median_ttft_ms"] <= f["p99_ttft_ms"] and 0 < f["median_itl_ms"] <= f["p99_itl_ms"]
-        assert r["argv"][1:3] == ["-m", "sglang.benchmark.serving"] and "--flush-cache" in r["argv"]
-        if side == "speculative":
-            # SGLang's own figure (/server_info avg_spec_accept_length), this run's only: the model's 2.5 a step,
-            # less where a request's last step had fewer tokens left.
-            assert 2.0 < f["accept_length"] <= 2.5 and r["server"]["speculative_algorithm"] == "EAGLE3"
-        else:
-            assert f["accept_length"] is None and r["server"]["speculative_algorithm"] is None
+    assert bench["client"]["dataset"] == "chat" and bench["client"]["repeats"] == REPEATS
+    assert bench["recommend"] == {"threshold_option": "speculative-disable-batch-threshold", "threshold_accepted": False}
+    runs = {}
+    for r in bench["runs"]:
+        runs.setdefault((r["side"], r["concurrency"]), []).append(r)
+    assert sorted(runs) == sorted((side, c) for side in ("baseline", "speculative") for c in SWEEP)
+    for (side, concurrency), point in runs.items():
+        # every run of the point kept, none a calibration (inventory/local: sglang_bench_min_seconds 0)
+        assert [(r["repeat"], r["calibration"]) for r in point] == [(i, False) for i in range(REPEATS)], point
+        for r in point:
+            assert r["ok"] and r["label"] == "emulated", r
+            f = r["figures"]
+            assert f["completed"] == r["num_prompts"] == max(2, concurrency)
+            assert f["max_concurrency"] == concurrency and f["dataset_name"] == "sharegpt"
+            assert f["total_output_tokens"] == OUTPUT_LEN * f["completed"]
+            assert f["output_throughput"] > 0 and f["request_throughput"] > 0
+            assert 0 < f["median_ttft_ms"] <= f["p99_ttft_ms"] and 0 < f["median_itl_ms"] <= f["p99_itl_ms"]
+            assert r["argv"][1:3] == ["-m", "sglang.benchmark.serving"] and "--flush-cache" in r["argv"]
+            assert r["argv"][r["argv"].index("--dataset-name") + 1] == "sharegpt"
+            if side == "speculative":
+                # SGLang's /server_info avg_spec_accept_length of every rank (one here), this run's only: the
+                # model's 2.5 a step, less where a request's last step had fewer tokens left.
+                assert 2.0 < f["accept_length"] <= 2.5 and r["server"]["speculative_algorithm"] == "EAGLE3"
+                assert r["server"]["accept_length_from"] == "one rank" and len(r["server"]["accept_ranks"]) == 1
+            else:
+                assert f["accept_length"] is None and r["server"]["speculative_algorithm"] is None
     rows = {row["concurrency"]: row for row in summary["rows"]}
-    print("speed-up: %s" % {c: round(row["speedup"], 3) for c, row in rows.items()})
-    assert rows[1]["speedup"] > 1.0 > rows[8]["speedup"] and summary["crossover"] == 8
-    # Each run flushed the cache after its warm-up (the accept length counts from there): 4 flushes in the logs.
-    flushes = 0
+    print("speed-up: %s" % {c: (round(row["speedup_low"], 3), round(row["speedup"], 3), round(row["speedup_high"], 3))
+                            for c, row in rows.items()})
+    assert [rows[c]["verdict"] for c in SWEEP] == ["pays", "too close to call", "does not pay"]
+    assert all(rows[c]["speculative"]["n"] == rows[c]["baseline"]["n"] == REPEATS for c in SWEEP)
+    assert summary["crossover_interval"] == {"above": 1, "at_most": 16, "close": [2], "words": table[-2][11:]}
+    assert summary["crossover"] in (2, 16)  # the medians' crossover: concurrency 2 is about 1.0x
+    # Each run flushed the cache after its warm-up (the accept length counts from there): a flush per run.
+    flushes, jitter = 0, 0
     for path in glob.glob(os.path.join(host["prefix"], "var/log/sglang/*_r*.log")):
         with open(path, "rb") as f:
             f.seek(logs_before.get(path, 0))
-            flushes += f.read().count(b"Cache is flushed successfully!")
-    assert flushes == 4
+            text = f.read()
+        flushes += text.count(b"Cache is flushed successfully!")
+        jitter += text.count(b"runs alternately 6 % slower and faster")
+    assert flushes == 2 * len(SWEEP) * REPEATS
+    # the emulator that ran is this tree's (its wheel in .cache/emulator-wheels is named by its version)
+    assert jitter >= 1, "the emulator ran without --emulator-run-jitter: not this tree's emulator?"
 
     # The timeline: this load (the restore) next to the earlier ones, the baseline's among them.
     with open(os.path.join(out, "timeline.json")) as f:
@@ -268,11 +310,18 @@ def test_bench_end_to_end(host, converged):
     errors, marks = open_page("file://" + os.path.join(out, "report.html"), MARKS)
     marks = json.loads(marks)
     assert errors == []
-    assert marks["points"] == [["1", "speedup-point gain"], ["8", "speedup-point loss"]]
-    assert marks["crossover"] == ["8"] and marks["spec"] == 2 and marks["baseline"] == 2
+    assert [p[0] for p in marks["points"]] == ["1", "2", "16"]
+    assert marks["points"][0][1] == "speedup-point gain" and marks["points"][2][1] == "speedup-point loss"
+    assert marks["crossover"] == [str(summary["crossover"])] and marks["spec"] == 3 and marks["baseline"] == 3
+    assert marks["verdicts"] == [["1", "pays"], ["2", "too close to call"], ["16", "does not pay"]]
+    assert marks["ranges"] == 3 and marks["band"] == [["1", "16"]] and marks["prompts"] == "chat"
+    assert marks["runs"] == 2 * len(SWEEP) * REPEATS and len(marks["medians"]) == 3
+    assert marks["recommendation"].startswith("Recommendation: Speculative decoding pays up to concurrency 1")
+    assert "--max-running-requests 1" in marks["recommendation"]
+    assert "Crossover: between 1 and 16" in marks["text"] and "Prompts: chat-shaped prompts" in marks["text"]
     assert marks["loads"] == len(timeline["loads"]) and marks["current"] == 1
     assert marks["label"] == "emulated" and marks["scripts"] == 0
-    assert "crossover: concurrency 8" in marks["text"] and "(baseline)" in marks["text"]
+    assert "(baseline)" in marks["text"]
 
 
 def test_report_playbook_alone_writes_the_timeline(host, converged):
@@ -331,7 +380,7 @@ def test_refuses_a_server_that_is_not_the_inventory_s(host, converged):
 def test_a_failed_run_leaves_the_deployment_as_it_was_and_still_writes_the_report(host, converged):
     before = run_state(host)
     dirs = report_dirs(host)
-    run = host["play"]("-e", sweep_arg([1]), "-e", "sglang_bench_run_timeout=1")
+    run = host["play"]("-e", sweep_arg([1]), "-e", "sglang_bench_run_timeout=1", "-e", "sglang_bench_dataset=random-ids")
     assert run.rc != 0
     assert any("speculative side, concurrency 1: the client did not finish within 1 s" in m
                for m in run.failure_msgs()), run
@@ -341,6 +390,7 @@ def test_a_failed_run_leaves_the_deployment_as_it_was_and_still_writes_the_repor
     with open(os.path.join(out, "bench.json")) as f:
         bench = json.load(f)
     assert [(r["side"], r["ok"]) for r in bench["runs"]] == [("speculative", False)]
+    assert bench["client"]["dataset"] == "random-ids"  # the option: random token ids
     assert bench["deployment"]["restored"] is True
     # the restore came up: no error of it in the report (a restore that crashed carries the server role's composed
     # message there, crash class and all: tests/unit/test_bench_restore_error.py)

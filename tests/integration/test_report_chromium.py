@@ -26,7 +26,20 @@ DOM = """JSON.stringify({
   elements: Array.from(new Set(Array.from(document.querySelectorAll('*')).map(e => e.localName))).sort(),
   logTail: document.querySelector('pre.log-tail') ? document.querySelector('pre.log-tail').textContent : null,
   crashClass: document.querySelector('.crash-class') ? document.querySelector('.crash-class').textContent : null,
-  banner: document.querySelector('.label-banner') ? document.querySelector('.label-banner').textContent : null})"""
+  banner: document.querySelector('.label-banner') ? document.querySelector('.label-banner').textContent : null,
+  verdicts: Array.from(document.querySelectorAll('tr.speedup-row')).map(e => [e.dataset.concurrency, e.dataset.verdict,
+    e.querySelector('td.verdict-cell').textContent, getComputedStyle(e.querySelector('td.verdict-cell')).color]),
+  trios: Array.from(document.querySelectorAll('tr.speedup-row')).map(e =>
+    ['spec-min', 'spec-median', 'spec-max', 'base-min', 'base-median', 'base-max'].map(c => e.querySelector('td.' + c).textContent)),
+  ranges: Array.from(document.querySelectorAll('line.speedup-range')).map(e => {
+    const r = e.getBoundingClientRect(); return [e.dataset.concurrency, r.height > 0]; }),
+  band: Array.from(document.querySelectorAll('rect.crossover-band')).map(e => {
+    const r = e.getBoundingClientRect(); return [e.dataset.above, e.dataset.atMost, r.width > 0]; }),
+  interval: document.querySelector('.crossover-interval') ? document.querySelector('.crossover-interval').textContent : null,
+  recommendation: document.querySelector('.recommendation') ? document.querySelector('.recommendation').innerText : null,
+  prompts: document.querySelector('.prompt-set') ? document.querySelector('.prompt-set').innerText : null,
+  runRows: Array.from(document.querySelectorAll('tr.run')).map(e => [e.dataset.side, e.dataset.concurrency, e.dataset.repeat,
+                                                                   e.classList.contains('calibration')])})"""
 
 
 def run(side, concurrency, tok_s):
@@ -34,6 +47,14 @@ def run(side, concurrency, tok_s):
             "figures": {"output_throughput": tok_s, "request_throughput": 2.0, "median_ttft_ms": 12.0,
                         "p99_ttft_ms": 30.0, "median_itl_ms": 6.0, "p99_itl_ms": 11.0,
                         "accept_length": 2.4 if side == "speculative" else None, "completed": 8}}
+
+
+def repeated(concurrency, specs, bases):
+    """The runs of one point: each side's output tokens/s, one run each."""
+    out = []
+    for side, values in (("speculative", specs), ("baseline", bases)):
+        out += [dict(run(side, concurrency, v), repeat=i) for i, v in enumerate(values)]
+    return out
 
 
 def render(tmp_path, bench, timeline):
@@ -82,3 +103,36 @@ def test_a_failed_load_with_hostile_log_text_shows_it_as_text(tmp_path):
     assert dom["crashClass"] == "cuda_oom" and dom["failed"] == 1
     shown = HOSTILE.replace("\x1b", "\\x1b").replace("\x07", "\\x07")
     assert dom["logTail"] == "[TP0] Load weight begin\n" + shown
+
+
+def test_the_spread_the_verdicts_the_crossover_interval_the_recommendation_and_the_prompts_render(tmp_path):
+    # 1 pays in its whole spread, 4 has a median above 1.0 and a spread across it, 16 does not pay
+    runs = (repeated(1, [140.0, 150.0, 145.0], [100.0, 104.0, 102.0])
+            + repeated(4, [200.0, 230.0, 215.0], [190.0, 210.0, 200.0])
+            + repeated(16, [100.0, 110.0, 105.0], [290.0, 300.0, 295.0]))
+    runs.append(dict(run("speculative", 1, 12.0), calibration=True, repeat=None))
+    bench = {"host": "localhost", "time": "t", "label": "emulated", "sweep": [1, 4, 16], "runs": runs,
+             "client": {"module": "sglang.benchmark.serving", "dataset": "chat",
+                        "dataset_path": "roles/sglang_bench/files/chat_prompts.json", "output_len": 256,
+                        "repeats": 3, "min_seconds": 60.0, "min_requests": 32},
+             "recommend": {"threshold_option": "speculative-disable-batch-threshold", "threshold_accepted": True},
+             "deployment": {}}
+    url = render(tmp_path, bench, {"host": "localhost", "name": "sglang", "status": None, "loads": []})
+    errors, dom = open_page(url, DOM)
+    dom = json.loads(dom)
+    assert errors == []
+    assert [v[:3] for v in dom["verdicts"]] == [["1", "pays", "pays"], ["4", "too close to call", "too close to call"],
+                                               ["16", "does not pay", "does not pay"]]
+    assert len({v[3] for v in dom["verdicts"]}) == 3  # each verdict in its own colour
+    assert dom["trios"][0] == ["140.0", "145.0", "150.0", "100.0", "102.0", "104.0"]
+    assert dom["ranges"] == [["1", True], ["4", True], ["16", True]]
+    assert dom["band"] == [["1", "16", True]]
+    assert dom["interval"] == ("Crossover: between 1 and 16: speculation pays at 1, does not pay at 16 "
+                               "(too close to call at 4)")
+    assert dom["recommendation"].startswith("Recommendation: Speculative decoding pays up to concurrency 1 and does "
+                                            "not pay from 16 on. Set --speculative-disable-batch-threshold 2")
+    assert dom["prompts"].startswith("Prompts: chat-shaped prompts (roles/sglang_bench/files/chat_prompts.json")
+    assert "Runs per point and side: 3" in dom["prompts"]
+    # every run kept, the calibration run marked and not counted
+    assert len(dom["runRows"]) == 19 and dom["runRows"].count(["speculative", "1", "", True]) == 1
+    assert dom["scripts"] == dom["images"] == dom["links"] == 0

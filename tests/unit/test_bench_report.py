@@ -86,11 +86,16 @@ def test_the_text_table_is_the_sweep_the_play_prints():
     data = bench((4, 220.0, 200.0), (1, 150.0, 100.0), (16, 280.0, None))
     rows = report.speedups(data)
     assert report.text_table(data, rows, report.crossover(rows)) == [
-        "concurrency  speculative tok/s  off tok/s  speed-up  accept length  (emulated)",
-        "          1              150.0      100.0     1.50x           2.50",
-        "          4              220.0      200.0     1.10x           2.50",
-        "         16              280.0          -         -           2.50",
-        "crossover: none"]
+        "prompts: random token ids (random-ids: 64 input and 64 output tokens; random prompts mislead the accept "
+        "length); runs per point and side: 1",
+        "concurrency  speculative tok/s min/med/max  off tok/s min/med/max  speed-up (range)     accept length"
+        "  verdict  (emulated)",
+        "          1              150.0/150.0/150.0      100.0/100.0/100.0  1.50x (1.50-1.50)             2.50  pays",
+        "          4              220.0/220.0/220.0      200.0/200.0/200.0  1.10x (1.10-1.10)             2.50  pays",
+        "         16              280.0/280.0/280.0                      -  -                             2.50  -",
+        "crossover: none up to 4: speculation pays at every concurrency measured",
+        "recommendation: Keep speculative decoding on: it pays at every concurrency measured, up to 4. Measure higher "
+        "concurrencies if the server sees more requests in flight."]
 
 
 def test_no_crossover_when_speculation_wins_everywhere_and_one_at_the_lowest_when_it_never_does():
@@ -109,8 +114,99 @@ def test_exactly_one_is_no_crossover_and_a_side_without_figures_gives_no_speedup
     data["runs"].append(run("baseline", 8, None, ok=False))
     data["sweep"] = [1, 8]
     rows = report.speedups(data)
-    assert rows[1] == {"concurrency": 8, "speculative_tok_s": 300.0, "baseline_tok_s": None, "speedup": None}
+    assert {k: rows[1][k] for k in ("concurrency", "speculative_tok_s", "baseline_tok_s", "speedup", "verdict")} == {
+        "concurrency": 8, "speculative_tok_s": 300.0, "baseline_tok_s": None, "speedup": None, "verdict": None}
     assert report.crossover(rows) is None
+
+
+def repeated(points, **over):
+    """A benchmark with several runs a point: (concurrency, [speculative tok/s], [baseline tok/s])."""
+    runs = []
+    for c, specs, bases in points:
+        for side, values in (("speculative", specs), ("baseline", bases)):
+            runs += [dict(run(side, c, v), repeat=i) for i, v in enumerate(values)]
+    data = bench(*[(c, 1.0, 1.0) for c, _, _ in points], **over)
+    data["runs"] = runs
+    return data
+
+
+# 1: pays everywhere in its spread; 4: the medians say 1.07x but the spread crosses 1.0; 16: does not pay.
+THREE = [(1, [140.0, 150.0, 145.0], [100.0, 104.0, 102.0]), (4, [200.0, 230.0, 215.0], [190.0, 210.0, 200.0]),
+         (16, [100.0, 110.0, 105.0], [290.0, 300.0, 295.0])]
+
+
+def test_each_point_has_min_median_max_per_side_and_a_verdict_only_where_the_spread_allows():
+    rows = report.speedups(repeated(THREE))
+    assert rows[0]["speculative"] == {"min": 140.0, "median": 145.0, "max": 150.0, "n": 3}
+    assert rows[0]["baseline"] == {"min": 100.0, "median": 102.0, "max": 104.0, "n": 3}
+    assert rows[0]["speedup"] == pytest.approx(145.0 / 102.0)
+    assert rows[1]["speedup_low"] == pytest.approx(200.0 / 210.0) and rows[1]["speedup_high"] == pytest.approx(230.0 / 190.0)
+    assert [r["verdict"] for r in rows] == ["pays", "too close to call", "does not pay"]
+    # the median alone would call concurrency 4 a gain
+    assert rows[1]["speedup"] > 1.0
+
+
+def test_the_crossover_comes_with_its_interval():
+    rows = report.speedups(repeated(THREE))
+    assert report.crossover(rows) == 16
+    assert report.crossover_interval(rows) == {
+        "above": 1, "at_most": 16, "close": [4],
+        "words": "between 1 and 16: speculation pays at 1, does not pay at 16 (too close to call at 4)"}
+    loses = report.speedups(repeated([(1, [90.0, 92.0], [100.0, 101.0]), (4, [80.0], [100.0])]))
+    assert report.crossover_interval(loses)["words"] == "at or below 1: speculation does not pay from 1 on"
+    close = report.speedups(repeated([(1, [99.0, 101.0], [100.0, 100.0])]))
+    assert report.crossover_interval(close)["words"].startswith("unknown: no concurrency measured where")
+    open_top = report.speedups(repeated([(1, [150.0], [100.0]), (4, [99.0, 103.0], [100.0])]))
+    assert report.crossover_interval(open_top)["words"] == (
+        "above 1: speculation pays up to 1, and the sweep cannot tell from there on (too close to call at 4)")
+
+
+def test_calibration_runs_do_not_count():
+    data = repeated([(1, [150.0, 151.0], [100.0, 101.0])])
+    data["runs"].append(dict(run("speculative", 1, 10.0), calibration=True, repeat=None))
+    assert report.speedups(data)[0]["speculative"] == {"min": 150.0, "median": 150.5, "max": 151.0, "n": 2}
+
+
+def test_the_recommendation_gives_the_threshold_where_sglang_has_one_and_the_alternatives_otherwise():
+    rows = report.speedups(repeated(THREE))
+    interval = report.crossover_interval(rows)
+    has = report.recommendation(rows, interval, {"threshold_option": "speculative-disable-batch-threshold",
+                                                 "threshold_accepted": True})
+    assert has.startswith("Speculative decoding pays up to concurrency 1 and does not pay from 16 on.")
+    assert "Set --speculative-disable-batch-threshold 2 (sglang_server_extra_args: " in has
+    dp = report.recommendation(rows, interval, {"threshold_option": "x-threshold", "threshold_accepted": True,
+                                                "dp_size": 2})
+    assert "Set --x-threshold 1 " in dp and "2 data-parallel ranks" in dp
+    lacks = report.recommendation(rows, interval, {"threshold_option": "speculative-disable-batch-threshold",
+                                                   "threshold_accepted": False})
+    assert "the installed SGLang has no batch-size threshold for speculation (it does not accept " in lacks
+    assert "--max-running-requests 1 " in lacks and "non-speculative replica beside this one" in lacks
+    unasked = report.recommendation(rows, interval, {})
+    assert "no batch-size threshold for speculation was checked" in unasked and "--max-running-requests 1" in unasked
+    assert report.recommendation([], report.crossover_interval([]), {}) is None
+    never = report.speedups(repeated([(1, [90.0, 91.0], [100.0, 100.0])]))
+    assert "does not pay at any concurrency measured" in report.recommendation(never, report.crossover_interval(never), {})
+
+
+def test_the_page_shows_the_spread_the_verdicts_the_interval_the_recommendation_and_the_prompts():
+    data = repeated(THREE, recommend={"threshold_option": "speculative-disable-batch-threshold",
+                                      "threshold_accepted": False})
+    data["client"].update(dataset="chat", dataset_path="roles/sglang_bench/files/chat_prompts.json", repeats=3,
+                          min_seconds=60.0, min_requests=32)
+    page, summary = report.render(data, {"host": "gpu-01", "name": "sglang", "status": STATUS_READY, "loads": LOADS})
+    marks = Marks(page)
+    assert [(r["data-concurrency"], r["data-verdict"]) for r in marks.having("tr", "speedup-row")] == [
+        ("1", "pays"), ("4", "too close to call"), ("16", "does not pay")]
+    assert len(marks.having("line", "speedup-range")) == 3 and len(marks.having("line", "tps-range")) == 6
+    (band,) = marks.having("rect", "crossover-band")
+    assert band["data-above"] == "1" and band["data-at-most"] == "16"
+    text = "".join(marks.text)
+    assert "Crossover: between 1 and 16" in text and "too close to call" in text
+    assert "Recommendation: Speculative decoding pays up to concurrency 1" in text
+    assert "Prompts: chat-shaped prompts (roles/sglang_bench/files/chat_prompts.json" in text
+    assert summary["crossover_interval"]["above"] == 1 and summary["recommendation"].startswith("Speculative")
+    assert summary["prompts"].startswith("chat-shaped prompts")
+    assert len(marks.having("tr", "run")) == 18  # every run is kept
 
 
 def test_figures_that_are_not_numbers_are_no_figures():

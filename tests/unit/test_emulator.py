@@ -441,10 +441,29 @@ def test_decode_flags_reach_the_model_and_bad_ones_are_refused():
                                  "--emulator-spec-verify-cost", "4"])
     from sglang_emulator.engine import decode_settings
     assert decode_settings(args) == {"step_ms": 8.0, "per_req_ms": 2.0, "accept_length": 2.5, "spec_overhead": 0.3,
-                                     "verify_cost": 4.0, "max_accept": 4}
+                                     "verify_cost": 4.0, "max_accept": 4, "run_jitter": 0.0}
     with pytest.raises(SystemExit):
         cli.parse_args(["--speculative-algorithm", "EAGLE3", "--speculative-num-draft-tokens", "2",
                         "--emulator-accept-length", "3"])
+    with pytest.raises(SystemExit):
+        cli.parse_args(["--emulator-run-jitter", "1.5"])
+
+
+def test_run_jitter_makes_runs_alternately_slower_and_faster_by_flush_count():
+    from sglang_emulator.decode import DecodeBatch, DecodeModel, Request
+    model = DecodeModel(step_ms=8, per_req_ms=2, run_jitter=0.1)
+    assert model.step_seconds(1, flushes=0) == pytest.approx(0.009)   # 10 ms x 0.9
+    assert model.step_seconds(1, flushes=1) == pytest.approx(0.011)   # 10 ms x 1.1
+    assert DecodeModel(step_ms=8, per_req_ms=2).step_seconds(1, flushes=1) == pytest.approx(0.010)
+    batch = DecodeBatch(model)
+    batch.add(Request("a", [1, 2], 3, False))
+    assert batch.begin_step()[0] == pytest.approx(0.009)
+    batch.end_step()
+    batch.flush()
+    assert batch.begin_step()[0] == pytest.approx(0.011)
+    assert "alternately 10 % slower and faster" in model.describe()
+    with pytest.raises(ValueError):
+        DecodeModel(run_jitter=1.0)
 
 
 # ------------------------------------------------------------------ multi-node (emulator 1.5 on)

@@ -12,9 +12,14 @@ This program computes: the figures, the charts' geometry, what each section show
 Every text a client, a server or its log could influence is data: each printed value goes through ``shown``
 (control characters as ``\\xNN``), then Jinja2 HTML-escapes it (quotes too); data is never template source.
 
-Speed-up at a concurrency = the speculative side's output tokens/s over the baseline's (speculation off).
-Crossover = the first concurrency, in ascending order, where the speed-up is below 1.0: from there on speculative
-decoding costs more than it gives.
+Each point (side, concurrency) has several runs: min/median/max of their output tokens/s. Speed-up at a
+concurrency = the speculative side's median output tokens/s over the baseline's (speculation off); its range = the
+slowest speculative run over the fastest baseline run up to the fastest over the slowest. A point's verdict is "pays"
+or "does not pay" only where the whole range is on one side of 1.0, else "too close to call". Crossover = the first
+concurrency, in ascending order, where the median speed-up is below 1.0; its interval from the verdicts: above the
+highest concurrency up to which every point pays, at most the first that does not pay. The recommendation says
+what to set (the batch-size threshold for speculation where the installed SGLang has one, else
+--max-running-requests or a non-speculative replica beside it).
 
 Runs on the controller (roles/sglang_report/tasks/main.yml, with the Python that runs ansible-playbook): the
 standard library and Jinja2 (which ansible-core requires).
@@ -111,60 +116,211 @@ def environment():
 
 
 # -- figures ------------------------------------------------------------------------------------------------------
-def runs_by_side(bench):
-    """{(side, concurrency): run} of the runs that have figures."""
+VERDICT_PAYS, VERDICT_LOSES, VERDICT_CLOSE = "pays", "does not pay", "too close to call"
+VERDICT_CLASSES = {VERDICT_PAYS: "pays", VERDICT_LOSES: "loses", VERDICT_CLOSE: "close"}
+
+
+def counted(run):
+    """Whether a run counts for its point: it has figures and is not a calibration run (one too short to count)."""
+    return isinstance(run, dict) and isinstance(run.get("figures"), dict) and not run.get("calibration")
+
+
+def runs_by_point(bench):
+    """{(side, concurrency): [runs]} of the runs that count, in the order they ran."""
     out = {}
     for run in (bench or {}).get("runs") or []:
-        if not isinstance(run, dict) or not isinstance(run.get("figures"), dict):
+        if not counted(run):
             continue
         try:
             concurrency = int(run.get("concurrency"))
         except (TypeError, ValueError):
             continue
-        out[(run.get("side"), concurrency)] = run
+        out.setdefault((run.get("side"), concurrency), []).append(run)
     return out
 
 
+def median(values):
+    values = sorted(values)
+    middle = len(values) // 2
+    return values[middle] if len(values) % 2 else (values[middle - 1] + values[middle]) / 2.0
+
+
+def spread(values):
+    """{min, median, max, n} of the numbers among ``values`` (None without any)."""
+    values = [v for v in (num(x) for x in values) if v is not None]
+    if not values:
+        return None
+    return {"min": min(values), "median": median(values), "max": max(values), "n": len(values)}
+
+
+def point_verdict(low, high):
+    """A point's verdict from its speed-up range (the slowest speculative run over the fastest baseline run, and the
+    other way round): given only where the whole range is on one side of 1.0."""
+    if low is None or high is None:
+        return None
+    if low > 1.0:
+        return VERDICT_PAYS
+    if high < 1.0:
+        return VERDICT_LOSES
+    return VERDICT_CLOSE
+
+
 def speedups(bench):
-    """One row per concurrency of the sweep, ascending: both sides' output tokens/s and the speed-up
-    (speculative / baseline; None where a side has no figure)."""
-    by = runs_by_side(bench)
+    """One row per concurrency of the sweep, ascending: both sides' output tokens/s over their runs (``speculative``,
+    ``baseline``: min/median/max/n; ``speculative_tok_s``, ``baseline_tok_s``: the medians), the speed-up of the
+    medians, its range (``speedup_low`` = slowest speculative / fastest baseline, ``speedup_high`` the other way
+    round), the verdict, the speculative side's accept length (median). None where a side has no figure."""
+    by = runs_by_point(bench)
     sweep = sorted({c for (side, c) in by} | {int(c) for c in (bench or {}).get("sweep") or [] if num(c) is not None})
     rows = []
     for c in sweep:
-        spec = num(((by.get(("speculative", c)) or {}).get("figures") or {}).get("output_throughput"))
-        base = num(((by.get(("baseline", c)) or {}).get("figures") or {}).get("output_throughput"))
-        ratio = spec / base if spec is not None and base else None
-        rows.append({"concurrency": c, "speculative_tok_s": spec, "baseline_tok_s": base, "speedup": ratio})
+        spec = spread(((r.get("figures") or {}).get("output_throughput") for r in by.get(("speculative", c), [])))
+        base = spread(((r.get("figures") or {}).get("output_throughput") for r in by.get(("baseline", c), [])))
+        accept = spread(((r.get("figures") or {}).get("accept_length") for r in by.get(("speculative", c), [])))
+        both = spec is not None and base is not None and base["min"] > 0
+        low = spec["min"] / base["max"] if both else None
+        high = spec["max"] / base["min"] if both else None
+        rows.append({"concurrency": c, "speculative_tok_s": spec and spec["median"],
+                     "baseline_tok_s": base and base["median"],
+                     "speedup": spec["median"] / base["median"] if both else None,
+                     "speculative": spec, "baseline": base, "speedup_low": low, "speedup_high": high,
+                     "verdict": point_verdict(low, high), "accept_length": accept and accept["median"]})
     return rows
 
 
-def text_table(bench, rows, cross):
-    """The sweep as text lines (the play prints them): per concurrency both sides' output tokens/s, the speed-up and
-    the speculative side's accept length; the crossover last."""
-    by = runs_by_side(bench)
-    label = (bench or {}).get("label")
-    lines = ["concurrency  speculative tok/s  off tok/s  speed-up  accept length%s"
-             % ("  (%s)" % label if label else "")]
-    for r in rows:
-        accept = num(((by.get(("speculative", r["concurrency"])) or {}).get("figures") or {}).get("accept_length"))
-        lines.append("%11d  %17s  %9s  %8s  %13s" % (
-            r["concurrency"], fmt(r["speculative_tok_s"], 1), fmt(r["baseline_tok_s"], 1),
-            "-" if r["speedup"] is None else "%.2fx" % r["speedup"], fmt(accept, 2)))
-    lines.append("crossover: %s" % ("none" if cross is None else cross))
-    return lines
-
-
 def crossover(rows):
-    """The first concurrency (rows ascending) whose speed-up is below 1.0, or None."""
+    """The first concurrency (rows ascending) whose median speed-up is below 1.0, or None."""
     for row in rows:
         if row["speedup"] is not None and row["speedup"] < 1.0:
             return row["concurrency"]
     return None
 
 
+def crossover_interval(rows):
+    """Where speculation stops paying, as far as the verdicts tell: ``above`` = the highest concurrency up to which
+    every point measured pays (None where the lowest does not), ``at_most`` = the first concurrency where it does not
+    pay (None where none), ``close`` = the points too close to call; ``words`` says it."""
+    measured = [r for r in rows if r["verdict"]]
+    above = None
+    for r in measured:
+        if r["verdict"] != VERDICT_PAYS:
+            break
+        above = r["concurrency"]
+    at_most = next((r["concurrency"] for r in measured if r["verdict"] == VERDICT_LOSES), None)
+    close = [r["concurrency"] for r in measured if r["verdict"] == VERDICT_CLOSE
+             and (above is None or r["concurrency"] > above) and (at_most is None or r["concurrency"] < at_most)]
+    if not measured:
+        words = "none: no concurrency has figures on both sides"
+    elif at_most is None and above == measured[-1]["concurrency"]:
+        words = "none up to %d: speculation pays at every concurrency measured" % above
+    elif at_most is None:
+        words = ("above %d: speculation pays up to %d, and the sweep cannot tell from there on" % (above, above)
+                 if above is not None else "unknown: no concurrency measured where speculation clearly pays or "
+                 "clearly does not")
+    elif above is None:
+        words = "at or below %d: speculation does not pay from %d on%s" % (
+            at_most, at_most, "" if at_most == measured[0]["concurrency"] else
+            ", and no lower concurrency clearly pays")
+    else:
+        words = "between %d and %d: speculation pays at %d, does not pay at %d" % (above, at_most, above, at_most)
+    if close and measured:
+        words += " (too close to call at %s)" % ", ".join(str(c) for c in close)
+    return {"above": above, "at_most": at_most, "close": close, "words": words}
+
+
+def recommendation(rows, interval, advice):
+    """What an operator sets, from the verdicts: ``advice`` is the benchmark's ``recommend`` (the batch-size
+    threshold option and whether the installed SGLang accepts it; the data-parallel size)."""
+    advice = advice if isinstance(advice, dict) else {}
+    measured = [r for r in rows if r["verdict"]]
+    if not measured:
+        return None
+    above, at_most = interval["above"], interval["at_most"]
+    if above is None and at_most is None:
+        return ("No concurrency measured where speculative decoding clearly pays or clearly costs: run the benchmark "
+                "with more repeats or longer runs (sglang_bench_repeats, sglang_bench_min_seconds) before changing "
+                "anything.")
+    if above is None:
+        if at_most == measured[0]["concurrency"]:
+            return ("Speculative decoding does not pay at any concurrency measured, from %d on: serve without it "
+                    "(sglang_server_speculative_algorithm unset), unless lower loads than %d matter." % (at_most, at_most))
+        return ("No concurrency measured where speculative decoding clearly pays, and it does not pay from %d on: "
+                "serve without it, or measure the lower concurrencies with more repeats." % at_most)
+    if at_most is None and above == measured[-1]["concurrency"]:
+        return ("Keep speculative decoding on: it pays at every concurrency measured, up to %d. Measure higher "
+                "concurrencies if the server sees more requests in flight." % above)
+    option = advice.get("threshold_option")
+    dp = max(1, int(num(advice.get("dp_size")) or 1))
+    head = "Speculative decoding pays up to concurrency %d" % above
+    head += (" and does not pay from %d on. " % at_most) if at_most is not None else "; above it the sweep cannot tell. "
+    if option and advice.get("threshold_accepted"):
+        value = above // dp + 1
+        return head + ("Set --%s %d (sglang_server_extra_args: {\"%s\": %d}): the server then decodes without "
+                       "speculation once a batch holds %d requests or more%s." % (
+                           option, value, option, value, value,
+                           (" (a batch of one of the %d data-parallel ranks: %d requests in flight in all)" % (dp, above))
+                           if dp > 1 else ""))
+    why = ("the installed SGLang has no batch-size threshold for speculation (it does not accept --%s)" % option
+           if option and advice.get("threshold_accepted") is False else
+           "no batch-size threshold for speculation was checked" if not option else
+           "whether the installed SGLang accepts --%s was not checked" % option)
+    return head + ("Since %s: cap the running batch with --max-running-requests %d (sglang_server_extra_args; "
+                   "requests beyond it wait in the queue), or run a non-speculative replica beside this one and send "
+                   "it the load above %d requests in flight." % (why, above, above))
+
+
+def bench_advice(bench):
+    """The benchmark's ``recommend`` (the threshold option, whether the installed SGLang accepts it), with the
+    data-parallel size the speculative runs' /server_info gave."""
+    out = dict((bench or {}).get("recommend") or {}) if isinstance((bench or {}).get("recommend"), dict) else {}
+    for run in (bench or {}).get("runs") or []:
+        if isinstance(run, dict) and run.get("side") == "speculative" and isinstance(run.get("server"), dict):
+            if num(run["server"].get("dp_size")) is not None:
+                out.setdefault("dp_size", run["server"]["dp_size"])
+                break
+    return out
+
+
+def prompt_words(bench):
+    """Which prompts the benchmark sent, in words."""
+    client = (bench or {}).get("client") if isinstance((bench or {}).get("client"), dict) else {}
+    dataset = client.get("dataset")
+    if dataset == "chat":
+        return ("chat-shaped prompts (%s: multi-turn, varied lengths, generated text), %s output tokens each"
+                % (client.get("dataset_path") or "the role's chat set", client.get("output_len")))
+    if dataset == "random-ids":
+        return ("random token ids (random-ids: %s input and %s output tokens; random prompts mislead the accept "
+                "length)" % (client.get("input_len"), client.get("output_len")))
+    return "prompts: %s" % (dataset or "not recorded")
+
+
+def _trio(s, digits=1):
+    return "-" if s is None else "%s/%s/%s" % (fmt(s["min"], digits), fmt(s["median"], digits), fmt(s["max"], digits))
+
+
+def text_table(bench, rows, cross, interval=None, advice=None):
+    """The sweep as text lines (the play prints them): the prompts and runs first; per concurrency both sides' output
+    tokens/s (min/median/max over the runs), the speed-up of the medians and its range, the accept length (median)
+    and the verdict; then the crossover's interval and the recommendation."""
+    label = (bench or {}).get("label")
+    interval = interval or crossover_interval(rows)
+    repeats = sorted({s["n"] for r in rows for s in (r["speculative"], r["baseline"]) if s})
+    lines = ["prompts: %s; runs per point and side: %s" % (prompt_words(bench), "/".join(str(n) for n in repeats) or "-"),
+             "concurrency  speculative tok/s min/med/max  off tok/s min/med/max  speed-up (range)     accept length"
+             "  verdict%s" % ("  (%s)" % label if label else "")]
+    for r in rows:
+        ratio = "-" if r["speedup"] is None else "%.2fx (%.2f-%.2f)" % (r["speedup"], r["speedup_low"], r["speedup_high"])
+        lines.append("%11d  %29s  %21s  %-19s  %13s  %s" % (
+            r["concurrency"], _trio(r["speculative"]), _trio(r["baseline"]), ratio, fmt(r["accept_length"], 2),
+            r["verdict"] or "-"))
+    lines.append("crossover: %s" % interval["words"])
+    advice_words = recommendation(rows, interval, advice)
+    lines.append("recommendation: %s" % (advice_words or "none (no figures)"))
+    return lines
+
+
 def verdict_words(rows, cross):
-    """The benchmark's verdict in one sentence."""
+    """The benchmark's verdict in one sentence (the medians; the per-point verdicts say what the spread allows)."""
     measured = [r for r in rows if r["speedup"] is not None]
     if not measured:
         return "No concurrency has figures on both sides: no speed-up to show."
@@ -225,18 +381,30 @@ class Plot:
                 "y_title": {"y": self.top + self.plot_h / 2, "text": y_title}}
 
 
-def speedup_chart(rows, cross, label):
-    """Speed-up per concurrency: points joined by a line, the parity line at 1.0, the crossover marked."""
+def speedup_chart(rows, cross, label, interval=None):
+    """Speed-up per concurrency: points (the medians) joined by a line, each with its range (whiskers from the
+    slowest to the fastest pairing of the runs), the parity line at 1.0, the crossover and its interval marked."""
     tag = label_tag(label)
-    values = [r["speedup"] for r in rows if r["speedup"] is not None]
+    values = [v for r in rows for v in (r["speedup"], r.get("speedup_high")) if v is not None]
     concurrencies = [r["concurrency"] for r in rows]
     plot = Plot(concurrencies, max(values + [1.2]) * 1.15)
     points = [{"x": plot.x(i), "y": plot.y(r["speedup"]), "concurrency": r["concurrency"], "speedup": r["speedup"],
+               "low": r.get("speedup_low"), "high": r.get("speedup_high"),
+               "y_low": plot.y(r.get("speedup_low") if r.get("speedup_low") is not None else r["speedup"]),
+               "y_high": plot.y(r.get("speedup_high") if r.get("speedup_high") is not None else r["speedup"]),
+               "verdict": r.get("verdict") or "", "verdict_cls": VERDICT_CLASSES.get(r.get("verdict"), ""),
                "cls": "speedup-point loss" if r["speedup"] < 1.0 else "speedup-point gain"}
               for i, r in enumerate(rows) if r["speedup"] is not None]
+    band = None
+    if interval and (interval.get("above") is not None or interval.get("at_most") is not None) and concurrencies:
+        lo = concurrencies.index(interval["above"]) if interval.get("above") in concurrencies else -0.5
+        hi = concurrencies.index(interval["at_most"]) if interval.get("at_most") in concurrencies else len(concurrencies) - 0.5
+        x1, x2 = plot.x(lo), plot.x(hi)
+        band = {"x": min(x1, x2), "width": abs(x2 - x1), "above": interval.get("above"),
+                "at_most": interval.get("at_most"), "words": interval.get("words")}
     return {"frame": plot.frame("speedup-chart", "Speed-up of speculative decoding per concurrency" + tag,
                                 "concurrency (requests in flight)", "speed-up" + tag),
-            "tag": tag, "parity_y": plot.y(1.0), "points": points,
+            "tag": tag, "parity_y": plot.y(1.0), "points": points, "band": band,
             "line": " ".join("%.1f,%.1f" % (p["x"], p["y"]) for p in points) if len(points) > 1 else None,
             "crossover": None if cross is None else {"concurrency": cross, "x": plot.x(concurrencies.index(cross))}}
 
@@ -244,7 +412,9 @@ def speedup_chart(rows, cross, label):
 def throughput_chart(rows, label):
     """Output tokens/s of both sides per concurrency: grouped bars."""
     tag = label_tag(label)
-    values = [v for r in rows for v in (r["speculative_tok_s"], r["baseline_tok_s"]) if v is not None]
+    values = [v for r in rows for v in (r["speculative_tok_s"], r["baseline_tok_s"],
+                                        (r.get("speculative") or {}).get("max"), (r.get("baseline") or {}).get("max"))
+              if v is not None]
     plot = Plot([r["concurrency"] for r in rows], max(values + [1.0]) * 1.1)
     width = min(36.0, plot.band() * 0.35)
     bars = []
@@ -253,8 +423,11 @@ def throughput_chart(rows, label):
                                        (0.0, "baseline_tok_s", "tps-baseline", "speculation off")):
             if r[key] is not None:
                 y = plot.y(r[key])
+                s = r.get("speculative" if key == "speculative_tok_s" else "baseline") or {}
                 bars.append({"cls": cls, "side": side, "concurrency": r["concurrency"], "value": r[key],
-                             "x": plot.x(i) + offset, "y": y, "width": width, "height": plot.top + plot.plot_h - y})
+                             "x": plot.x(i) + offset, "y": y, "width": width, "height": plot.top + plot.plot_h - y,
+                             "min": s.get("min"), "max": s.get("max"), "n": s.get("n"),
+                             "y_min": plot.y(s.get("min", r[key])), "y_max": plot.y(s.get("max", r[key]))})
     return {"frame": plot.frame("throughput-chart", "Output tokens per second, both sides" + tag,
                                 "concurrency (requests in flight)", "output tokens/s" + tag),
             "tag": tag, "bars": bars, "legend_y": plot.top - 14}
@@ -350,26 +523,39 @@ def figure_runs(bench):
         if not isinstance(run, dict):
             continue
         figures = run.get("figures") if isinstance(run.get("figures"), dict) else {}
-        out.append({"side": run.get("side"), "concurrency": run.get("concurrency"),
+        state = "ok" if run.get("ok") else "failed: " + (run.get("error") or "no figures")
+        out.append({"side": run.get("side"), "concurrency": run.get("concurrency"), "repeat": run.get("repeat"),
+                    "num_prompts": run.get("num_prompts"), "calibration": bool(run.get("calibration")),
                     "figures": {key: figures.get(key) for key in TABLE_FIGURES},
-                    "state": "ok" if run.get("ok") else "failed: " + (run.get("error") or "no figures")})
+                    "state": ("calibration (too short to count): " + state) if run.get("calibration") else state})
     return out
 
 
 def speedup_rows(rows):
     """The speed-up table's rows: each with its class (``gain``, ``loss``, or none without a speed-up)."""
-    return [dict(r, cls="" if r["speedup"] is None else ("loss" if r["speedup"] < 1.0 else "gain")) for r in rows]
+    empty = {"min": None, "median": None, "max": None, "n": 0}
+    return [dict(r, cls="" if r["speedup"] is None else ("loss" if r["speedup"] < 1.0 else "gain"),
+                 verdict_cls=VERDICT_CLASSES.get(r["verdict"], ""), spec=r["speculative"] or empty,
+                 base=r["baseline"] or empty) for r in rows]
 
 
 def bench_section(bench, rows, cross):
-    """The benchmark: the verdict, both charts, both tables, and what the client ran."""
+    """The benchmark: the verdict, the crossover's interval, the recommendation, the prompts, both charts, both
+    tables, and what the client ran."""
     label = bench.get("label") or ""
     dep = bench.get("deployment") if isinstance(bench.get("deployment"), dict) else {}
     client = bench.get("client") if isinstance(bench.get("client"), dict) else {}
-    return {"verdict": verdict_words(rows, cross), "tag": label_tag(label),
-            "speedup_chart": speedup_chart(rows, cross, label), "throughput_chart": throughput_chart(rows, label),
+    interval = crossover_interval(rows)
+    return {"verdict": verdict_words(rows, cross), "tag": label_tag(label), "interval": interval,
+            "recommendation": recommendation(rows, interval, bench_advice(bench)), "prompts": prompt_words(bench),
+            "dataset": client.get("dataset"),
+            "runs_per_point": {key: client.get(key) for key in ("repeats", "min_seconds", "min_requests")},
+            "speedup_chart": speedup_chart(rows, cross, label, interval),
+            "throughput_chart": throughput_chart(rows, label),
             "speedups": speedup_rows(rows), "runs": figure_runs(bench),
             "client": {key: client.get(key) for key in ("module", "dataset", "input_len", "output_len", "seed")},
+            "accept_from": next((((r.get("server") or {}).get("accept_length_from")) for r in bench.get("runs") or []
+                                 if isinstance(r, dict) and (r.get("server") or {}).get("accept_length_from")), None),
             "speculative": json.dumps(dep.get("speculative")),
             "fingerprint_before": (dep.get("fingerprint_before") or "-")[:16],
             "fingerprint_after": (dep.get("fingerprint_after") or "-")[:16]}
@@ -434,8 +620,11 @@ def render(bench, timeline):
     context = page_context(bench, timeline, rows, cross)
     page = environment().get_template(PAGE_TEMPLATE).render(context)
     status = (timeline or {}).get("status") if isinstance((timeline or {}).get("status"), dict) else {}
+    interval = crossover_interval(rows) if bench else None
     summary = {"host": context["host"], "time": context["when"], "label": context["label"] or None, "rows": rows,
                "crossover": cross, "verdict": verdict_words(rows, cross) if bench else None,
+               "crossover_interval": interval, "prompts": prompt_words(bench) if bench else None,
+               "recommendation": recommendation(rows, interval, bench_advice(bench)) if bench else None,
                "load": {"attempt": status.get("attempt"), "verdict": status.get("verdict")} if status else None}
     return page, summary
 
@@ -462,7 +651,9 @@ def main(argv):
         handle.write("\n")
     print(json.dumps({"report": os.path.join(out, "report.html"), "crossover": summary["crossover"],
                       "verdict": summary["verdict"],
-                      "table": text_table(bench, summary["rows"], summary["crossover"]) if bench else []}))
+                      "crossover_interval": summary["crossover_interval"], "recommendation": summary["recommendation"],
+                      "table": text_table(bench, summary["rows"], summary["crossover"], summary["crossover_interval"],
+                                          bench_advice(bench)) if bench else []}))
     return 0
 
 

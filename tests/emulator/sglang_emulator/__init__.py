@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import os
 
-VERSION = "1.6"
+VERSION = "1.7"
 BANNER = (
     "[EMULATOR] sglang-emulator %s: this is NOT SGLang; it emulates SGLang's HTTP API and log lines "
     "for rehearsals and tests" % VERSION

@@ -130,6 +130,8 @@ def build_parser():
     add("--emulator-accept-length", dest="emulator_accept_length", type=float, default=2.47)
     add("--emulator-spec-overhead", dest="emulator_spec_overhead", type=float, default=0.0)
     add("--emulator-spec-verify-cost", dest="emulator_spec_verify_cost", type=float, default=None)
+    # Runs alternately this fraction slower and faster (by flush_cache count): a benchmark's spread, reproducibly.
+    add("--emulator-run-jitter", dest="emulator_run_jitter", type=float, default=0.0)
     return parser
 
 

@@ -26,12 +26,19 @@ class DecodeModel:
     token. With it the step takes ``step_ms * (1 + spec_overhead) + per_req_ms * verify_cost * n`` and gives each
     request ``accept_length`` tokens on average (deterministically: 2, 3, 2, 3, ... for 2.5), at most
     ``max_accept`` (SGLang's ``speculative_num_draft_tokens``: the draft tokens, the bonus token included).
+
+    ``run_jitter`` (a fraction, 0 by default) makes runs differ the way runs on a busy host do, deterministically: a
+    benchmark run (the steps between two ``flush_cache``) takes every step ``1 + run_jitter`` times as long after an
+    odd number of flushes and ``1 - run_jitter`` times after an even one, so two runs of a point in a row are the
+    slow and the fast one. A point whose speed-up is near 1.0 is then too close to call, and one far from it is not.
     """
 
     def __init__(self, step_ms=1.0, per_req_ms=0.0, speculative=False, accept_length=2.47, spec_overhead=0.0,
-                 verify_cost=1.0, max_accept=None):
+                 verify_cost=1.0, max_accept=None, run_jitter=0.0):
         if step_ms <= 0 or per_req_ms < 0 or spec_overhead < 0 or verify_cost < 0:
             raise ValueError("the decode model needs step_ms > 0 and per_req_ms, spec_overhead, verify_cost >= 0")
+        if not 0 <= run_jitter < 1:
+            raise ValueError("run_jitter is a fraction in [0, 1), got %r" % (run_jitter,))
         if speculative and accept_length < 1:
             raise ValueError("accept_length is at least 1 (the bonus token), got %r" % (accept_length,))
         if speculative and max_accept is not None and accept_length > max_accept:
@@ -44,13 +51,16 @@ class DecodeModel:
         self.spec_overhead = float(spec_overhead)
         self.verify_cost = float(verify_cost)
         self.max_accept = max_accept
+        self.run_jitter = float(run_jitter)
 
-    def step_seconds(self, running):
-        """How long a step of ``running`` requests takes."""
+    def step_seconds(self, running, flushes=0):
+        """How long a step of ``running`` requests takes, ``flushes`` flushes after the start (see ``run_jitter``)."""
         if self.speculative:
             ms = self.step_ms * (1.0 + self.spec_overhead) + self.per_req_ms * self.verify_cost * running
         else:
             ms = self.step_ms + self.per_req_ms * running
+        if self.run_jitter:
+            ms *= (1.0 + self.run_jitter) if flushes % 2 else (1.0 - self.run_jitter)
         return ms / 1000.0
 
     def tokens(self, verify_index):
@@ -64,10 +74,12 @@ class DecodeModel:
 
     def describe(self):
         """The model's settings, for the emulator's own log line."""
+        jitter = (", runs alternately %.0f %% slower and faster" % (100 * self.run_jitter)) if self.run_jitter else ""
         if self.speculative:
-            return ("step %.2f ms x %.2f + %.2f ms x %.2f per running request, accept length %.2f"
-                    % (self.step_ms, 1.0 + self.spec_overhead, self.per_req_ms, self.verify_cost, self.accept_length))
-        return "step %.2f ms + %.2f ms per running request" % (self.step_ms, self.per_req_ms)
+            return ("step %.2f ms x %.2f + %.2f ms x %.2f per running request, accept length %.2f%s"
+                    % (self.step_ms, 1.0 + self.spec_overhead, self.per_req_ms, self.verify_cost, self.accept_length,
+                       jitter))
+        return "step %.2f ms + %.2f ms per running request%s" % (self.step_ms, self.per_req_ms, jitter)
 
 
 class Request:
@@ -97,6 +109,7 @@ class DecodeBatch:
         self.forward_ct = 0             # requests in verify steps since the last flush (SGLang: per request)
         self.last_step_tokens = 0
         self.last_step_seconds = 0.0
+        self.flushes = 0                # flush_cache calls so far (the decode model's run_jitter)
 
     def add(self, request):
         self.waiting.append(request)
@@ -113,7 +126,7 @@ class DecodeBatch:
         """Start a step: the waiting requests join. Returns (seconds the step takes, the requests that joined)."""
         joined, self.waiting = self.waiting, []
         self.running.extend(joined)
-        seconds = self.model.step_seconds(len(self.running))
+        seconds = self.model.step_seconds(len(self.running), self.flushes)
         self.last_step_seconds = seconds
         return seconds, joined
 
@@ -160,3 +173,4 @@ class DecodeBatch:
         """SGLang's flush_cache resets the acceptance figures (scheduler metrics)."""
         self.accept_tokens = 0
         self.forward_ct = 0
+        self.flushes += 1

@@ -53,7 +53,7 @@ def decode_settings(args):
     return {"step_ms": args.emulator_step_ms, "per_req_ms": args.emulator_step_ms_per_req,
             "accept_length": args.emulator_accept_length, "spec_overhead": args.emulator_spec_overhead,
             "verify_cost": 1.0 if verify_cost is None else verify_cost,
-            "max_accept": args.speculative_num_draft_tokens}
+            "max_accept": args.speculative_num_draft_tokens, "run_jitter": args.emulator_run_jitter}
 
 
 class Engine:
