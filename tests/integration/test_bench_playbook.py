@@ -3,9 +3,9 @@ inventory/local`, real processes end to end.
 
 The host is converged once with playbooks/serve_eagle3.yml (its own prefix and free port; the server is the SGLang
 emulator with its decode model, inventory/local). Then SGLang 0.5.23's own benchmark client, installed into the
-rehearsal's SGLang venv from the CPU wheelhouse (tests/setup_bench.sh), runs a small sweep (concurrency 1, 2 and 16,
+rehearsal's SGLang venv from the CPU wheelhouse (tests/setup_bench.sh), runs a small sweep (concurrency 1, 3 and 16,
 the role's chat set, 48 output tokens, two runs a point: the emulator makes them alternately 6 % slower and faster)
-on both sides: speculation pays at 1, is too close to call at 2 (about 1.0x) and does not pay at 16; the report is
+on both sides: speculation pays at 1, is too close to call at 3 (about 1.0x) and does not pay at 16; the report is
 opened in a real headless Chromium. The refusals (bad settings, a
 server that is not ours, a server that is not the inventory's) and check mode must leave the server untouched.
 The server is stopped at the end.
@@ -33,7 +33,7 @@ from chromium_cdp import open_page
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 BIN = os.path.dirname(sys.executable)
 API_KEY = "local-rehearsal-key"  # inventory/local's sglang_server_api_key
-SWEEP = [1, 2, 16]
+SWEEP = [1, 3, 16]
 REPEATS = 2  # inventory/local's sglang_bench_repeats
 OUTPUT_LEN = 48  # inventory/local's sglang_bench_output_len
 # Counted in the page's DOM by Chromium: the chart's marks.
@@ -237,7 +237,7 @@ def test_bench_end_to_end(host, converged):
     assert len(table) == len(SWEEP) + 4, table
     assert [line.split("  ")[-1] for line in table[2:5]] == ["pays", "too close to call", "does not pay"], table
     assert table[-2] == ("crossover: between 1 and 16: speculation pays at 1, does not pay at 16 (too close to call "
-                         "at 2)"), table
+                         "at 3)"), table
     # SGLang 0.5.23 has no batch-size threshold for speculation: the recommendation's other ways
     assert table[-1].startswith("recommendation: Speculative decoding pays up to concurrency 1 and does not pay from "
                                 "16 on. Since the installed SGLang has no batch-size threshold for speculation (it "
@@ -286,8 +286,8 @@ def test_bench_end_to_end(host, converged):
                             for c, row in rows.items()})
     assert [rows[c]["verdict"] for c in SWEEP] == ["pays", "too close to call", "does not pay"]
     assert all(rows[c]["speculative"]["n"] == rows[c]["baseline"]["n"] == REPEATS for c in SWEEP)
-    assert summary["crossover_interval"] == {"above": 1, "at_most": 16, "close": [2], "words": table[-2][11:]}
-    assert summary["crossover"] in (2, 16)  # the medians' crossover: concurrency 2 is about 1.0x
+    assert summary["crossover_interval"] == {"above": 1, "at_most": 16, "close": [3], "words": table[-2][11:]}
+    assert summary["crossover"] in (3, 16)  # the medians' crossover: concurrency 3 is about 1.0x
     # Each run flushed the cache after its warm-up (the accept length counts from there): a flush per run.
     flushes, jitter = 0, 0
     for path in glob.glob(os.path.join(host["prefix"], "var/log/sglang/*_r*.log")):
