@@ -310,10 +310,10 @@ def test_bench_end_to_end(host, converged):
     errors, marks = open_page("file://" + os.path.join(out, "report.html"), MARKS)
     marks = json.loads(marks)
     assert errors == []
-    assert [p[0] for p in marks["points"]] == ["1", "2", "16"]
+    assert [p[0] for p in marks["points"]] == ["1", "3", "16"]
     assert marks["points"][0][1] == "speedup-point gain" and marks["points"][2][1] == "speedup-point loss"
     assert marks["crossover"] == [str(summary["crossover"])] and marks["spec"] == 3 and marks["baseline"] == 3
-    assert marks["verdicts"] == [["1", "pays"], ["2", "too close to call"], ["16", "does not pay"]]
+    assert marks["verdicts"] == [["1", "pays"], ["3", "too close to call"], ["16", "does not pay"]]
     assert marks["ranges"] == 3 and marks["band"] == [["1", "16"]] and marks["prompts"] == "chat"
     assert marks["runs"] == 2 * len(SWEEP) * REPEATS and len(marks["medians"]) == 3
     assert marks["recommendation"].startswith("Recommendation: Speculative decoding pays up to concurrency 1")
