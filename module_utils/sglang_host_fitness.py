@@ -218,9 +218,9 @@ def _spread_findings(add, gpus):
              "(`nvidia-smi -pl WATTS`)")):
         values = sorted({g[key] for g in gpus if g[key] is not None})
         if len(values) > 1:
+            each = ", ".join("GPU %d %g %s" % (g["index"], g[key], unit) for g in gpus if g[key] is not None)
             add(fid, None, "the GPUs of this server run at different %s (%s): tensor parallelism runs at the "
-                "slowest one's pace" % (what, ", ".join("GPU %d %g %s" % (g["index"], g[key], unit) for g in gpus
-                                                    if g[key] is not None)), fix)
+                "slowest one's pace" % (what, each), fix)
 
 
 def _xid_fix(xid, index):
