@@ -4,6 +4,10 @@
 Install as `nvidia-smi` on PATH. It shows one "NVIDIA H200" whose used memory is 0 MiB plus, for every live
 process running tests/gpu/holder.py, its --gib (default 20) in MiB (+ 500 MiB of context), and lists those
 processes as compute apps. Understands the two --query-* forms gpu_facts uses, `-i N` and `-q`.
+
+For gpu_fitness it answers `-q -x` and `nvlink -s` from the H100 capture (tests/data/nvidia-smi/h100-80gb-hbm3), or
+from the fault variant FAKE_NVIDIA_SMI_FITNESS names (a folder of tests/data/nvidia-smi/h100-fitness: the files it
+changes, the capture's for the rest).
 """
 import os
 import sys
@@ -31,7 +35,27 @@ def holders():
     return found
 
 
+SMI_DATA = os.path.join(os.path.dirname(os.path.dirname(os.path.realpath(__file__))), "data", "nvidia-smi")
+
+
+def fitness_fixture(name):
+    variant = os.environ.get("FAKE_NVIDIA_SMI_FITNESS", "")
+    for folder in ([os.path.join(SMI_DATA, "h100-fitness", variant)] if variant else []) + [
+            os.path.join(SMI_DATA, "h100-80gb-hbm3")]:
+        path = os.path.join(folder, name)
+        if os.path.exists(path):
+            with open(path) as handle:
+                return handle.read()
+    return ""
+
+
 def main(argv):
+    if argv[:2] == ["-q", "-x"]:
+        sys.stdout.write(fitness_fixture("q.xml"))
+        return 0
+    if argv[:2] == ["nvlink", "-s"]:
+        sys.stdout.write(fitness_fixture("nvlink-s.txt"))
+        return 0
     procs = holders()
     used = sum(mib for _pid, _name, mib in procs)
     if "-q" in argv:

@@ -598,6 +598,17 @@ def timeline_section(timeline, notes=None):
             "failure": failure_section(status) if current and current["failed"] else None}
 
 
+def fitness_section(timeline):
+    """The host's fitness (gpu_fitness's findings, fatal ones first), or None when the report did not check it."""
+    fitness = (timeline or {}).get("fitness")
+    if not isinstance(fitness, dict):
+        return None
+    findings = [f for f in fitness.get("findings") or [] if isinstance(f, dict)]
+    return {"checked": bool(fitness.get("checked")), "fit": bool(fitness.get("fit")), "findings": findings,
+            "driver": fitness.get("driver_version"), "cuda": fitness.get("cuda_version"),
+            "torch_cuda": fitness.get("torch_cuda"), "gpus": len(fitness.get("gpus") or [])}
+
+
 def page_context(bench, timeline, rows, cross):
     """Everything report.html.j2 shows."""
     dep = (bench or {}).get("deployment") if isinstance((bench or {}).get("deployment"), dict) else {}
@@ -607,6 +618,7 @@ def page_context(bench, timeline, rows, cross):
             "note": (bench or {}).get("note") or "",
             "bench": bench_section(bench, rows, cross) if bench else None,
             "timeline": timeline_section(timeline, notes),
+            "fitness": fitness_section(timeline),
             "phases": [{"phase": p, "words": PHASE_WORDS[p]} for p in PHASES], "phase_colors": PHASE_COLORS,
             "spec_color": SPEC_COLOR, "base_color": BASE_COLOR}
 
