@@ -481,14 +481,18 @@ def test_a_port_held_by_another_server_is_refused_before_a_launch(host, serving)
 
 FAKE_NVIDIA_SMI = """#!/bin/sh
 # Replays nvidia-smi output captured on an H200 (tests/data/nvidia-smi/%(case)s).
+# The host fitness check's reads: a real H100's -q -x made two GPUs (tests/data/nvidia-smi/h100-fitness), its nvlink -s.
 case "$1" in
   --query-gpu=*) f=query-gpu ;;
   --query-compute-apps=*) f=query-compute-apps ;;
+  -q) exec cat "%(fitness)s/two-gpus-mismatched/q.xml" ;;
+  nvlink) exec cat "%(fitness)s/../h100-80gb-hbm3/nvlink-s.txt" ;;
   *) exit 2 ;;
 esac
 cat "%(dir)s/$f.stdout" 2>/dev/null
 exit 0
 """
+FITNESS = os.path.join(REPO, "tests", "data", "nvidia-smi", "h100-fitness")
 
 
 @pytest.mark.parametrize("tp, min_free, foreign_limit, expected", [
@@ -503,7 +507,8 @@ def test_gpu_preflight_on_replayed_nvidia_smi(host, converged, tmp_path, tp, min
     bindir = tmp_path / "bin"
     bindir.mkdir()
     fake = bindir / "nvidia-smi"
-    fake.write_text(FAKE_NVIDIA_SMI % {"case": case, "dir": os.path.join(REPO, "tests", "data", "nvidia-smi", case)})
+    fake.write_text(FAKE_NVIDIA_SMI % {"case": case, "dir": os.path.join(REPO, "tests", "data", "nvidia-smi", case),
+                                      "fitness": FITNESS})
     fake.chmod(0o755)
     run = host["play"]("--check", "--tags", "preflight", "-e", "sglang_server_gpu_expected=true",
                        "-e", "sglang_server_tp_size=%d" % tp, "-e", "sglang_server_min_free_gpu_memory_mib=%d" % min_free,
@@ -549,6 +554,8 @@ case "$1" in
   --query-gpu=index,memory.used) echo "0, $used" ;;
   --query-gpu=*) echo "0, GPU-8d9a908f-8223-a2b4-18a6-444d8fbdb0d2, NVIDIA H200, 143771, $used, $((143771 - used))" ;;
   --query-compute-apps=*) [ -n "$pid" ] && echo "$pid, python3, GPU-8d9a908f-8223-a2b4-18a6-444d8fbdb0d2, 20998" ;;
+  -q) exec cat "%(fitness)s/../h100-80gb-hbm3/q.xml" ;;
+  nvlink) exec cat "%(fitness)s/../h100-80gb-hbm3/nvlink-s.txt" ;;
   *) exit 2 ;;
 esac
 exit 0
@@ -559,7 +566,8 @@ def test_restart_stops_our_old_server_and_waits_for_its_gpu_memory(host, serving
     bindir = tmp_path / "bin"
     bindir.mkdir()
     fake = bindir / "nvidia-smi"
-    fake.write_text(FAKE_NVIDIA_SMI_OURS % {"run": os.path.join(host["prefix"], "var/lib/eagle-deploy/run")})
+    fake.write_text(FAKE_NVIDIA_SMI_OURS % {"run": os.path.join(host["prefix"], "var/lib/eagle-deploy/run"),
+                                           "fitness": FITNESS})
     fake.chmod(0o755)
     old = serving["pid"]
     gpu = ["-e", "sglang_server_gpu_expected=true", "-e", "sglang_server_tp_size=1",
