@@ -163,6 +163,10 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils import sglang_host_fitness as fitness
 
 XID_MARK = "NVRM: Xid"
+# Where the venv's python would import torch from, found without importing it (its package directory, or nothing).
+FIND_TORCH = ("import importlib.util\n"
+              "spec = importlib.util.find_spec('torch')\n"
+              "print((spec.submodule_search_locations or [''])[0] if spec else '')")
 
 
 class Host:
@@ -263,6 +267,8 @@ class FitnessCheck:
         return True, out.strip() or "unknown"
 
     def torch_cuda(self):
+        """torch's CUDA from its version.py, read as text: in the venv's site-packages, else where the venv's python
+        finds the package (a site dir a .pth file adds: find_spec locates it without running it)."""
         python = self.params["python"]
         if not python:
             return None
@@ -270,7 +276,15 @@ class FitnessCheck:
         for path in self.host.glob(os.path.join(venv, "lib", "python*", "site-packages", "torch", "version.py")):
             self.sources["torch"] = path
             return fitness.torch_cuda_version(self.host.read_text(path))
-        self.sources["torch"] = "no torch in %s" % venv
+        rc, out, _err = self.host.run([python, "-I", "-c", FIND_TORCH]) if os.path.exists(python) else (1, "", "")
+        found = out.strip().splitlines()[-1] if rc == 0 and out.strip() else ""
+        if found and os.path.isabs(found):
+            path = os.path.join(found, "version.py")
+            text = self.host.read_text(path)
+            if text is not None:
+                self.sources["torch"] = path
+                return fitness.torch_cuda_version(text)
+        self.sources["torch"] = "no torch in %s or its python's path" % venv
         return None
 
     def run(self):

@@ -377,3 +377,46 @@ def test_documented_choices_are_the_finding_ids():
     with open(os.path.join(REPO, "roles", "sglang_server", "meta", "argument_specs.yml")) as handle:
         spec = yaml.safe_load(handle)["argument_specs"]["main"]["options"]["sglang_server_fitness_fatal"]
     assert spec["choices"] == sorted(fitness.FINDINGS) and spec["default"] == fitness.DEFAULT_FATAL
+
+
+class TorchOutsideTheVenv(FixtureHost):
+    """The venv has no torch of its own; its python finds one in a site dir (tests/gpu's device: /opt/torch/.venv)."""
+    SITE_TORCH = "/opt/torch/.venv/lib/python3.12/site-packages/torch"
+
+    def __init__(self, variant, found=SITE_TORCH):
+        super().__init__(variant)
+        self.found = found
+
+    def glob(self, pattern):
+        return [] if pattern.endswith("torch/version.py") else super().glob(pattern)
+
+    def run(self, argv):
+        if argv[:2] == [VENV_PYTHON, "-I"]:
+            self.calls.append(argv)
+            return (0, self.found + "\n", "") if self.found else (0, "\n", "")
+        return super().run(argv)
+
+    def read_text(self, path):
+        assert path == self.SITE_TORCH + "/version.py", path
+        return super().read_text(TORCH_VERSION_PY)
+
+
+@pytestmark_module
+def test_torch_outside_the_venv_is_found_by_its_python_without_importing_it(monkeypatch):
+    exists = os.path.exists
+    monkeypatch.setattr(gpu_fitness.os.path, "exists", lambda path: path == VENV_PYTHON or exists(path))
+    host = TorchOutsideTheVenv("driver-old")
+    result = fails(host)
+    assert result["torch_cuda"] == "13.0" and result["sources"]["torch"] == host.SITE_TORCH + "/version.py"
+    assert "driver_too_old" in [f["id"] for f in result["findings"]]
+    (call,) = [c for c in host.calls if c[0] == VENV_PYTHON]
+    assert "find_spec('torch')" in call[-1] and "import torch" not in call[-1]
+
+
+@pytestmark_module
+def test_no_torch_anywhere_is_a_warning_naming_where_it_looked(monkeypatch):
+    exists = os.path.exists
+    monkeypatch.setattr(gpu_fitness.os.path, "exists", lambda path: path == VENV_PYTHON or exists(path))
+    result = exits(TorchOutsideTheVenv("driver-old", found=""))
+    assert result["torch_cuda"] is None and result["sources"]["torch"].startswith("no torch in /opt/sglang/venv or")
+    assert [f["id"] for f in result["findings"]] == ["torch_cuda_unknown"]
