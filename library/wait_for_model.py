@@ -592,6 +592,14 @@ restart_reason:
   returned: with O(state=started)
   type: str
   sample: "fingerprint changed: argv, file /etc/sglang/server.yaml"
+judged_failed:
+  description:
+    - Why the kept server's last smoke test failed while it kept answering (recorded by
+      M(ansible.legacy.sglang_good_deployment) with O(ansible.legacy.sglang_good_deployment#module:state=failed)). The
+      role runs its smoke test again instead of taking the server for good.
+  returned: when the kept server's last smoke test did not pass
+  type: str
+  sample: "at Check that speculative decoding accepts drafted tokens: spec_not_accepting: accept length 1.00"
 crash_class:
   description:
     - Class of the failure. From the log - python_exception, bad_config, warmup_failed,

@@ -269,10 +269,13 @@ def look_keep(module, spec, secrets, args, waiter=None):
     facade = w.module
     # A warning is something the run would say or do (put a supervisor program back): not nothing to do.
     kept = (not result.get("changed") and not result.get("failed") and result.get("phase") == "ready"
-            and result.get("restart_reason") is None and result.get("supervisor") != "gone" and not facade.warnings)
+            and result.get("restart_reason") is None and result.get("supervisor") != "gone" and not facade.warnings
+            and not result.get("judged_failed"))
     out.update(kept=kept, pid=result.get("pid"), fingerprint=result.get("fingerprint"),
                launcher=result.get("launcher"), log_path=result.get("log_path"), attempt=result.get("attempt"))
     if not kept:
-        out["why"] = operator_text(result.get("msg") or result.get("restart_reason") or "; ".join(facade.warnings)
-                                   or "not kept")
+        judged = result.get("judged_failed") and "its last smoke test failed (%s): it is tested again" % (
+            result["judged_failed"])
+        out["why"] = operator_text(judged or result.get("msg") or result.get("restart_reason")
+                                   or "; ".join(facade.warnings) or "not kept")
     return out

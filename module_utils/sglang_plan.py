@@ -15,7 +15,7 @@ import pwd
 from dataclasses import dataclass
 from typing import Any, Dict, Optional
 
-from ansible.module_utils import sglang_proc
+from ansible.module_utils import sglang_good_record, sglang_proc
 from ansible.module_utils.sglang_input_checks import WaitError
 from ansible.module_utils.sglang_paths import file_sha256
 
@@ -99,10 +99,12 @@ def ended_between_steps(p, st):
 @dataclass(frozen=True)
 class Recorded(object):
     """What is recorded of our server: its run ``state`` (None: none), whether it is ``ours`` (the same process
-    we launched), and why not (``stale``, None when ours or none)."""
+    we launched), why not (``stale``, None when ours or none), and why its smoke test failed when it was judged so
+    (``judged_failed``, sglang_good_record: a kept server then says so, and its smoke test runs again)."""
     state: Optional[Dict[str, Any]]
     ours: bool
     stale: Optional[str] = None
+    judged_failed: Optional[str] = None
 
 
 @dataclass(frozen=True)
@@ -128,8 +130,11 @@ def plan_start(p, recorded, parts, fp):
 
 
 def look_recorded(s):
-    """What is recorded of our server in the run dir of the Settings ``s`` (applies on_foreign_pid)."""
-    return Recorded(*existing(s.run_dir, s.p["name"], s.p["on_foreign_pid"]))
+    """What is recorded of our server in the run dir of the Settings ``s`` (applies on_foreign_pid), with the
+    judgement of its last smoke test when it failed."""
+    state, ours, stale = existing(s.run_dir, s.p["name"], s.p["on_foreign_pid"])
+    judged = sglang_good_record.judged_failed(s.run_dir, s.p["name"], state) if ours else None
+    return Recorded(state, ours, stale, judged)
 
 
 def existing(run_dir, name, on_foreign_pid):

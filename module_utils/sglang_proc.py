@@ -220,8 +220,9 @@ def open_run_dir(run_dir):
         raise
 
 
-def _read_trusted(dir_fd, run_dir, fname, limit=1 << 20):
-    """Text of ``fname`` in the opened run dir (its first ``limit`` bytes), or None when it does not exist.
+def _read_trusted(dir_fd, run_dir, fname, limit=1 << 20, raw=False):
+    """Text of ``fname`` in the opened run dir (its first ``limit`` bytes; ``raw``: the bytes), or None when it
+    does not exist.
     Symlinks, other file types and files writable by others raise :class:`UntrustedState`."""
     try:
         fd = os.open(fname, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
@@ -239,7 +240,8 @@ def _read_trusted(dir_fd, run_dir, fname, limit=1 << 20):
         reason = _why_untrusted(st, "run-state file", path)
         if reason:
             raise UntrustedState("%s: it is not trusted and nothing is signalled; remove it if it is not yours" % reason)
-        return fh.read(limit).decode("utf-8", "replace")
+        data = fh.read(limit)
+        return data if raw else data.decode("utf-8", "replace")
 
 
 def state_paths(run_dir, name):
@@ -306,13 +308,13 @@ def write_files(run_dir, files, mode=0o644):
         os.close(dir_fd)
 
 
-def read_file(run_dir, fname, limit=1 << 20):
+def read_file(run_dir, fname, limit=1 << 20, raw=False):
     """Text of ``fname`` in the trusted run dir (its first ``limit`` bytes), None when it does not exist;
     :class:`UntrustedState` when the directory or the file could have been written by someone less privileged
     (see :func:`open_run_dir`)."""
     dir_fd = open_run_dir(run_dir)
     try:
-        return _read_trusted(dir_fd, run_dir, fname, limit)
+        return _read_trusted(dir_fd, run_dir, fname, limit, raw)
     finally:
         os.close(dir_fd)
 

@@ -62,6 +62,8 @@ DOCUMENTED = (
     _k("shards", "list", "weight shards loaded and total", elements="int"),
     _k("fingerprint", "str", "SHA-256 of argv, environment, file hashes and fingerprint data"),
     _k("restart_reason", "str", "why the server was (or would be) started; null when nothing changed"),
+    _k("judged_failed", "str", "a kept server's last smoke test failed while it answered: why (it is tested again)",
+       SUCCESS),
     # a failure's explanation
     _k("crash_class", "str", "class of the failure (from the log, the processes or the clock)", FAILURE),
     _k("class_uncertain", "bool", "the class's line follows a raw request echo (a client can write it)", FAILURE),

@@ -69,6 +69,9 @@ def start(s, host, recorded, the_plan):
         kept, report = keep(s, host, state, the_plan.resuming)
         yield report
         if kept:
+            if recorded.judged_failed and not the_plan.resuming:
+                # its smoke test failed while it kept answering: kept, but not as good (the role tests it again)
+                yield {"judged_failed": recorded.judged_failed}
             return
         reason = plan.GONE  # nothing watches it and it does not answer: restarted under a supervisor
     if p["resume_attempt"] is not None and not the_plan.resuming:

@@ -442,6 +442,13 @@ def test_a_draft_that_never_accepts_fails_the_speculation_check_and_0_turns_it_o
     assert run.result("Check that every burst request generated tokens")["msg"].startswith("burst: 8/8")
     assert not run.results("Ask the watcher what happened to the server") or \
         run.result("Ask the watcher what happened to the server").get("skipped")
+    # Not lost: the next run with nothing changed keeps the server (it answers), but not as good: the smoke test's
+    # verdict was kept with its run state, so the smoke test runs again, and fails again.
+    again = host["play"]("-e", "sglang_emulator_accept_length=1.0")
+    assert again.rc != 0, again
+    assert again.result(LAUNCH)["changed"] is False, again
+    assert "spec_not_accepting: accept length 1.0" in again.result(LAUNCH)["judged_failed"]
+    assert "spec_not_accepting: accept length 1.0" in again.result("Show why the smoke test failed")["msg"]
     # Off at 0: the same server (kept, not restarted), its figure shown.
     run = host["play"]("-e", "sglang_emulator_accept_length=1.0", "-e", "sglang_server_min_accept_length=0",
                        "-e", "sglang_server_smoke_always=true")
@@ -622,3 +629,55 @@ def test_new_sglang_version_reinstalls_repatches_and_restarts(host, serving):
     assert "data sglang_version" in launch["restart_reason"]
     again = host["play"]("-e", "sglang_install_version=0.5.20")
     assert again.rc == 0 and again.stats["changed"] == 0, again
+
+
+def _good_record(host):
+    with open(os.path.join(run_dir(host), "sglang.good.json")) as f:
+        return json.load(f)["deployments"]
+
+
+def test_a_failed_upgrade_rolls_back_to_the_last_good_deployment(host, converged):
+    # The last good deployment: SGLang 0.5.23, patched, the eagle scenario; its start passed the smoke test and the
+    # speculation check, and recorded it (root, 0600, in the run dir).
+    run = host["play"]("-e", "sglang_emulator_scenario=eagle", "-e", "sglang_server_smoke_always=true")
+    assert run.rc == 0, run
+    good = run_state(host)
+    (rec,) = _good_record(host)
+    assert rec["fingerprint"] == good["fingerprint"] and rec["fingerprint_data"]["sglang_version"] == "0.5.23"
+    assert stat.S_IMODE(os.stat(os.path.join(run_dir(host), "sglang.good.json")).st_mode) == 0o600
+    assert API_KEY not in json.dumps(rec)  # the config's copy (it holds the key) is a file of its own, root-only
+    new = ("-e", "sglang_emulator_scenario=eagle", "-e", "sglang_install_version=0.5.20",
+           "-e", "sglang_patch_enabled=false", "-e", "sglang_server_rollback=true")
+    # --check says what a failure of the start it would make would roll back to, and touches nothing
+    check = host["play"](*new, "--check")
+    assert check.rc == 0, check
+    assert check.result("Say what a failed start would roll back to")["msg"] == (
+        "if this start fails: would roll back to %s, SGLang 0.5.23" % good["fingerprint"][:16])
+    assert run_state(host)["pid"] == good["pid"]
+    # The incident as an upgrade: another SGLang version in its own venv, the patch off. The first decode crashes;
+    # the last good deployment is put back (its venv, its files as recorded) and serves.
+    run = host["play"](*new)
+    assert run.rc != 0, run
+    assert "crash class: first_request_crash" in run.result("Show why the smoke test failed")["msg"]
+    msg = run.failure_msgs()[-1]
+    now = run_state(host)
+    assert now["fingerprint"] == good["fingerprint"] and now["pid"] != good["pid"]
+    assert msg.endswith("why is shown just above; rolled back to %s, SGLang 0.5.23, serving, pid %d"
+                        % (good["fingerprint"][:16], now["pid"])), msg
+    assert get(host, "/health_generate")[0] == 200
+    assert API_KEY not in json.dumps(run.out)
+    # A crash while loading (the launch fails, not the smoke test): rolled back the same way.
+    run = host["play"]("-e", "sglang_emulator_scenario=crash_loading", "-e", "sglang_server_rollback=true")
+    assert run.rc != 0, run
+    assert run.result(SHOWN)["msg"].startswith("server crashed") or "crash class:" in run.result(SHOWN)["msg"]
+    after = run_state(host)
+    assert after["fingerprint"] == good["fingerprint"] and after["pid"] != now["pid"]
+    assert run.failure_msgs()[-1].endswith("; rolled back to %s, SGLang 0.5.23, serving, pid %d"
+                                           % (good["fingerprint"][:16], after["pid"])), run.failure_msgs()
+    assert get(host, "/health_generate")[0] == 200
+    # The next run with the fix (the patch on) tries the new version again: one restart, and it serves.
+    run = host["play"](*new[:4], "-e", "sglang_server_rollback=true")
+    assert run.rc == 0, run
+    launch = run.result(LAUNCH)
+    assert launch["changed"] is True and "data sglang_version" in launch["restart_reason"]
+    assert [d["fingerprint_data"]["sglang_version"] for d in _good_record(host)] == ["0.5.20"]

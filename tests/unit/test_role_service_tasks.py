@@ -129,7 +129,16 @@ def test_the_failure_is_printed_once_and_the_task_that_fails_repeats_none_of_it(
     ok = sglang_result_text.add_text({"changed": True, "pid": 42}, "sglang", "-")
     assert shown(show, failed) and shown(fail, failed)
     assert not shown(show, ok) and not shown(fail, ok)
-    msg = environment().from_string(fail["ansible.builtin.fail"]["msg"]).render(sglang_server_name="sglang")
-    assert msg == "server sglang did not come up: why is shown just above"
+    render = environment().from_string(fail["ansible.builtin.fail"]["msg"]).render
+    msg = render(sglang_server_name="sglang", sglang_server_service=failed, __sglang_server_rolled_back=False)
+    assert msg.strip() == "server sglang did not come up (cuda_oom): why is shown just above"
+    # with sglang_server_rollback: what the rollback did follows, in the same message
+    msg = render(sglang_server_name="sglang", sglang_server_service=failed, __sglang_server_rolled_back=True,
+                 sglang_server_rollback_result={"text": "rolled back to 0123456789abcdef, SGLang 0.5.23, serving, pid 7"})
+    assert msg.strip() == ("server sglang did not come up (cuda_oom): why is shown just above; rolled back to "
+                           "0123456789abcdef, SGLang 0.5.23, serving, pid 7")
     names = [t.get("name") for t in tasks()]
-    assert names.index("Launch SGLang and wait for health") + 2 == names.index(fail["name"])
+    launch_at = names.index("Launch SGLang and wait for health")
+    assert names[launch_at + 1:names.index(fail["name"])] == [
+        "Show why the server did not come up", "Roll back to the last good deployment",
+        "Say what a failed start would roll back to"]

@@ -1,0 +1,264 @@
+# -*- coding: utf-8 -*-
+# Copyright: (c) 2026, eagle-deploy contributors
+# GNU General Public License v3.0+ (see https://www.gnu.org/licenses/gpl-3.0.txt)
+"""The record of good deployments, and the judgement of the running one: module side, in the trusted run dir.
+
+A deployment is *good* once a start of it passed its smoke test (and the speculation check, where there is one):
+:func:`record` writes what launching it again needs into ``<run_dir>/<name>.good.json`` (root, 0600): the argv,
+the environment (never the secret one: the play gives it again), the service user, the fingerprint and its data,
+and every fingerprint file's path, SHA-256, owner and mode, with a copy of each small one
+(``<name>.good-<fingerprint[:16]>-<i>``, root, 0600: the rendered config, which the next deployment overwrites).
+The last ``keep`` good deployments are kept, newest first; the copies of one dropped are removed.
+
+:func:`choose` picks the deployment a failed start rolls back to: the newest good one other than the failed
+fingerprint whose inputs are intact (each file as recorded, or restorable from an intact copy; the python still the
+one recorded), with why the others are not. :func:`restore` puts the changed files back from their copies.
+
+:func:`judge` records a verdict on the running server (``<name>.judged.json``): a smoke test that failed on a server
+that still answers (a draft that never accepts) is kept as "failed", so that the next run does not keep that server
+as it is (:func:`judged_failed`, read by the plan). Everything is read as the run state is read
+(``sglang_proc.read_file``): a file someone less privileged could have written is refused, never used.
+"""
+
+from __future__ import annotations
+
+import errno
+import hashlib
+import json
+import os
+import stat
+
+from ansible.module_utils import sglang_proc
+from ansible.module_utils.sglang_paths import file_sha256
+
+GOOD_FILE = "%s.good.json"
+JUDGED_FILE = "%s.judged.json"
+COPY_LIMIT = 1 << 20  # files up to this size are copied beside the record (a config); larger ones must stay intact
+FORMAT = 1
+
+
+class GoodRecordError(Exception):
+    """The record cannot be read or written (untrusted, not ours): the message says what to fix."""
+
+
+def _copy_name(name, fingerprint, index):
+    return "%s.good-%s-%d" % (name, fingerprint[:16], index)
+
+
+def read_good(run_dir, name):
+    """The good deployments recorded for ``name``, newest first ([] when none). Raises :class:`GoodRecordError`
+    when the record could have been written by someone less privileged, or is not ours to read."""
+    try:
+        text = sglang_proc.read_file(run_dir, GOOD_FILE % name)
+    except sglang_proc.UntrustedState as e:
+        raise GoodRecordError("the good-deployment record is not trusted, nothing is rolled back or recorded: %s" % e)
+    except OSError as e:
+        if e.errno == errno.ENOENT:
+            return []
+        raise GoodRecordError("cannot read the good-deployment record in %s: %s" % (run_dir, e))
+    if not text:
+        return []
+    try:
+        data = json.loads(text)
+    except ValueError:
+        raise GoodRecordError("%s/%s is not JSON: remove it (the next start that passes its smoke test writes it "
+                              "again)" % (run_dir, GOOD_FILE % name))
+    if not isinstance(data, dict) or data.get("format") != FORMAT or not isinstance(data.get("deployments"), list):
+        raise GoodRecordError("%s/%s is not a good-deployment record of this eagle-deploy: remove it"
+                              % (run_dir, GOOD_FILE % name))
+    return [d for d in data["deployments"] if isinstance(d, dict) and isinstance(d.get("fingerprint"), str)]
+
+
+def _file_entry(path, index, name, fingerprint):
+    st = os.stat(path)
+    entry = {"path": path, "sha256": file_sha256(path), "uid": st.st_uid, "gid": st.st_gid,
+             "mode": stat.S_IMODE(st.st_mode), "copy": None}
+    if stat.S_ISREG(st.st_mode) and st.st_size <= COPY_LIMIT:
+        entry["copy"] = _copy_name(name, fingerprint, index)
+    return entry
+
+
+def record(run_dir, name, state, inputs, keep, wall):
+    """Record the running server ``state`` (ours, alive: the caller proved it) as good. ``inputs``: argv,
+    environment, run_as, fingerprint_files, fingerprint_data, fingerprint (the one the caller computed from them: it
+    must be the running server's). Returns (changed, report)."""
+    fp = inputs["fingerprint"]
+    if state.get("fingerprint") != fp:
+        raise GoodRecordError(
+            "the running server (PID %s) is not the deployment given: its fingerprint is %s, these inputs make %s. "
+            "Nothing was recorded; record a deployment right after the start that launched it."
+            % (state.get("pid"), (state.get("fingerprint") or "none")[:16], fp[:16]))
+    deployments = read_good(run_dir, name)
+    if deployments and deployments[0].get("fingerprint") == fp and deployments[0].get("run_token") == state.get(
+            "run_token"):
+        return False, {"good": _summary(deployments[0]), "good_kept": [_summary(d) for d in deployments]}
+    files = [_file_entry(path, i, name, fp) for i, path in enumerate(inputs["fingerprint_files"])]
+    python = inputs["argv"][0] if inputs["argv"] else None
+    entry = {
+        "fingerprint": fp, "run_token": state.get("run_token"), "recorded_at": wall, "pid": state.get("pid"),
+        "attempt": state.get("attempt"), "launcher": state.get("launcher"),
+        "argv": list(inputs["argv"]), "environment": dict(inputs["environment"]), "run_as": inputs["run_as"],
+        "fingerprint_data": inputs["fingerprint_data"], "fingerprint_files": files,
+        "python": python, "python_realpath": os.path.realpath(python) if python else None,
+    }
+    kept = [entry] + [d for d in deployments if d.get("fingerprint") != fp][:max(keep, 1) - 1]
+    writes = []
+    for f in files:
+        if f["copy"]:
+            with open(f["path"], "rb") as fh:
+                data = fh.read(COPY_LIMIT + 1)
+            if hashlib.sha256(data).hexdigest() != f["sha256"]:
+                raise GoodRecordError("%s changed while it was recorded: nothing was recorded; run again" % f["path"])
+            writes.append((f["copy"], data))
+    writes.append((GOOD_FILE % name, json.dumps({"format": FORMAT, "deployments": kept}, indent=1,
+                                                sort_keys=True).encode("utf-8")))
+    _write(run_dir, writes)  # the copies first: a record never names a copy that is not there
+    live = {f.get("copy") for d in kept for f in d.get("fingerprint_files") or [] if isinstance(f, dict)}
+    for d in deployments:
+        for f in d.get("fingerprint_files") or []:
+            if isinstance(f, dict) and f.get("copy") and f["copy"] not in live:
+                sglang_proc.remove_file(run_dir, f["copy"])
+    judge(run_dir, name, state, "good", "its smoke test passed", wall)
+    return True, {"good": _summary(entry), "good_kept": [_summary(d) for d in kept]}
+
+
+def _write(run_dir, files):
+    """Write (name, bytes) pairs into the trusted run dir, each atomically, root-only (mode 0600)."""
+    dir_fd = sglang_proc.open_run_dir(run_dir)
+    try:
+        for fname, text in files:
+            tmp = fname + ".tmp"
+            try:
+                os.unlink(tmp, dir_fd=dir_fd)
+            except OSError as e:
+                if e.errno != errno.ENOENT:
+                    raise
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
+                         dir_fd=dir_fd)
+            with os.fdopen(fd, "wb") as fh:
+                os.fchmod(fh.fileno(), 0o600)
+                fh.write(text)
+                fh.flush()
+                os.fsync(fh.fileno())
+            os.rename(tmp, fname, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    finally:
+        os.close(dir_fd)
+
+
+def _summary(d):
+    data = d.get("fingerprint_data") or {}
+    return {"fingerprint": d.get("fingerprint"), "sglang_version": data.get("sglang_version"),
+            "recorded_at": d.get("recorded_at"), "python": d.get("python")}
+
+
+def describe(d):
+    """``<fingerprint[:16]>, SGLang <version>``: how a good deployment is named in messages."""
+    data = d.get("fingerprint_data") or {}
+    version = data.get("sglang_version")
+    return "%s%s" % ((d.get("fingerprint") or "?")[:16], (", SGLang %s" % version) if version else "")
+
+
+def why_not_intact(run_dir, d):
+    """None when the good deployment ``d`` can be launched again as recorded, else why not (a string)."""
+    python, real = d.get("python"), d.get("python_realpath")
+    if not python or not os.path.exists(python):
+        return "its python %s is gone (its virtualenv was removed)" % (python or "(none recorded)")
+    if real and os.path.realpath(python) != real:
+        return "its python %s now resolves to %s, not %s as recorded" % (python, os.path.realpath(python), real)
+    for f in d.get("fingerprint_files") or []:
+        path, want = f.get("path"), f.get("sha256")
+        try:
+            have = file_sha256(path)
+        except (OSError, TypeError):
+            have = None
+        if have == want:
+            continue
+        copy = f.get("copy")
+        text = None
+        if copy:
+            try:
+                text = sglang_proc.read_file(run_dir, copy, limit=COPY_LIMIT + 1, raw=True)
+            except (sglang_proc.UntrustedState, OSError) as e:
+                return "%s changed since it was good, and its copy is not trusted: %s" % (path, e)
+        if text is None:
+            return "%s %s since it was good (sha256 %s..., recorded %s...) and no copy of it is kept" % (
+                path, "is gone" if have is None else "changed", (have or "-")[:12], (want or "-")[:12])
+        if hashlib.sha256(text).hexdigest() != want:
+            return "%s changed since it was good, and its kept copy %s no longer matches the record" % (path, copy)
+    return None
+
+
+def choose(run_dir, name, failed_fingerprint):
+    """(deployment, why_not): the newest good deployment other than ``failed_fingerprint`` whose inputs are intact
+    (why_not None), else (None, why none can be: each one's reason)."""
+    deployments = read_good(run_dir, name)
+    reasons = []
+    for d in deployments:
+        if d.get("fingerprint") == failed_fingerprint:
+            continue
+        why = why_not_intact(run_dir, d)
+        if why is None:
+            return d, None
+        reasons.append("%s: %s" % (describe(d), why))
+    if not reasons:
+        return None, ("no good deployment of %s is recorded in %s other than the one that failed (a start records "
+                      "one when it passes its smoke test)" % (name, run_dir))
+    return None, "no recorded good deployment is intact: " + "; ".join(reasons)
+
+
+def restore(run_dir, d):
+    """Put back each fingerprint file of ``d`` that changed, from its copy (owner and mode as recorded). Returns
+    the paths restored. Call only after :func:`why_not_intact` said None."""
+    restored = []
+    for f in d.get("fingerprint_files") or []:
+        path = f["path"]
+        try:
+            if file_sha256(path) == f["sha256"]:
+                continue
+        except OSError:
+            pass
+        data = sglang_proc.read_file(run_dir, f["copy"], limit=COPY_LIMIT + 1, raw=True)
+        if data is None or hashlib.sha256(data).hexdigest() != f["sha256"]:
+            raise GoodRecordError("the kept copy %s of %s no longer matches the record: nothing was restored"
+                                  % (f["copy"], path))
+        directory = os.path.dirname(path) or "."
+        tmp = os.path.join(directory, ".%s.eagle-rollback" % os.path.basename(path))
+        try:
+            os.unlink(tmp)
+        except OSError as e:
+            if e.errno != errno.ENOENT:
+                raise
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
+        with os.fdopen(fd, "wb") as fh:
+            fh.write(data)
+            fh.flush()
+            os.fsync(fh.fileno())
+            os.fchown(fh.fileno(), f["uid"], f["gid"])
+            os.fchmod(fh.fileno(), f["mode"])
+        os.rename(tmp, path)
+        restored.append(path)
+    return restored
+
+
+def judge(run_dir, name, state, verdict, reason, wall):
+    """Record ``verdict`` ("good" or "failed") with ``reason`` on the running server ``state``."""
+    text = json.dumps({"run_token": state.get("run_token"), "fingerprint": state.get("fingerprint"),
+                       "pid": state.get("pid"), "verdict": verdict, "reason": reason, "at": wall},
+                      indent=1, sort_keys=True)
+    sglang_proc.write_files(run_dir, ((JUDGED_FILE % name, text),), mode=0o600)
+
+
+def judged_failed(run_dir, name, state):
+    """The reason recorded when the running server ``state`` was judged failed (its smoke test failed while it
+    still answered), else None. An untrusted or unreadable judgement counts as none (it only ever adds a restart)."""
+    if not state or not state.get("run_token"):
+        return None
+    try:
+        j = sglang_proc.read_json(run_dir, JUDGED_FILE % name)
+    except (sglang_proc.UntrustedState, OSError):
+        return None
+    if not j or j.get("verdict") != "failed":
+        return None
+    if j.get("run_token") != state.get("run_token") or j.get("fingerprint") != state.get("fingerprint"):
+        return None
+    return str(j.get("reason") or "failed")[:500]
