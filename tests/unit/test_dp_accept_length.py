@@ -56,10 +56,10 @@ def test_no_rank_with_a_figure_gives_none(states):
 
 
 def test_both_programs_run_the_one_definition():
-    assert role_program.parts("sglang_server", "smoke.yml", "smoke_burst.py") == ["dp_accept_length.py",
-                                                                                  "smoke_burst.py"]
-    assert role_program.parts("sglang_bench", "run.yml", "bench_client.py") == ["dp_accept_length.py",
-                                                                               "bench_client.py"]
+    smoke_parts = role_program.parts("sglang_server", "smoke.yml", "smoke_burst.py")
+    bench_parts = role_program.parts("sglang_bench", "run.yml", "bench_client.py")
+    assert smoke_parts == ["dp_accept_length.py", "smoke_burst.py"]
+    assert bench_parts == ["dp_accept_length.py", "bench_client.py"]
     linked = os.path.join(REPO, "roles", "sglang_bench", "files", "dp_accept_length.py")
     assert os.path.islink(linked) and os.path.realpath(linked) == os.path.realpath(SHARED)
     assert smoke.dp_accept_length.__code__.co_filename == SHARED
