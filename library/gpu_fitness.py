@@ -17,14 +17,20 @@ description:
   - 'It reads: C(nvidia-smi -q -x) once (driver, highest CUDA the driver supports, ECC errors, retired pages and
     remapped rows, persistence, MIG, clocks, power limits, NVSwitch fabric state); C(nvidia-smi nvlink -s) (links
     down); C(systemctl is-active nvidia-fabricmanager) where NVSwitches are present; the kernel log since boot for
-    C(NVRM: Xid) lines (C(/dev/kmsg), else C(journalctl -k -b)); the size of C(/dev/shm); its own
-    C(RLIMIT_MEMLOCK); and C(torch/version.py) of the SGLang venv, as text (torch is not imported, CUDA not touched).'
+    C(NVRM: Xid) lines (C(/dev/kmsg), its kernel records only, else C(journalctl -k -b)); the size of C(/dev/shm);
+    its own C(RLIMIT_MEMLOCK); and C(torch/version.py) of the SGLang venv, as text (torch is not imported, CUDA not
+    touched).'
   - Without C(nvidia-smi) it returns RV(checked=false) and no finding.
 version_added: "0.1.0"
 options:
   python:
     description:
       - The SGLang venv's python; torch's C(version.py) is looked for in that venv's C(lib/python*/site-packages).
+      - Where it is not there, this python is run (C(python -I -c), as the module's user, root in the role) to say
+        where it would import torch from, without importing it. Its start runs the venv's C(.pth) files, so it is run
+        only where nobody less privileged than the module could have written it (the venv, its C(bin), C(pyvenv.cfg),
+        the python it links to, its C(site-packages), their C(.pth) files and the directories those name, and the
+        directories above them); else it is not run, a warning says why, and torch counts as not found.
       - Unset, or no torch there, gives the C(torch_cuda_unknown) finding instead of the driver check.
     type: path
   gpu_count:
@@ -80,6 +86,8 @@ requirements:
   - C(nvidia-smi) on the target.
 notes:
   - The kernel log needs root (or C(kernel.dmesg_restrict=0)); unreadable, it gives C(kernel_log_unreadable).
+  - From C(/dev/kmsg) only the kernel's own records count (syslog facility 0, the record's priority field >> 3 is 0);
+    a process that writes a line there gets a user facility from the kernel, so it cannot forge an Xid.
   - Xid lines count since boot; a GPU reset since an Xid does not remove its line. Take C(xid_fatal) out of O(fatal)
     for a host whose GPUs were reset and checked.
 seealso:
@@ -156,6 +164,7 @@ import errno
 import glob
 import os
 import resource
+import stat
 import time
 
 from ansible.module_utils.basic import AnsibleModule
@@ -163,10 +172,80 @@ from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils import sglang_host_fitness as fitness
 
 XID_MARK = "NVRM: Xid"
+# The kernel's own records in /dev/kmsg: syslog facility 0 (LOG_KERN). A process that writes to /dev/kmsg gets
+# LOG_USER, or the facility it names, never 0 (the kernel's devkmsg_write).
+KERNEL_FACILITY = 0
 # Where the venv's python would import torch from, found without importing it (its package directory, or nothing).
 FIND_TORCH = ("import importlib.util\n"
               "spec = importlib.util.find_spec('torch')\n"
               "print((spec.submodule_search_locations or [''])[0] if spec else '')")
+
+
+def kernel_record_line(record):
+    """The message (its first line) of one /dev/kmsg record (``PRIORITY,SEQ,USEC,FLAGS[,...];MESSAGE``), where the
+    kernel wrote it (facility 0: priority >> 3 == 0); None for a record another process wrote, or one not read."""
+    head, sep, message = record.partition(";")
+    priority = head.split(",", 1)[0]
+    if not sep or not priority.isdigit() or int(priority) >> 3 != KERNEL_FACILITY:
+        return None
+    return (message.splitlines() or [""])[0]
+
+
+def _why_writable(path, lstat, euid, above=False):
+    """Why someone less privileged than uid ``euid`` (and root) could have written ``path`` (a link: its own entry,
+    its target checked apart), or None (a missing path too: its directory is checked). ``above``: a directory above
+    what is checked, where the sticky bit keeps others from swapping its entries (/tmp)."""
+    try:
+        st = lstat(path)
+    except OSError:
+        return None
+    if st.st_uid not in (0, euid):
+        return "%s is owned by uid %d, not root" % (path, st.st_uid)
+    if not stat.S_ISLNK(st.st_mode) and st.st_mode & 0o022 and not (above and st.st_mode & stat.S_ISVTX):
+        return "%s is writable by its group or others (mode %04o)" % (path, stat.S_IMODE(st.st_mode))
+    return None
+
+
+def _ancestors(path):
+    out, path = [], os.path.dirname(path)
+    while True:
+        out.append(path)
+        parent = os.path.dirname(path)
+        if parent == path:
+            return out
+        path = parent
+
+
+def why_python_untrusted(python, lstat=os.lstat, euid=None):
+    """Why running the venv's ``python`` could run code that someone less privileged than this module wrote, or None:
+    a start runs its venv's .pth files (site), and imports sitecustomize from any directory they add. Checked: the
+    venv and every directory above it, bin/, pyvenv.cfg, the python and the file it links to (and the directories
+    above that), lib/python*/site-packages, each .pth there and each directory it names."""
+    euid = os.geteuid() if euid is None else euid
+    venv = os.path.dirname(os.path.dirname(os.path.abspath(python)))
+    real = os.path.realpath(python)
+    above = _ancestors(venv) + [d for d in _ancestors(real) if d not in _ancestors(venv)]
+    paths = [venv, os.path.join(venv, "bin"), os.path.join(venv, "pyvenv.cfg"), os.path.abspath(python), real,
+             os.path.join(venv, "lib")]
+    for site in sorted(glob.glob(os.path.join(venv, "lib", "python*", "site-packages"))):
+        paths += [os.path.dirname(site), site]
+        for pth in sorted(glob.glob(os.path.join(site, "*.pth"))):
+            paths.append(pth)
+            try:
+                with open(pth, encoding="utf-8", errors="replace") as handle:
+                    named = [line.strip() for line in handle]
+            except OSError:
+                named = []
+            paths += [os.path.join(site, n) for n in named if n and not n.startswith(("#", "import ", "import\t"))]
+    for path in above:
+        why = _why_writable(path, lstat, euid, above=True)
+        if why:
+            return why
+    for path in paths:
+        why = _why_writable(path, lstat, euid)
+        if why:
+            return why
+    return None
 
 
 class Host:
@@ -191,6 +270,9 @@ class Host:
     def glob(self, pattern):
         return sorted(glob.glob(pattern))
 
+    def python_untrusted(self, python):
+        return why_python_untrusted(python)
+
     def kmsg_xid_lines(self):
         """The ``NVRM: Xid`` records of /dev/kmsg (non-blocking: the records there now), None when unreadable."""
         try:
@@ -210,19 +292,19 @@ class Host:
                     return None
                 if not record:
                     break
-                text = record.decode("utf-8", "replace")
-                if XID_MARK in text:
-                    lines.append(text.split(";", 1)[-1].splitlines()[0])
+                line = kernel_record_line(record.decode("utf-8", "replace"))
+                if line is not None and XID_MARK in line:
+                    lines.append(line)
         finally:
             os.close(fd)
         return lines
 
     def shm_mib(self):
         try:
-            stat = os.statvfs("/dev/shm")
+            fs = os.statvfs("/dev/shm")
         except OSError:
             return None
-        return stat.f_frsize * stat.f_blocks // (1024 * 1024)
+        return fs.f_frsize * fs.f_blocks // (1024 * 1024)
 
     def memlock_mib(self):
         """The soft RLIMIT_MEMLOCK in MiB, None when unlimited."""
@@ -276,7 +358,19 @@ class FitnessCheck:
         for path in self.host.glob(os.path.join(venv, "lib", "python*", "site-packages", "torch", "version.py")):
             self.sources["torch"] = path
             return fitness.torch_cuda_version(self.host.read_text(path))
-        rc, out, _err = self.host.run([python, "-I", "-c", FIND_TORCH]) if os.path.exists(python) else (1, "", "")
+        if not os.path.exists(python):
+            self.sources["torch"] = "no torch in %s or its python's path" % venv
+            return None
+        # The python runs as this module's user (root in the role), its site start running the venv's .pth files:
+        # only where nobody less privileged could have written them (docs/security.md).
+        why = self.host.python_untrusted(python)
+        if why:
+            self.sources["torch"] = "no torch in %s; %s not run to find one: %s" % (venv, python, why)
+            self.module.warn("gpu_fitness did not run %s to find torch (it would run as this module's user, and its "
+                             "start runs the venv's .pth files): %s. Make the venv root's and writable by root only "
+                             "(chown -R root: and chmod -R go-w)." % (python, why))
+            return None
+        rc, out, _err = self.host.run([python, "-I", "-c", FIND_TORCH])
         found = out.strip().splitlines()[-1] if rc == 0 and out.strip() else ""
         if found and os.path.isabs(found):
             path = os.path.join(found, "version.py")

@@ -275,12 +275,13 @@ model_dirs:
   description:
     - One entry per O(model_dirs) item, in order. C(state) is V(ok) (a directory holding C(config.json)),
       V(missing) (the path does not exist), V(not_a_directory), or V(no_config_json) (the directory exists
-      without C(config.json)); C(config_json) is the full path of the C(config.json) looked for.
+      without C(config.json)); C(config_json) is the full path of the C(config.json) looked for; C(real_path) is
+      the directory the path names on the host, links and C(..) resolved (two names of one directory have the same).
   returned: always
   type: list
   elements: dict
   sample: [{"path": "/data/models/Kimi-K2.5-INT4", "state": "no_config_json",
-            "config_json": "/data/models/Kimi-K2.5-INT4/config.json"}]
+            "config_json": "/data/models/Kimi-K2.5-INT4/config.json", "real_path": "/data/models/Kimi-K2.5-INT4"}]
 config_file_in_place:
   description: Whether O(config_file) is a regular file (not a link) with that owner, group, mode and content, and
     the installed SGLang refuses none of the options in its C(--config) file.

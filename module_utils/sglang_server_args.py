@@ -392,7 +392,8 @@ def check_names(keys, options):
 
 def model_dir_state(path):
     """What a model checkpoint directory looks like: ok, missing, not_a_directory or no_config_json (sglang_info's
-    model_dirs too)."""
+    model_dirs too), and ``real_path``: the directory it names on this host, links and ``..`` resolved (the server
+    role refuses an EAGLE3 draft whose real_path is the target's: one directory under two names)."""
     config_json = os.path.join(path, "config.json")
     if not os.path.exists(path):
         state = "missing"
@@ -402,7 +403,7 @@ def model_dir_state(path):
         state = "no_config_json"
     else:
         state = "ok"
-    return {"path": path, "state": state, "config_json": config_json}
+    return {"path": path, "state": state, "config_json": config_json, "real_path": os.path.realpath(path)}
 
 
 def config_file_in_place(spec):

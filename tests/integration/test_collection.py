@@ -96,7 +96,8 @@ def test_a_playbook_calls_the_collection_s_modules_on_localhost(installed):
     info = tasks[0]["hosts"]["localhost"]
     assert not info.get("failed") and info["changed"] is False, info
     assert info["installed"] is False and info["venv"] == os.path.dirname(BIN)
-    assert info["model_dirs"] == [{"path": str(model), "state": "ok", "config_json": str(model / "config.json")}]
+    assert info["model_dirs"] == [{"path": str(model), "state": "ok", "config_json": str(model / "config.json"),
+                                   "real_path": os.path.realpath(str(model))}]
     stop = tasks[1]["hosts"]["localhost"]
     assert not stop.get("failed") and stop["changed"] is False, stop
     assert stop["launcher"] == "detached"  # nothing recorded: no unit of ours to stop

@@ -4,21 +4,20 @@ client's process is a fake that writes the recorded line of SGLang 0.5.23's clie
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import subprocess
 
 import pytest
 
+import role_program
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DATA = os.path.join(REPO, "tests", "data", "bench")
 KEY = "abcdefabcdefabcdef"  # the key the recorded lines' server had (its /server_info returned it, as SGLang does)
 
-_spec = importlib.util.spec_from_file_location("bench_client", os.path.join(REPO, "roles", "sglang_bench", "files",
-                                                                            "bench_client.py"))
-bench_client = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(bench_client)
+# As tasks/run.yml runs it: files/dp_accept_length.py, then files/bench_client.py
+bench_client = role_program.load("sglang_bench", "run.yml", "bench_client.py")
 
 
 def recorded(side):
@@ -109,7 +108,7 @@ def test_figures_are_picked_by_the_client_s_own_names():
     assert server == {"speculative_algorithm": "EAGLE3", "speculative_num_steps": None, "speculative_eagle_topk": None,
                       "speculative_num_draft_tokens": 4, "tp_size": 1, "dp_size": 1, "version": None,
                       "avg_spec_accept_length": pytest.approx(2.4737, rel=1e-4),
-                      "accept_ranks": [{"accept_length": pytest.approx(2.4737, rel=1e-4), "verify_count": None}],
+                      "accept_ranks": [pytest.approx(2.4737, rel=1e-4)],
                       "accept_length_from": "one rank"}
 
 
@@ -161,20 +160,26 @@ def test_the_shipped_chat_set_is_sharegpt_shaped_multi_turn_and_of_varied_length
                                               e["turns_before"] for e in multi)
 
 
-def test_the_accept_length_counts_every_data_parallel_rank():
-    # SGLang 0.5.23 gives no count: the plain mean of the ranks, said so
-    value, ranks, how = bench_client.accept_length([{"avg_spec_accept_length": 2.0}, {"avg_spec_accept_length": 3.0}])
-    assert value == 2.5 and len(ranks) == 2 and how == "mean of 2 ranks (no verify count given)"
-    # with a verify count per rank: weighted by it
-    value, _, how = bench_client.accept_length([{"avg_spec_accept_length": 2.0, "spec_verify_ct": 300},
-                                                {"avg_spec_accept_length": 3.0, "spec_verify_ct": 100}])
-    assert value == 2.25 and how == "weighted by verify count"
+def test_the_accept_length_is_the_mean_of_every_data_parallel_rank():
+    # SGLang 0.5.23's internal_states: one dict per DP rank, avg_spec_accept_length and no verify count beside it
+    spec = json.loads(recorded("spec"))
+    rank = spec["server_info"]["internal_states"][0]
+    states = [rank, dict(rank, avg_spec_accept_length=3.5), {"last_gen_throughput": 12.0}]  # the last: none yet
+    value, ranks, how = bench_client.accept_length(states)
+    assert value == pytest.approx((rank["avg_spec_accept_length"] + 3.5) / 2) and how == "mean of 2 ranks"
+    assert ranks == [rank["avg_spec_accept_length"], 3.5]
+    # a count a state might carry changes nothing: no release gives one, the figure is the plain mean
+    value, _, _ = bench_client.accept_length([{"avg_spec_accept_length": 2.0, "spec_verify_ct": 300},
+                                              {"avg_spec_accept_length": 3.0, "spec_verify_ct": 100}])
+    assert value == 2.5
+    assert not hasattr(bench_client, "VERIFY_COUNT_KEYS")
     assert bench_client.accept_length([{"other": 1}, "x"]) == (None, [], None)
-    result = {"accept_length": 2.0, "server_info": {"internal_states": [{"avg_spec_accept_length": 2.0},
-                                                                        {"avg_spec_accept_length": 4.0}]}}
-    figures, server = bench_client.pick(result)
+    result = dict(spec, accept_length=2.0, server_info=dict(spec["server_info"], internal_states=[
+        dict(rank, avg_spec_accept_length=2.0), dict(rank, avg_spec_accept_length=4.0)]))
+    figures, server = bench_client.pick(result, [KEY])
     assert figures["accept_length"] == 3.0 and figures["client_accept_length"] == 2.0  # the client's: rank 0 only
-    assert server["avg_spec_accept_length"] == 2.0 and len(server["accept_ranks"]) == 2
+    assert server["avg_spec_accept_length"] == 2.0 and server["accept_ranks"] == [2.0, 4.0]
+    assert server["accept_length_from"] == "mean of 2 ranks"
 
 
 def test_a_point_runs_its_repeats_in_one_process_with_the_same_requests():

@@ -7,6 +7,7 @@ import filecmp
 import importlib.util
 import os
 import re
+import stat
 
 import pytest
 import yaml
@@ -94,6 +95,12 @@ class FixtureHost:
             return ["/dev/nvidia-nvswitch0"] if fixture_text(self.variant, "systemctl-fabricmanager.txt") else []
         assert pattern == "/opt/sglang/venv/lib/python*/site-packages/torch/version.py", pattern
         return [TORCH_VERSION_PY]
+
+    untrusted = None  # why_python_untrusted's answer for the venv's python (None: nobody less privileged wrote it)
+
+    def python_untrusted(self, python):
+        assert python == VENV_PYTHON, python
+        return self.untrusted
 
     def kmsg_xid_lines(self):
         if not self.kmsg:
@@ -420,3 +427,103 @@ def test_no_torch_anywhere_is_a_warning_naming_where_it_looked(monkeypatch):
     result = exits(TorchOutsideTheVenv("driver-old", found=""))
     assert result["torch_cuda"] is None and result["sources"]["torch"].startswith("no torch in /opt/sglang/venv or")
     assert [f["id"] for f in result["findings"]] == ["torch_cuda_unknown"]
+
+
+@pytestmark_module
+def test_a_venv_someone_less_privileged_could_write_is_not_run_to_find_torch(monkeypatch):
+    exists = os.path.exists
+    monkeypatch.setattr(gpu_fitness.os.path, "exists", lambda path: path == VENV_PYTHON or exists(path))
+    host = TorchOutsideTheVenv("healthy")
+    host.untrusted = "/opt/sglang/venv/lib/python3.12/site-packages is writable by its group or others (mode 0777)"
+    result = exits(host)
+    assert not [c for c in host.calls if c[0] == VENV_PYTHON]  # not run
+    assert result["torch_cuda"] is None and [f["id"] for f in result["findings"]] == ["torch_cuda_unknown"]
+    assert result["sources"]["torch"].endswith("not run to find one: " + host.untrusted)
+    assert any("did not run %s to find torch" % VENV_PYTHON in w and host.untrusted in w
+               for w in get_warning_messages())
+
+
+def _venv(tmp_path):
+    """A venv's files as the install role leaves them (this user's, 0755/0644): no python is run."""
+    venv = tmp_path / "venv"
+    site = venv / "lib" / "python3.12" / "site-packages"
+    site.mkdir(parents=True)
+    (venv / "bin").mkdir()
+    (venv / "bin" / "python").write_text("")
+    (venv / "pyvenv.cfg").write_text("home = /usr/bin\n")
+    extra = tmp_path / "torch-site"
+    extra.mkdir()
+    (site / "eagle-deploy-sites.pth").write_text("# the host's torch\n%s\nimport os\n" % extra)
+    for path in [tmp_path, venv, venv / "bin", venv / "lib", site.parent, site, extra]:
+        path.chmod(0o755)
+    return str(venv / "bin" / "python"), site, extra
+
+
+def test_a_venv_only_its_owner_can_write_is_trusted(tmp_path):
+    python, _site, _extra = _venv(tmp_path)
+    assert gpu_fitness.why_python_untrusted(python) is None
+
+
+@pytest.mark.parametrize("part", ["site", "pth", "named", "bin", "venv"])
+def test_a_venv_part_others_can_write_is_named(tmp_path, part):
+    python, site, extra = _venv(tmp_path)
+    path = {"site": site, "pth": site / "eagle-deploy-sites.pth", "named": extra,
+            "bin": tmp_path / "venv" / "bin", "venv": tmp_path / "venv"}[part]
+    path.chmod(path.stat().st_mode | 0o002)
+    assert gpu_fitness.why_python_untrusted(python) == "%s is writable by its group or others (mode %04o)" % (
+        path, stat.S_IMODE(path.stat().st_mode))
+
+
+def test_a_venv_file_of_another_user_is_named(tmp_path):
+    python, site, _extra = _venv(tmp_path)
+    pth = str(site / "eagle-deploy-sites.pth")
+
+    def lstat(path):
+        st = os.lstat(path)
+        return os.stat_result((st.st_mode, st.st_ino, st.st_dev, st.st_nlink, 1000 if path == pth else st.st_uid,
+                               st.st_gid, st.st_size, st.st_atime, st.st_mtime, st.st_ctime))
+
+    st = (tmp_path / "venv").stat()
+    assert st.st_uid == os.geteuid() != 1000  # the rest is this user's: trusted as the module's own
+    assert gpu_fitness.why_python_untrusted(python, lstat=lstat) == "%s is owned by uid 1000, not root" % pth
+
+
+def test_a_sticky_directory_above_the_venv_is_fine_but_not_the_venv_s_own(tmp_path):
+    python, site, _extra = _venv(tmp_path)
+    tmp_path.chmod(0o1777)  # like /tmp
+    assert gpu_fitness.why_python_untrusted(python) is None
+    site.chmod(0o1777)
+    assert "site-packages is writable by its group or others (mode 1777)" in gpu_fitness.why_python_untrusted(python)
+
+
+# /dev/kmsg records as the kernel writes them: PRIORITY,SEQ,USEC,FLAGS;MESSAGE (priority = facility * 8 + level)
+KERNEL_XID = "4,1093,2345678901,-;NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus.\n"
+# What `echo 'NVRM: Xid ...' > /dev/kmsg` leaves: LOG_USER (1) and the default level (<14>, or <12> as named)
+FORGED = ["14,1094,2345679000,-;NVRM: Xid (PCI:0000:18:00): 79, pid=0, GPU has fallen off the bus.\n",
+          "12,1095,2345679001,-;NVRM: Xid (PCI:0000:18:00): 48, pid=0, DBE\n",
+          "190,1096,2345679002,-;NVRM: Xid (PCI:0000:18:00): 95, pid=0, Uncontained\n"]
+
+
+def test_only_kernel_records_are_read_from_kmsg():
+    assert gpu_fitness.kernel_record_line(KERNEL_XID) == KERNEL_XID.split(";", 1)[1].strip()
+    assert gpu_fitness.kernel_record_line("6,5,6,c;NVRM: loading\n SUBSYSTEM=pci\n") == "NVRM: loading"
+    for record in FORGED + ["NVRM: Xid (PCI:0000:18:00): 79", "x,1,2,-;NVRM: Xid (PCI:0000:18:00): 79", ""]:
+        assert gpu_fitness.kernel_record_line(record) is None, record
+
+
+def test_a_forged_xid_in_kmsg_is_no_finding(monkeypatch):
+    records = [r.encode() for r in [FORGED[0], KERNEL_XID.replace("79,", "31,"), FORGED[1]]]
+    closed = []
+    monkeypatch.setattr(gpu_fitness.os, "open", lambda path, flags: 42 if path == "/dev/kmsg" else 1 / 0)
+
+    def read(fd, size):
+        assert fd == 42
+        if records:
+            return records.pop(0)
+        raise OSError(gpu_fitness.errno.EAGAIN, "no more records")
+
+    monkeypatch.setattr(gpu_fitness.os, "read", read)
+    monkeypatch.setattr(gpu_fitness.os, "close", closed.append)
+    lines = gpu_fitness.Host(None).kmsg_xid_lines()
+    assert lines == ["NVRM: Xid (PCI:0000:18:00): 31, pid=0, GPU has fallen off the bus."] and closed == [42]
+    assert [x["xid"] for x in fitness.parse_xids(lines)] == [31]

@@ -390,6 +390,23 @@ def test_model_dir_states_are_those_of_sglang_info(run, tmp_path):
     assert result["model_dirs"][1]["config_json"] == str(empty / "config.json")
 
 
+def test_two_names_of_one_model_dir_have_one_real_path(run, tmp_path):
+    """A link to the target and a path through `..` name the target's directory: the module says so (real_path), for
+    the server role's refusal of an EAGLE3 draft that is the target (roles/sglang_server/tasks/preflight.yml)."""
+    target = tmp_path / "models" / "target"
+    target.mkdir(parents=True)
+    (target / "config.json").write_text("{}")
+    (tmp_path / "models" / "draft").mkdir()
+    (tmp_path / "alias").symlink_to(target)
+    dirs = [str(target), str(tmp_path / "alias"), str(tmp_path / "models" / "draft" / ".." / "target"),
+            str(tmp_path / "models" / "draft")]
+    result = run(python=str(tmp_path / "none" / "bin" / "python"), args={}, allow_missing=True, model_dirs=dirs)
+    real = [d["real_path"] for d in result["model_dirs"]]
+    assert real[:3] == [os.path.realpath(str(target))] * 3 and real[3] == os.path.realpath(str(tmp_path / "models" /
+                                                                                              "draft"))
+    assert [d["path"] for d in result["model_dirs"]] == dirs  # the paths as given stay as given
+
+
 def test_config_file_in_place_only_with_the_same_content_owner_group_mode(tmp_path):
     path, spec = _config(tmp_path)
     assert sa.config_file_in_place(spec) is True

@@ -5,18 +5,17 @@ tests/data/h200-playbook/console/fresh.console.txt) or built as SGLang 0.5.23 bu
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import re
 
 import pytest
 
+import role_program
+
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-_spec = importlib.util.spec_from_file_location(
-    "smoke_burst", os.path.join(REPO, "roles", "sglang_server", "files", "smoke_burst.py"))
-smoke_burst = importlib.util.module_from_spec(_spec)
-_spec.loader.exec_module(smoke_burst)
+# As tasks/smoke.yml runs it: files/dp_accept_length.py, then files/smoke_burst.py
+smoke_burst = role_program.load("sglang_server", "smoke.yml", "smoke_burst.py")
 
 
 def recorded_meta_info():
@@ -61,9 +60,21 @@ def test_a_bool_or_text_in_the_answer_is_not_a_count():
     assert smoke_burst.accept_from_requests([result(16, True), dict(result(16, 5), tokens="16")]) is None
 
 
+def recorded_server_info():
+    """The /server_info that SGLang 0.5.17 answered on the H200 (tests/data/h200-sglang): internal_states holds one
+    dict per DP rank (dp_size 1: one), the server's arguments and avg_spec_accept_length in it."""
+    with open(os.path.join(REPO, "tests", "data", "h200-sglang", "results", "generate.json"), encoding="utf-8") as fh:
+        return json.load(fh)["server_info"]
+
+
 def test_server_info_averages_every_dp_rank_not_only_the_first():
-    info = {"internal_states": [{"avg_spec_accept_length": 1.0}, {"avg_spec_accept_length": 3.0},
-                                {"last_gen_throughput": 10.0}]}
+    info = recorded_server_info()
+    rank = info["internal_states"][0]
+    assert smoke_burst.accept_from_server_info(info) == {"accept_length": rank["avg_spec_accept_length"],
+                                                         "source": "server_info", "ranks": 1, "of_ranks": 1}
+    info = dict(info, dp_size=3, internal_states=[dict(rank, avg_spec_accept_length=1.0),
+                                                  dict(rank, avg_spec_accept_length=3.0),
+                                                  {k: v for k, v in rank.items() if k != "avg_spec_accept_length"}])
     figure = smoke_burst.accept_from_server_info(info)
     assert figure == {"accept_length": 2.0, "source": "server_info", "ranks": 2, "of_ranks": 3}
 

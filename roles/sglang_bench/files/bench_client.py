@@ -22,9 +22,10 @@ again with proportionally more requests (at most 3 calibrations). Every run flus
 The accept length: SGLang's benchmark client keeps no per-request ``spec_verify_ct``, so it is read from the
 ``/server_info`` that the client reads at the end of its run (kept in its result line): its ``internal_states``
 holds one state per data-parallel rank, each with ``avg_spec_accept_length`` since the run's flush. Every rank is
-counted (``accept_ranks``): weighted by a rank's verify count where its state gives one, otherwise the plain mean
-of the ranks (SGLang 0.5.23 gives no count: under data parallelism with unequal ranks that mean is not the per-token
-figure). The client's own ``accept_length`` is the first rank's only; it is kept as ``client_accept_length``.
+counted: ``dp_accept_length`` (files/dp_accept_length.py, run ahead of this file as one program: tasks/run.yml), the
+plain mean of the ranks (``accept_ranks``: each rank's; SGLang 0.5.23 keeps no verify count beside the figure, so
+under data parallelism with unequal ranks that mean is not the per-token figure). The client's own
+``accept_length`` is the first rank's only; it is kept as ``client_accept_length``.
 
 Prints one JSON object: ``ok``, ``error`` and ``concurrency`` (the first point that failed), ``side``, ``points``
 (per concurrency: ``num_prompts``, ``ok``, ``error``, ``seconds``, ``line``: the point in words), ``rc``,
@@ -54,8 +55,6 @@ FIGURES = ("output_throughput", "request_throughput", "median_ttft_ms", "p99_ttf
 # What the report keeps of the server's /server_info (SGLang returns every server argument there, the API key too).
 SERVER_KEYS = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
                "speculative_num_draft_tokens", "tp_size", "dp_size", "version")
-# A rank state's count of verify steps, where a release gives one (SGLang 0.5.23 does not).
-VERIFY_COUNT_KEYS = ("spec_verify_ct", "spec_num_forward_ct", "spec_total_num_forward_ct")
 CONSOLE_KEEP = 20000
 MAX_CALIBRATIONS = 3
 MARK = "@@eagle-bench-run "
@@ -164,24 +163,13 @@ def _number(value):
 
 def accept_length(states):
     """(accept length, per-rank figures, how it was combined) from ``/server_info`` ``internal_states`` (one per
-    data-parallel rank): weighted by the verify count where every reporting rank gives one, otherwise the plain mean
-    of the ranks that report; (None, [], None) where none does."""
-    ranks = []
-    for state in states if isinstance(states, list) else []:
-        if not isinstance(state, dict) or _number(state.get("avg_spec_accept_length")) is None:
-            continue
-        count = next((_number(state.get(k)) for k in VERIFY_COUNT_KEYS if _number(state.get(k)) is not None), None)
-        ranks.append({"accept_length": _number(state["avg_spec_accept_length"]), "verify_count": count})
-    if not ranks:
+    data-parallel rank): ``dp_accept_length``'s mean of the ranks that report one; (None, [], None) where none does."""
+    figure = dp_accept_length(states)  # pylint: disable=undefined-variable  # defined ahead: dp_accept_length.py
+    if figure is None:
         return None, [], None
-    if all(r["verify_count"] for r in ranks):
-        total = sum(r["verify_count"] for r in ranks)
-        value = sum(r["accept_length"] * r["verify_count"] for r in ranks) / total
-        how = "weighted by verify count" if len(ranks) > 1 else "one rank"
-    else:
-        value = sum(r["accept_length"] for r in ranks) / len(ranks)
-        how = "mean of %d ranks (no verify count given)" % len(ranks) if len(ranks) > 1 else "one rank"
-    return value, ranks, how
+    ranks = figure["per_rank"]
+    how = "mean of %d ranks" % len(ranks) if len(ranks) > 1 else "one rank"
+    return figure["accept_length"], ranks, how
 
 
 def pick(result, secrets=()):
@@ -192,7 +180,7 @@ def pick(result, secrets=()):
         info = info["decode"][0]
     server = {key: info.get(key) for key in SERVER_KEYS}
     value, ranks, how = accept_length(info.get("internal_states"))
-    server["avg_spec_accept_length"] = ranks[0]["accept_length"] if ranks else None
+    server["avg_spec_accept_length"] = ranks[0] if ranks else None
     server["accept_ranks"] = ranks
     server["accept_length_from"] = how
     figures["client_accept_length"] = figures["accept_length"]

@@ -10,9 +10,10 @@ The accept length (tokens per verify step, the bonus token included: 1.0 is a dr
 burst's own requests: SGLang (0.5.9 to 0.5.23 at least) puts ``spec_verify_ct`` in each finished request's
 ``meta_info``, beside ``completion_tokens``; the figure is the sum of one over the sum of the other, over every request
 that made a verify step, whichever data-parallel rank ran it. A server that gives no per-request figure is asked
-``/server_info`` after the burst: each DP rank's ``avg_spec_accept_length`` (in ``internal_states``), averaged over
-the ranks. That counter is cumulative since the server started (SGLang keeps no counts beside it, so it cannot be
-differenced): right after a start it covers the warm-up request and the smoke's own, and the figure says so."""
+``/server_info`` after the burst: ``dp_accept_length`` (files/dp_accept_length.py, run ahead of this file as one
+program: tasks/smoke.yml), the mean of every DP rank's ``avg_spec_accept_length``. That counter is cumulative since
+the server started (SGLang keeps no counts beside it, so it cannot be differenced): right after a start it covers the
+warm-up request and the smoke's own, and the figure says so."""
 import json
 import sys
 import threading
@@ -63,17 +64,14 @@ def accept_from_requests(results):
 
 
 def accept_from_server_info(info):
-    """The accept length from /server_info: every DP rank's avg_spec_accept_length (internal_states), averaged;
-    None when no rank reports one."""
+    """The accept length from /server_info (``dp_accept_length``: the mean of every DP rank's
+    avg_spec_accept_length), None when no rank reports one."""
     states = info.get("internal_states") if isinstance(info, dict) else None
-    if not isinstance(states, list):
+    figure = dp_accept_length(states)  # pylint: disable=undefined-variable  # defined ahead: dp_accept_length.py
+    if figure is None:
         return None
-    per_rank = [_number(s.get("avg_spec_accept_length")) for s in states if isinstance(s, dict)]
-    per_rank = [a for a in per_rank if a is not None]
-    if not per_rank:
-        return None
-    return {"accept_length": round(sum(per_rank) / len(per_rank), 3), "source": "server_info",
-            "ranks": len(per_rank), "of_ranks": len(states)}
+    return {"accept_length": round(figure["accept_length"], 3), "source": "server_info",
+            "ranks": len(figure["per_rank"]), "of_ranks": figure["of_ranks"]}
 
 
 def describe(figure):

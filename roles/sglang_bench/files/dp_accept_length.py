@@ -1,0 +1,1 @@
+../../sglang_server/files/dp_accept_length.py
