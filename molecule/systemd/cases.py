@@ -77,6 +77,7 @@ CRASH = ("crash", 30002, 2, 2)
 CRASH_LOAD = ("crashload", 30003, 40, 8)
 UNHEALTHY = ("unhealthy", 30020, 2, 2)
 STOP_LOADING = ("stoploading", 30021, 120, 24)
+ROLLBACK = ("rollback", 30023, 2, 2)
 
 
 class CaseError(Exception):
@@ -588,6 +589,34 @@ def case_stop_loading(host):
                           "cleanup": stop_deployment(host, "stop_loading-cleanup", STOP_LOADING)})
 
 
+def _run_file(host, fname):
+    """(JSON of <run_dir>/<fname>, its 'uid mode' as stat shows it) inside the host."""
+    rc, text = sh(host, "cat", "%s/%s" % (RUN_DIR, fname), check=False)
+    return (json.loads(text) if rc == 0 and text.strip() else None), sh(host, "stat", "-c", "%u %a",
+                                                                         "%s/%s" % (RUN_DIR, fname), check=False)[1]
+
+
+def case_rollback(host):
+    """A deployment that passed its smoke test under its unit, then a start of a new one that crashes while loading,
+    with sglang_server_rollback: the good one is put back under the same unit, serving."""
+    name, port = ROLLBACK[:2]
+    good_run = playbook(host, "rollback-good", converge_path(), extra_vars(ROLLBACK))
+    if good_run["rc"] != 0:
+        raise CaseError("the converge of %s failed: %s" % (name, good_run["tail"][-1500:]))
+    good_state = _run_file(host, "%s.json" % name)[0]
+    record, record_stat = _run_file(host, "%s.good.json" % name)
+    evars = extra_vars(ROLLBACK)
+    evars["sglang_server_command"][2] = "crash_loading"
+    evars["sglang_server_rollback"] = True
+    failed_run = playbook(host, "rollback-crash", converge_path(), evars)
+    after = host.until(name, port, 60, "ActiveState=active", "health_generate=200")[-1]
+    save("rollback", {"good_run": good_run, "good_state": good_state, "record": record, "record_stat": record_stat,
+                      "failed_run": failed_run, "after": after, "state_after": _run_file(host, "%s.json" % name)[0],
+                      "status_after": host.status(name),
+                      "stop": stop_deployment(host, "rollback-stop", ROLLBACK), "after_stop": host.show(name),
+                      "listening_after_stop": host.listening(port)})
+
+
 def _read_json(path):
     try:
         with open(path) as fh:
@@ -600,7 +629,7 @@ CASES = {"reboot": case_reboot, "ssh_drop": case_ssh_drop, "crash": case_crash, 
          "second_deployment": case_second_deployment, "foreign_unit": case_foreign_unit, "transient": case_transient,
          "dropin": case_dropin, "vendor_dropin": case_vendor_dropin, "planted_dropin": case_planted_dropin,
          "takeover": case_takeover, "unhealthy": case_unhealthy,
-         "stop_loading": case_stop_loading}
+         "stop_loading": case_stop_loading, "rollback": case_rollback}
 
 
 def main(argv):

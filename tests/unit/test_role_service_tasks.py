@@ -131,11 +131,11 @@ def test_the_failure_is_printed_once_and_the_task_that_fails_repeats_none_of_it(
     assert not shown(show, ok) and not shown(fail, ok)
     render = environment().from_string(fail["ansible.builtin.fail"]["msg"]).render
     msg = render(sglang_server_name="sglang", sglang_server_service=failed, __sglang_server_rolled_back=False)
-    assert msg.strip() == "server sglang did not come up (cuda_oom): why is shown just above"
+    assert msg.strip() == "server sglang did not come up: why is shown just above"
     # with sglang_server_rollback: what the rollback did follows, in the same message
     msg = render(sglang_server_name="sglang", sglang_server_service=failed, __sglang_server_rolled_back=True,
                  sglang_server_rollback_result={"text": "rolled back to 0123456789abcdef, SGLang 0.5.23, serving, pid 7"})
-    assert msg.strip() == ("server sglang did not come up (cuda_oom): why is shown just above; rolled back to "
+    assert msg.strip() == ("server sglang did not come up: why is shown just above; rolled back to "
                            "0123456789abcdef, SGLang 0.5.23, serving, pid 7")
     names = [t.get("name") for t in tasks()]
     launch_at = names.index("Launch SGLang and wait for health")
