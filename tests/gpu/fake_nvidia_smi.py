@@ -7,7 +7,8 @@ processes as compute apps. Understands the two --query-* forms gpu_facts uses, `
 
 For gpu_fitness it answers `-q -x` and `nvlink -s` from the H100 capture (tests/data/nvidia-smi/h100-80gb-hbm3), or
 from the fault variant FAKE_NVIDIA_SMI_FITNESS names (a folder of tests/data/nvidia-smi/h100-fitness: the files it
-changes, the capture's for the rest).
+changes, the capture's for the rest). Molecule's `default` scenario installs it as eagle-default-1's nvidia-smi
+(molecule/default/prepare.yml).
 """
 import os
 import sys

@@ -6,9 +6,13 @@ from the hosts themselves (files, /proc, sockets, HTTP from inside).
 
 from __future__ import annotations
 
+import json
 import re
 import sys
+import xml.etree.ElementTree as ET
 from pathlib import Path
+
+import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[3]))
 
@@ -26,6 +30,16 @@ VENV = f"{BASE}/venv-{VERSION}"
 LOG_DIR, RUN_DIR, CONFIG = hostcheck.LOG_DIR, hostcheck.RUN_DIR, hostcheck.CONFIG
 EMULATOR = f"{VENV}/bin/sglang-emulator"  # the emulator package, installed into SGLang's venv (prepare.yml)
 BASE_URL = f"http://127.0.0.1:{PORT}"
+# The host whose nvidia-smi is tests/gpu/fake_nvidia_smi.py (molecule.yml's group eagle_fake_gpu, prepare.yml), the
+# capture it answers `-q -x` from, and the verdict of the role's fitness check that converge.yml keeps.
+SCENARIO = yaml.safe_load((hostcheck.REPO / "molecule" / "default" / "molecule.yml").read_text())
+FAKE_GPU_HOSTS = {p["name"] for p in SCENARIO["platforms"] if "eagle_fake_gpu" in p.get("groups", [])}
+CAPTURE = ET.parse(hostcheck.REPO / "tests" / "data" / "nvidia-smi" / "h100-80gb-hbm3" / "q.xml").getroot()
+FAKE_SMI = "/opt/eagle-fake-gpu/tests/gpu/fake_nvidia_smi.py"
+VERDICT = "/opt/eagle-fake-gpu/fitness.json"
+# What this container adds to the healthy capture, as warnings: the venv has no torch (the emulator serves), and the
+# kernel log is not the container's to read.
+CONTAINER_FINDINGS = {"torch_cuda_unknown", "kernel_log_unreadable"}
 
 
 def test_own_hostname(host):
@@ -119,10 +133,42 @@ def test_log_symlink_points_at_the_only_attempt(host, state):
     link = host.file(f"{LOG_DIR}/sglang.log")
     assert link.is_symlink
     assert link.linked_to == f"{LOG_DIR}/sglang_r{state['attempt']}.log"
-    # converge started the server once; the idempotence run kept it: attempt 1, no other attempt file.
+    # converge started the server once; the idempotence run kept it, and side_effect.yml's forced restart on an unfit
+    # GPU (eagle-default-1) was refused before anything was stopped: attempt 1, no other attempt file.
     assert state["attempt"] == 1
     attempts = sorted(f for f in host.file(LOG_DIR).listdir() if re.fullmatch(r"sglang_r\d+\.log", f))
     assert attempts == ["sglang_r1.log"]
     log = host.file(state["log_path"])
     assert log.user == USER
     assert log.content_string.startswith("[EMULATOR]")
+
+
+def test_only_the_fake_gpu_host_has_an_nvidia_smi(host):
+    assert FAKE_GPU_HOSTS == {"eagle-default-1"}
+    smi = host.run("command -v nvidia-smi")
+    if host.backend.name in FAKE_GPU_HOSTS:
+        assert smi.stdout.strip() == "/usr/local/bin/nvidia-smi"
+        assert host.file("/usr/local/bin/nvidia-smi").linked_to == FAKE_SMI
+    else:
+        assert smi.rc != 0, smi.stdout
+
+
+def test_fitness_verdict_is_the_one_the_capture_implies(host):
+    verdict = host.file(VERDICT)
+    if host.backend.name not in FAKE_GPU_HOSTS:
+        # sglang_server_gpu_expected false: neither the GPU checks nor the fitness check ran.
+        assert not verdict.exists
+        return
+    result = json.loads(verdict.content_string)
+    gpu = CAPTURE.find("gpu")
+    assert result["checked"] is True
+    assert result["fit"] is True
+    assert not result.get("failed")
+    assert result["driver_version"] == CAPTURE.findtext("driver_version") == "580.159.04"
+    assert result["cuda_version"] == CAPTURE.findtext("cuda_version")
+    assert result["gpus"] == [{"index": 0, "uuid": gpu.findtext("uuid"), "name": gpu.findtext("product_name")}]
+    assert result["gpus"][0]["uuid"] == "GPU-767d6e6e-c74d-df8f-7833-989f8fcf6618"
+    # A healthy capture: no fatal finding, none about the GPU; the warnings are the container's.
+    assert [f for f in result["findings"] if f["severity"] == "fatal"] == []
+    assert {f["id"] for f in result["findings"]} <= CONTAINER_FINDINGS, result["findings"]
+    assert all(f.get("gpu") is None and f.get("uuid") is None for f in result["findings"]), result["findings"]
