@@ -17,7 +17,8 @@ description:
   - O(state=good), right after a start passed its smoke test, records the running server (ours, alive, its fingerprint
     the one these inputs make) as good in C(<run_dir>/<name>.good.json) (root, 0600), with its argv, environment, service
     user, fingerprint data and every fingerprint file's SHA-256, owner and mode, with a copy of each file up to 1 MiB
-    (the rendered config, which the next deployment overwrites). The secret environment is never recorded. The last
+    (the rendered config, which the next deployment overwrites), with O(secrets) kept out of it. The secret environment
+    is never recorded. The last
     O(keep) good deployments are kept.
   - O(state=failed) records that the running server failed its smoke test while it still answers (a draft that never
     accepts), so that the next M(ansible.legacy.wait_for_model) run restarts it instead of keeping it.
@@ -94,6 +95,14 @@ options:
       - With O(state=failed), why the smoke test failed, as the next run's restart reason shows it.
     type: str
     default: smoke test failed
+  secrets:
+    description:
+      - With O(state=good), values (the API key) that no kept copy may hold; each is replaced by a numbered mark in the
+        copies. With O(state=chosen), the values put back in their place (in the same order) when a copy is restored.
+      - Never in Ansible's output.
+    type: list
+    elements: str
+    default: []
   failed_fingerprint:
     description:
       - With O(state=chosen), the fingerprint of the deployment that failed (never chosen).
@@ -205,7 +214,8 @@ def _record(module, p):
         module.exit_json(changed=True, good={"fingerprint": inputs["fingerprint"],
                                              "sglang_version": p["fingerprint_data"].get("sglang_version")},
                          good_kept=[], msg="would record the running server as good")
-    changed, report = sglang_good_record.record(p["run_dir"], p["name"], state, inputs, p["keep"], time.time())
+    changed, report = sglang_good_record.record(p["run_dir"], p["name"], state, inputs, p["keep"], time.time(),
+                                                p["secrets"])
     module.exit_json(changed=changed, **report)
 
 
@@ -220,12 +230,12 @@ def _judge_failed(module, p):
 
 
 def _chosen(module, p):
-    d, why = sglang_good_record.choose(p["run_dir"], p["name"], p["failed_fingerprint"])
+    d, why = sglang_good_record.choose(p["run_dir"], p["name"], p["failed_fingerprint"], p["secrets"])
     if d is None:
         module.exit_json(changed=False, deployment=None, why_not=why, restored=[])
     restored = []
     if p["restore"] and not module.check_mode:
-        restored = sglang_good_record.restore(p["run_dir"], d)
+        restored = sglang_good_record.restore(p["run_dir"], d, p["secrets"])
     data = d.get("fingerprint_data") or {}
     deployment = {"argv": d.get("argv") or [], "environment": d.get("environment") or {}, "run_as": d.get("run_as"),
                   "fingerprint_files": [f.get("path") for f in d.get("fingerprint_files") or []],
@@ -250,6 +260,7 @@ def main():
             fingerprint_data=dict(type="dict", default={}),
             keep=dict(type="int", default=1),
             reason=dict(type="str", default="smoke test failed"),
+            secrets=dict(type="list", elements="str", default=[], no_log=True),
             failed_fingerprint=dict(type="str", default=""),
             restore=dict(type="bool", default=False),
         ),

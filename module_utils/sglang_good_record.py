@@ -7,7 +7,8 @@ A deployment is *good* once a start of it passed its smoke test (and the specula
 :func:`record` writes what launching it again needs into ``<run_dir>/<name>.good.json`` (root, 0600): the argv,
 the environment (never the secret one: the play gives it again), the service user, the fingerprint and its data,
 and every fingerprint file's path, SHA-256, owner and mode, with a copy of each small one
-(``<name>.good-<fingerprint[:16]>-<i>``, root, 0600: the rendered config, which the next deployment overwrites).
+(``<name>.good-<fingerprint[:16]>-<i>``, root, 0600: the rendered config, which the next deployment overwrites),
+with the secrets (the API key) kept out of them: the restore puts back the ones the play gives.
 The last ``keep`` good deployments are kept, newest first; the copies of one dropped are removed.
 
 :func:`choose` picks the deployment a failed start rolls back to: the newest good one other than the failed
@@ -78,10 +79,12 @@ def _file_entry(path, index, name, fingerprint):
     return entry
 
 
-def record(run_dir, name, state, inputs, keep, wall):
+def record(run_dir, name, state, inputs, keep, wall, secrets=()):
     """Record the running server ``state`` (ours, alive: the caller proved it) as good. ``inputs``: argv,
     environment, run_as, fingerprint_files, fingerprint_data, fingerprint (the one the caller computed from them: it
-    must be the running server's). Returns (changed, report)."""
+    must be the running server's). ``secrets``: values (the API key) that no copy may hold: each is kept out of the
+    copies as a numbered mark, and the restore puts the values it is given back in its place. Returns (changed,
+    report)."""
     fp = inputs["fingerprint"]
     if state.get("fingerprint") != fp:
         raise GoodRecordError(
@@ -109,6 +112,8 @@ def record(run_dir, name, state, inputs, keep, wall):
                 data = fh.read(COPY_LIMIT + 1)
             if hashlib.sha256(data).hexdigest() != f["sha256"]:
                 raise GoodRecordError("%s changed while it was recorded: nothing was recorded; run again" % f["path"])
+            data = redact(data, secrets)
+            f["copy_sha256"] = hashlib.sha256(data).hexdigest()
             writes.append((f["copy"], data))
     writes.append((GOOD_FILE % name, json.dumps({"format": FORMAT, "deployments": kept}, indent=1,
                                                 sort_keys=True).encode("utf-8")))
@@ -120,6 +125,30 @@ def record(run_dir, name, state, inputs, keep, wall):
                 sglang_proc.remove_file(run_dir, f["copy"])
     judge(run_dir, name, state, "good", "its smoke test passed", wall)
     return True, {"good": _summary(entry), "good_kept": [_summary(d) for d in kept]}
+
+
+def _mark(i):
+    return ("<<eagle-deploy secret %d>>" % i).encode("ascii")
+
+
+def redact(data, secrets):
+    """``data`` with every (non-empty) value of ``secrets`` replaced by its numbered mark."""
+    for i, value in enumerate(secrets):
+        if value:
+            data = data.replace(value.encode("utf-8"), _mark(i))
+    return data
+
+
+def unredact(data, secrets):
+    """The copy ``data`` with each mark replaced by its value in ``secrets``. GoodRecordError when a mark's value is
+    not given."""
+    for i, value in enumerate(secrets):
+        if value:
+            data = data.replace(_mark(i), value.encode("utf-8"))
+    if b"<<eagle-deploy secret " in data:
+        raise GoodRecordError("a kept copy holds a secret (the API key) that this run does not give: give the server's "
+                              "secrets (sglang_server_api_key) to the rollback")
+    return data
 
 
 def _write(run_dir, files):
@@ -158,7 +187,7 @@ def describe(d):
     return "%s%s" % ((d.get("fingerprint") or "?")[:16], (", SGLang %s" % version) if version else "")
 
 
-def why_not_intact(run_dir, d):
+def why_not_intact(run_dir, d, secrets=()):
     """None when the good deployment ``d`` can be launched again as recorded, else why not (a string)."""
     python, real = d.get("python"), d.get("python_realpath")
     if not python or not os.path.exists(python):
@@ -183,12 +212,16 @@ def why_not_intact(run_dir, d):
         if text is None:
             return "%s %s since it was good (sha256 %s..., recorded %s...) and no copy of it is kept" % (
                 path, "is gone" if have is None else "changed", (have or "-")[:12], (want or "-")[:12])
-        if hashlib.sha256(text).hexdigest() != want:
+        if hashlib.sha256(text).hexdigest() != f.get("copy_sha256", want):
             return "%s changed since it was good, and its kept copy %s no longer matches the record" % (path, copy)
+        try:
+            unredact(text, secrets)
+        except GoodRecordError as e:
+            return "%s changed since it was good, and %s" % (path, e)
     return None
 
 
-def choose(run_dir, name, failed_fingerprint):
+def choose(run_dir, name, failed_fingerprint, secrets=()):
     """(deployment, why_not): the newest good deployment other than ``failed_fingerprint`` whose inputs are intact
     (why_not None), else (None, why none can be: each one's reason)."""
     deployments = read_good(run_dir, name)
@@ -196,7 +229,7 @@ def choose(run_dir, name, failed_fingerprint):
     for d in deployments:
         if d.get("fingerprint") == failed_fingerprint:
             continue
-        why = why_not_intact(run_dir, d)
+        why = why_not_intact(run_dir, d, secrets)
         if why is None:
             return d, None
         reasons.append("%s: %s" % (describe(d), why))
@@ -206,7 +239,7 @@ def choose(run_dir, name, failed_fingerprint):
     return None, "no recorded good deployment is intact: " + "; ".join(reasons)
 
 
-def restore(run_dir, d):
+def restore(run_dir, d, secrets=()):
     """Put back each fingerprint file of ``d`` that changed, from its copy (owner and mode as recorded). Returns
     the paths restored. Call only after :func:`why_not_intact` said None."""
     restored = []
@@ -218,9 +251,10 @@ def restore(run_dir, d):
         except OSError:
             pass
         data = sglang_proc.read_file(run_dir, f["copy"], limit=COPY_LIMIT + 1, raw=True)
-        if data is None or hashlib.sha256(data).hexdigest() != f["sha256"]:
+        if data is None or hashlib.sha256(data).hexdigest() != f.get("copy_sha256", f["sha256"]):
             raise GoodRecordError("the kept copy %s of %s no longer matches the record: nothing was restored"
                                   % (f["copy"], path))
+        data = unredact(data, secrets)
         directory = os.path.dirname(path) or "."
         tmp = os.path.join(directory, ".%s.eagle-rollback" % os.path.basename(path))
         try:

@@ -25,7 +25,7 @@ def place(tmp_path):
     conf = tmp_path / "etc"
     conf.mkdir()
     config = conf / "sglang.yaml"
-    config.write_text("model-path: /m\napi-key: k\n")
+    config.write_text("model-path: /m\napi-key: k3y-k3y-k3y-k3y-k3y\n")
     config.chmod(0o600)
     worker = tmp_path / "eagle_worker_v2.py"
     worker.write_text("class EAGLEWorkerV2: pass\n")
@@ -47,23 +47,30 @@ def running(fp, token="t1", pid=4242):
 
 def test_a_recorded_deployment_is_chosen_and_its_overwritten_config_put_back(place):
     first = inputs(place)
-    changed, report = good.record(place["run_dir"], NAME, running(first["fingerprint"]), first, 1, 1000.0)
+    changed, report = good.record(place["run_dir"], NAME, running(first["fingerprint"]), first, 1, 1000.0,
+                                  secrets=["k3y-k3y-k3y-k3y-k3y"])
     assert changed and report["good"]["sglang_version"] == "0.5.23"
     rec = os.path.join(place["run_dir"], "sglang.good.json")
     assert stat.S_IMODE(os.stat(rec).st_mode) == 0o600
     assert "api-key" not in open(rec).read()  # the config's copy is a file of its own, root-only
+    # the config's one copy of the key stays the config: the kept copy holds a mark in its place
+    for fname in os.listdir(place["run_dir"]):
+        assert b"k3y-k3y-k3y-k3y-k3y" not in open(os.path.join(place["run_dir"], fname), "rb").read(), fname
     # recording the same server again writes nothing
     assert good.record(place["run_dir"], NAME, running(first["fingerprint"]), first, 1, 1001.0)[0] is False
     # the new deployment overwrites the config; its start fails
     with open(place["config"], "w") as fh:
-        fh.write("model-path: /m\napi-key: k\nnew-option: 1\n")
+        fh.write("model-path: /m\napi-key: k3y-k3y-k3y-k3y-k3y\nnew-option: 1\n")
+    # the key is needed to put the copy back
     d, why = good.choose(place["run_dir"], NAME, "f" * 64)
+    assert d is None and "holds a secret (the API key) that this run does not give" in why
+    d, why = good.choose(place["run_dir"], NAME, "f" * 64, secrets=["k3y-k3y-k3y-k3y-k3y"])
     assert why is None and d["fingerprint"] == first["fingerprint"]
     assert good.describe(d) == first["fingerprint"][:16] + ", SGLang 0.5.23"
     assert d["argv"] == first["argv"] and d["environment"] == {"A": "1"} and d["run_as"] == "sglang"
     os.chmod(place["config"], 0o640)
-    assert good.restore(place["run_dir"], d) == [place["config"]]
-    assert open(place["config"]).read() == "model-path: /m\napi-key: k\n"
+    assert good.restore(place["run_dir"], d, ["k3y-k3y-k3y-k3y-k3y"]) == [place["config"]]
+    assert open(place["config"]).read() == "model-path: /m\napi-key: k3y-k3y-k3y-k3y-k3y\n"
     assert stat.S_IMODE(os.stat(place["config"]).st_mode) == 0o600  # the recorded mode
     assert good.restore(place["run_dir"], d) == []  # intact now: nothing to do
 
