@@ -284,7 +284,7 @@ class RouterWorkers(object):
                 return dict(changed=False, worker_id=worker_id, worker=shown(record), gateway=self.gateway,
                             msg="worker %s is in the router (%s)" % (url, words))
         remaining = max(timeout - (self.clock() - start), poll_interval)
-        words, body, _ = self._wait(worker_id, "ready", remaining, poll_interval)
+        words, body = self._wait(worker_id, "ready", remaining, poll_interval)[:2]
         msg = "%s worker %s (%s): %s" % ("added" if changed else "kept", url, worker_id, words)
         return dict(changed=changed, worker_id=worker_id, worker=shown(body), elapsed=round(self.clock() - start, 3),
                     polls=self.polls, gateway=self.gateway, msg=msg)
