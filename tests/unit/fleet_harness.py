@@ -230,7 +230,8 @@ class FakeSmg(FakeRouter):
 
     def listed(self, url, healthy=True):
         worker_id = str(uuid.uuid4())
-        self.workers[worker_id] = self._record("get_worker_ready" if healthy else "get_worker_not_ready", worker_id, url)
+        name = "get_worker_ready" if healthy else "get_worker_not_ready"
+        self.workers[worker_id] = self._record(name, worker_id, url)
         return worker_id
 
     def _health(self, worker_id):
