@@ -10,19 +10,25 @@ from __future__ import annotations
 DOCUMENTATION = r"""
 ---
 module: sglang_router_worker
-short_description: Put an SGLang server into sglang-router's worker registry, or take it out, and wait until done
+short_description: Put an SGLang server into its gateway's worker registry (sglang-router or smg), or take it out
 description:
-  - Talks to the worker API of an sglang-router (C(sglang_router), checked against 0.3.2) at O(router_url). Finds the
-    worker by its URL in C(GET /workers); the router's own id for it is a UUID, which C(DELETE) and C(GET) of one
-    worker take (a URL is refused there).
-  - B(absent) - C(DELETE /workers/<id>), then C(GET /workers/<id>) every O(poll_interval) seconds until the router
-    answers 404; from then on it sends the server no new request. The router does not drain; what the server
-    already holds finishes there (M(ansible.legacy.wait_for_drain) watches it).
+  - Talks to the worker API of SGLang's gateway at O(router_url) - sglang-router (C(sglang_router), tested with 0.3.2)
+    or smg, the Shepherd Model Gateway (tested with 1.13.0). Which one is told by what it answers to
+    C(GET /get_loads) (smg names its version there), returned as RV(gateway); nothing to set. Finds the worker by its
+    URL in C(GET /workers); the gateway's own id for it is a UUID, which C(DELETE) and C(GET) of one worker take (a
+    URL is refused there).
+  - B(absent) - C(DELETE /workers/<id>), then C(GET /workers/<id>) every O(poll_interval) seconds until the gateway
+    answers 404; from then on it sends the server no new request. sglang-router does not drain; smg marks the worker
+    C(draining) (routed nothing new) and removes it after its drain settle time (5 s by default) whether or not the
+    server still holds requests. What the server holds finishes there (M(ansible.legacy.wait_for_drain) watches it).
+    A worker smg is already draining is waited on, not deleted again.
   - B(present) - C(POST /workers) with O(url), O(api_key) and O(worker_config), then C(GET /workers/<id>) until the
-    router's background job has added it and the router finds it healthy. A job that fails, or O(timeout), fails
-    the task with the router's words.
+    gateway's background job has added it and it finds it healthy; with smg, until its health state is C(ready)
+    (not C(pending), C(not_ready), C(failed) or C(draining)). A job that fails, or O(timeout), fails the task with
+    the gateway's words. A worker smg is still draining is waited on until it is gone, then posted.
   - A worker already as asked is left alone (no change); a worker already listed under O(state=present) is waited
-    on until healthy, never posted again.
+    on until healthy, never posted again (smg's 409 to a POST of a listed URL, or of one whose add still runs, names
+    the id waited on).
 version_added: "0.1.0"
 options:
   router_url:
@@ -93,7 +99,8 @@ extends_documentation_fragment: action_common_attributes
 attributes:
   check_mode:
     support: full
-    details: Reads C(GET /workers) only and reports what it would add or remove; it posts and deletes nothing.
+    details: Reads C(GET /workers) and C(GET /get_loads) only and reports what it would add or remove; it posts and
+      deletes nothing.
   diff_mode:
     support: none
   platform:
@@ -102,6 +109,8 @@ notes:
   - Where the module runs (the controller, say, with C(delegate_to)) must reach O(router_url).
   - sglang-router health-checks its workers every C(--health-check-interval-secs) (60 by default); a worker that
     dies while it is listed gets requests until the router notices. Take a worker out before its server stops.
+  - smg's C(PATCH /workers/<id>) changes a worker's priority, cost, labels, key and health or resilience settings but
+    cannot take it out of routing, so the module does not use it; C(DELETE) is smg's drain (docs/fleet.md).
 seealso:
   - module: ansible.legacy.wait_for_drain
   - module: ansible.legacy.wait_for_model
@@ -136,6 +145,12 @@ listed_urls:
   type: list
   elements: str
   sample: ["http://10.0.0.11:30000", "http://10.0.0.12:30000"]
+gateway:
+  description: Which gateway answered, from its C(GET /get_loads) - C(smg) with its version, C(sglang-router) (its
+    answer names no version), or C(unknown) (read as sglang-router).
+  returned: when the gateway listed its workers
+  type: dict
+  sample: {"name": "smg", "version": "1.13.0"}
 worker_id:
   description: The router's id (a UUID) of the worker; null when it is not in the router and was not added.
   returned: always
@@ -146,7 +161,7 @@ worker:
   returned: when the router listed the worker
   type: dict
   sample: {"id": "686c3591-8445-4fca-a983-6c8a391cc881", "url": "http://127.0.0.1:30180", "is_healthy": true,
-           "worker_type": "regular", "connection_mode": "HTTP"}
+           "status": "ready", "worker_type": "regular", "connection_mode": "http"}
 job_status:
   description: The router's background job on the worker, when that job failed.
   returned: on a failed job

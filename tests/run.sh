@@ -109,6 +109,8 @@ if [[ ${mode} == full ]]; then
 fi
 stage "set up the real sglang-router the rolling-restart test runs (.cache/sglang-router; tests never download)"
 python tests/integration/sglang_router_src.py
+stage "set up the real smg, SGLang's gateway after sglang-router, the same test runs too (.cache/smg; tests never download)"
+python tests/integration/smg_src.py
 stage "fetch the huggingface_hub wheels the model role's tests install (.cache/hf-wheels)"
 python tests/integration/hf_wheels.py
 stage "pytest: unit tests"

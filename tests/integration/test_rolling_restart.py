@@ -1,18 +1,21 @@
-"""playbooks/rolling_restart.yml against three replicas behind a real sglang-router 0.3.2, with client traffic through
-the router the whole time.
+"""playbooks/rolling_restart.yml against three replicas behind SGLang's real gateway, with client traffic through it
+the whole time: once behind sglang-router 0.3.2, once behind smg 1.13.0 (the Shepherd Model Gateway, SGLang's gateway
+after sglang-router), the same replicas (converged once) moving from the one to the other.
 
 The replicas are three inventory hosts on this machine (local connection, a prefix and a port each, the group vars of
 inventory/local: real SGLang 0.5.23 files, the SGLang EMULATOR as the server, its requests made to take 0.5 s so that
-a replica taken out of the router still holds some). The router is the real one (tests/integration/sglang_router_src.py
-sets it up in .cache), with control-plane keys and a 1 s health-check interval. The fleet is converged with
-serve_eagle3.yml and registered with the router; then a client sends /generate through the router from four threads
-while rolling_restart.yml rolls out a "new version" (a changed --context-length) whose replica2 crashes on its first
-request (its SGLang left unpatched, the emulator's eagle scenario).
+a replica taken out of the router still holds some). The gateway is the real one from PyPI, set up in .cache by
+tests/integration/sglang_router_src.py and tests/integration/smg_src.py, with control-plane keys and a 1 s
+health-check interval (smg: its workers' drain settle time 1 s instead of 5, through their POST /workers body). The
+fleet is converged with serve_eagle3.yml and registered with the gateway; then a client sends /generate through the
+gateway from four threads while rolling_restart.yml rolls out a "new version" (a changed --context-length) whose
+replica2 crashes on its first request (its SGLang left unpatched, the emulator's eagle scenario).
 
 What must hold: the run fails naming replica2 and its crash; replica1 was restarted with the new version and is back
-in the router; replica2 is out of the router; replica3 was never touched (same process, same config file, same router
-id); the client saw no error; and the router never sent a request to a replica that was down (its metrics count no
-failed request to any worker and no retry).
+in the router (smg: Ready); replica2 is out of the router; replica3 was never touched (same process, same config file,
+same router id); the client saw no error; and the router never sent a request to a replica that was down (its
+metrics count no failed request to any worker, no retry: no circuit breaker moved). Then the re-run after the fix
+(replica2 patched again) adds replica2 back.
 """
 
 from __future__ import annotations
@@ -33,11 +36,13 @@ import urllib.request
 import pytest
 
 import sglang_router_src
+import smg_src
 from ansible_run import free_port, local_hosts, run_playbook, write_inventory
 
 API_KEY = "local-rehearsal-key"  # inventory/local's sglang_server_api_key
 ADMIN_KEY = "router-admin-key-0123456789abcdef"
 REPLICAS = ("replica1", "replica2", "replica3")
+GATEWAYS = ("sglang-router-%s" % sglang_router_src.VERSION, "smg-%s" % smg_src.VERSION)
 CLIENTS = 4
 
 pytestmark = pytest.mark.slow
@@ -74,16 +79,25 @@ def until(what, predicate, timeout=60.0):
 
 
 class Router:
-    """The real sglang-router, started from its venv in a session of its own, stopped by its process group."""
+    """SGLang's real gateway (``kind``: one of GATEWAYS), started from its venv in a session of its own, stopped by its
+    process group."""
 
-    def __init__(self, workdir):
+    def __init__(self, workdir, kind):
+        self.kind = kind
         self.port, self.metrics_port = free_port(), free_port()
         self.url = "http://127.0.0.1:%d" % self.port
-        self.log_path = os.path.join(workdir, "router.log")
-        argv = [sglang_router_src.python(), "-m", "sglang_router.launch_router", "--host", "127.0.0.1",
-                "--port", str(self.port), "--policy", "round_robin", "--health-check-interval-secs", "1",
-                "--prometheus-host", "127.0.0.1", "--prometheus-port", str(self.metrics_port),
-                "--control-plane-api-keys", "fleet-test:fleet test:admin:" + ADMIN_KEY]
+        self.log_path = os.path.join(workdir, "router-%s.log" % kind)
+        common = ["--host", "127.0.0.1", "--port", str(self.port), "--policy", "round_robin",
+                  "--health-check-interval-secs", "1", "--prometheus-host", "127.0.0.1",
+                  "--prometheus-port", str(self.metrics_port),
+                  "--control-plane-api-keys", "fleet-test:fleet test:admin:" + ADMIN_KEY]
+        if kind.startswith("smg-"):
+            argv = [smg_src.program(), "launch", "--shutdown-grace-period-secs", "1"] + common
+            # smg drains a worker it removes for its health.drain_settle_secs (5 s by default): 1 s here
+            self.worker_config = {"health": {"drain_settle_secs": 1}}
+        else:
+            argv = [sglang_router_src.python(), "-m", "sglang_router.launch_router"] + common
+            self.worker_config = {}
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,
                                          start_new_session=True, close_fds=True)
@@ -105,10 +119,26 @@ class Router:
         assert status == 200, body
         return {w["url"]: w for w in body["workers"]}
 
+    def registry(self):
+        """What the gateway's registry says of each worker, without the load figures that change on their own."""
+        return {url: {key: w.get(key) for key in ("id", "is_healthy", "status")} for url, w in self.workers().items()}
+
+    def serving(self, url):
+        """The gateway lists the worker healthy (smg: and Ready)."""
+        record = self.workers().get(url)
+        return bool(record) and record["is_healthy"] is True and record.get("status", "ready") == "ready"
+
     def add(self, url):
-        status, body = http(self.url + "/workers", {"url": url, "api_key": API_KEY}, key=ADMIN_KEY)
+        status, body = http(self.url + "/workers", dict(self.worker_config, url=url, api_key=API_KEY), key=ADMIN_KEY)
         assert status == 202, body
         return body["worker_id"]
+
+    def play_args(self, *more):
+        """rolling_restart.yml's -e arguments for this gateway."""
+        args = ["-e", "sglang_fleet_router_url=" + self.url, "-e", "sglang_fleet_router_api_key=" + ADMIN_KEY]
+        if self.worker_config:
+            args += ["-e", json.dumps({"sglang_fleet_worker_config": self.worker_config})]
+        return args + list(more)
 
     def metrics(self):
         with urllib.request.urlopen("http://127.0.0.1:%d/metrics" % self.metrics_port, timeout=10) as resp:
@@ -189,6 +219,7 @@ def replica_vars(prefix, port, **extra):
 
 @pytest.fixture(scope="module")
 def fleet():
+    """The three replicas, converged once for both gateways."""
     workdir, replicas = local_hosts("fleet", REPLICAS)
     for r in replicas.values():
         r["url"] = "http://127.0.0.1:%d" % r["port"]
@@ -196,25 +227,31 @@ def fleet():
 
     base = os.path.join(workdir, "inventory-now")
     write_inventory(base, {"hosts": {n: replica_vars(r["prefix"], r["port"]) for n, r in replicas.items()}})
-    router = None
     state = {"workdir": workdir, "replicas": replicas, "play": play, "inventory": base}
     try:
-        router = Router(workdir)
-        state["router"] = router
         converged = play("serve_eagle3.yml", base)
         assert converged.rc == 0, converged
-        for r in replicas.values():
-            router.add(r["url"])
-        until("three healthy workers", lambda: len([w for w in router.workers().values() if w["is_healthy"]]) == 3)
         yield state
     finally:
         stopped = play("stop.yml", base)
-        if router is not None:
-            router.stop()
         if stopped.rc == 0:
             shutil.rmtree(workdir, ignore_errors=True)
         else:  # the run state in the prefixes is what finds the servers: keep it
             print("stop.yml failed, %s left in place: %r" % (workdir, stopped), file=sys.stderr)
+
+
+@pytest.fixture(scope="module", params=GATEWAYS)
+def gateway(request, fleet):
+    """One gateway in front of the fleet (the tests run for one, then the other), every replica registered and
+    serving; stopped after its tests."""
+    router = Router(fleet["workdir"], request.param)
+    try:
+        for r in fleet["replicas"].values():
+            router.add(r["url"])
+        until("three healthy workers", lambda: all(router.serving(r["url"]) for r in fleet["replicas"].values()))
+        yield router
+    finally:
+        router.stop()
 
 
 def loads(replica):
@@ -248,8 +285,8 @@ def metric(text, name, **labels):
     return total
 
 
-def test_a_crashing_new_version_stops_the_rollout_with_no_client_error(fleet):
-    replicas, router = fleet["replicas"], fleet["router"]
+def test_a_crashing_new_version_stops_the_rollout_with_no_client_error(fleet, gateway):
+    replicas, router = fleet["replicas"], gateway
     before = {name: {"pid": run_state(r)["pid"], "config": config_digest(r), "worker": router.workers()[r["url"]]["id"]}
               for name, r in replicas.items()}
     # The new version: one more server argument everywhere; on replica2 its SGLang is also left unpatched, and the
@@ -267,9 +304,8 @@ def test_a_crashing_new_version_stops_the_rollout_with_no_client_error(fleet):
         # the first play's checks and replica1's look, leave and router poll, on a machine busy with other jobs.
         clients.held(replicas["replica1"]["url"], 60)
         until("the long request running", lambda: loads(replicas["replica1"])[0] >= 1)
-        run = fleet["play"]("rolling_restart.yml", new, "-e", "sglang_fleet_router_url=" + router.url,
-                            "-e", "sglang_fleet_router_api_key=" + ADMIN_KEY, "-e", "sglang_fleet_poll_interval=0.25",
-                            "-e", "sglang_fleet_drain_timeout=120")
+        run = fleet["play"]("rolling_restart.yml", new, *router.play_args("-e", "sglang_fleet_poll_interval=0.25",
+                                                                          "-e", "sglang_fleet_drain_timeout=120"))
         served_during = clients.ok
         time.sleep(2)  # traffic goes on a moment after the run, on the two replicas left in the router
     finally:
@@ -296,9 +332,11 @@ def test_a_crashing_new_version_stops_the_rollout_with_no_client_error(fleet):
     drain = run.result("replica1", "Let the server finish the requests it holds")
     assert drain["drained"] is True, drain
     assert drain["max_running"] >= 1, drain  # it waited for something: the long request held on replica1
-    assert run.result("replica1", "Put this replica back into the router")["changed"] is True
+    joined = run.result("replica1", "Put this replica back into the router")
+    assert joined["changed"] is True and joined["gateway"]["name"] == router.kind.rsplit("-", 1)[0], joined
     workers = router.workers()
-    assert workers[r1["url"]]["is_healthy"] is True and workers[r1["url"]]["id"] != before["replica1"]["worker"]
+    assert router.serving(r1["url"]) and workers[r1["url"]]["id"] != before["replica1"]["worker"]
+    assert workers[r1["url"]].get("status", "ready") == "ready"  # smg: back only when it says Ready
 
     # replica2: out of the router, its crashed server gone; its note says the rollout took it out of this router (the
     # next run accepts that the router does not list it: test_check_mode_...). replica1's note went when it came back.
@@ -314,7 +352,7 @@ def test_a_crashing_new_version_stops_the_rollout_with_no_client_error(fleet):
     r3 = replicas["replica3"]
     assert run_state(r3)["pid"] == before["replica3"]["pid"]
     assert config_digest(r3) == before["replica3"]["config"]
-    assert workers[r3["url"]]["id"] == before["replica3"]["worker"] and workers[r3["url"]]["is_healthy"] is True
+    assert workers[r3["url"]]["id"] == before["replica3"]["worker"] and router.serving(r3["url"])
     touched = [n for n, _ in run.results("replica3")]
     assert "Take this replica out of the router" not in touched and "Launch SGLang and wait for health" not in touched
     assert "Say which replicas are left untouched and why" not in touched  # a whole batch failed: the run ended there
@@ -327,24 +365,32 @@ def test_a_crashing_new_version_stops_the_rollout_with_no_client_error(fleet):
     text = router.metrics()
     assert metric(text, "smg_worker_cb_outcomes_total", outcome="failure") == 0, text
     assert metric(text, "smg_worker_retries_total") == 0, text
-    assert metric(text, "smg_worker_cb_outcomes_total", outcome="success") >= clients.routed_ok
+    if router.kind.startswith("smg-"):
+        # smg drops a removed worker's own series (replica2's; replica1's until it was back): the gateway-wide counts
+        # carry the proof there. Every upstream answer was a 200, and no breaker opened on a worker it still lists.
+        assert metric(text, "smg_router_upstream_responses_total") == metric(
+            text, "smg_router_upstream_responses_total", status_code="200"), text
+        assert metric(text, "smg_worker_cb_transitions_total", to="open") == 0, text
+        assert metric(text, "smg_worker_cb_state") == 0, text  # 0: closed
+    else:
+        assert metric(text, "smg_worker_cb_outcomes_total", outcome="success") >= clients.routed_ok
     assert metric(text, "smg_router_upstream_responses_total", status_code="200") >= clients.routed_ok
     assert API_KEY not in json.dumps(run.out) and ADMIN_KEY not in json.dumps(run.out)
 
 
-def test_check_mode_changes_nothing_and_says_what_it_would_do(fleet):
+def test_check_mode_changes_nothing_and_says_what_it_would_do(fleet, gateway):
     """After the crashed rollout: replica2 is out of the router, by the rollout's own note; the re-run's check passes
     (the router not listing replica2 is accepted for it) and says what it would do, changing nothing."""
-    replicas, router = fleet["replicas"], fleet["router"]
+    replicas, router = fleet["replicas"], gateway
     before = {name: run_state(r)["pid"] for name, r in replicas.items() if os.path.exists(
         os.path.join(r["prefix"], "var/lib/eagle-deploy/run/sglang.json"))}
-    workers = router.workers()
-    run = fleet["play"]("rolling_restart.yml", fleet["inventory"], "--check", "-e", "sglang_fleet_router_url=" + router.url,
-                        "-e", "sglang_fleet_router_api_key=" + ADMIN_KEY, "-e", "sglang_fleet_poll_interval=0.25",
-                        "-e", "sglang_fleet_serial=100%")  # one batch
+    workers = router.registry()
+    run = fleet["play"]("rolling_restart.yml", fleet["inventory"], "--check",
+                        *router.play_args("-e", "sglang_fleet_poll_interval=0.25",
+                                          "-e", "sglang_fleet_serial=100%"))  # one batch
     assert run.rc == 0, run
     assert {name: run_state(r)["pid"] for name, r in replicas.items() if name in before} == before
-    assert router.workers() == workers
+    assert router.registry() == workers
     left = run.result("replica1", "Take this replica out of the router")
     assert left["changed"] and left["msg"].startswith("would remove worker %s" % replicas["replica1"]["url"])
     assert run.result("replica1", "Launch SGLang and wait for health")["changed"] is True  # would restart
@@ -365,7 +411,7 @@ def test_check_mode_changes_nothing_and_says_what_it_would_do(fleet):
             handle.write(kept)
     assert refused.rc != 0
     assert refused.failures()["replica2"].startswith("the router does not list %s" % replicas["replica2"]["url"])
-    assert router.workers() == workers
+    assert router.registry() == workers
     # The right note, but written by a user that is neither root nor the one the play runs as (its directory his too,
     # neither writable by others): not trusted, nothing touched.
     run_dir = os.path.dirname(note)
@@ -381,17 +427,37 @@ def test_check_mode_changes_nothing_and_says_what_it_would_do(fleet):
         os.chown(note, owner.st_uid, owner.st_gid)
     assert untrusted.rc != 0
     assert untrusted.failures()["replica2"].startswith("the router does not list %s" % replicas["replica2"]["url"])
-    assert router.workers() == workers
+    assert router.registry() == workers
 
 
-def test_bad_input_fails_before_anything_is_touched(fleet):
-    replicas, router = fleet["replicas"], fleet["router"]
+def test_bad_input_fails_before_anything_is_touched(fleet, gateway):
+    replicas, router = fleet["replicas"], gateway
     pids = {name: run_state(r)["pid"] for name, r in replicas.items() if os.path.exists(
         os.path.join(r["prefix"], "var/lib/eagle-deploy/run/sglang.json"))}
-    workers = router.workers()
+    workers = router.registry()
     run = fleet["play"]("rolling_restart.yml", fleet["inventory"], "-e", "sglang_fleet_router_url=" + router.url,
                         "-e", "sglang_fleet_router_api_key=wrong-admin-key-0123456789")
     assert run.rc != 0
     assert all("401" in msg and "router_api_key" in msg for msg in run.failures().values()), run
     assert {name: run_state(r)["pid"] for name, r in replicas.items() if name in pids} == pids
-    assert router.workers() == workers
+    assert router.registry() == workers
+
+
+def test_the_rerun_after_a_fix_adds_the_crashed_replica_back(fleet, gateway):
+    """After the crashed rollout, the fix (replica2's SGLang patched again, the new version kept) and the re-run for
+    replica2: its note lets the first check pass, the rollout restarts it and puts it back; the gateway calls it
+    healthy (smg: Ready) and the note is gone."""
+    replicas, router = fleet["replicas"], gateway
+    r2 = replicas["replica2"]
+    fixed = os.path.join(fleet["workdir"], "inventory-fixed")
+    write_inventory(fixed, {"hosts": {n: replica_vars(r["prefix"], r["port"], sglang_server_context_length=65536)
+                                      for n, r in replicas.items()}})
+    others = {url: w for url, w in router.registry().items() if url != r2["url"]}
+    run = fleet["play"]("rolling_restart.yml", fixed, "--limit", "replica2",
+                        *router.play_args("-e", "sglang_fleet_poll_interval=0.25"))
+    assert run.rc == 0, run
+    joined = run.result("replica2", "Put this replica back into the router")
+    assert joined["changed"] is True and joined["gateway"]["name"] == router.kind.rsplit("-", 1)[0], joined
+    assert router.serving(r2["url"]), router.workers().get(r2["url"])
+    assert not os.path.exists(os.path.join(r2["prefix"], "var/lib/eagle-deploy/run/sglang.fleet-out.json"))
+    assert {url: w for url, w in router.registry().items() if url != r2["url"]} == others  # the others untouched

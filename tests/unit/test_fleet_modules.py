@@ -9,8 +9,9 @@ import json
 import pytest
 
 from ansible.module_utils.common.warnings import get_warning_messages
-from ansible.module_utils.sglang_router_registry import normal_url, progress, shown
-from fleet_harness import FakeClock, FakeRouter, FakeServer, load_module, run
+from ansible.module_utils.sglang_router_registry import (RouterError, RouterWorkers, gateway_of, going, normal_url,
+                                                          progress, serving, shown)
+from fleet_harness import FakeClock, FakeRouter, FakeServer, FakeSmg, load_module, run, smg_answers
 from module_harness import module_exits  # noqa: F401 - fixture
 
 pytestmark = pytest.mark.usefixtures("module_exits")
@@ -22,6 +23,7 @@ ROUTER = "http://router.test:30000"
 URL = "http://127.0.0.1:30180"
 KEY = "worker-key-0123456789abcdef"
 ADMIN = "admin-key-0123456789abcdef"
+READS = [("GET", "/workers"), ("GET", "/get_loads")]  # what a look reads: the list, and what the gateway is
 
 
 @pytest.fixture
@@ -108,7 +110,7 @@ def test_absent_when_not_listed_changes_nothing(clock):
     router.listed("http://127.0.0.1:30181")
     outcome, result = worker(router, clock, state="absent")
     assert outcome == "exit" and not result["changed"] and result["worker_id"] is None
-    assert methods(router) == [("GET", "/workers")]
+    assert methods(router) == READS
 
 
 def test_absent_in_check_mode_only_reads(clock):
@@ -116,7 +118,7 @@ def test_absent_in_check_mode_only_reads(clock):
     worker_id = router.listed(URL)
     outcome, result = worker(router, clock, check=True, state="absent")
     assert outcome == "exit" and result["changed"] and "would remove" in result["msg"]
-    assert methods(router) == [("GET", "/workers")] and worker_id in router.workers
+    assert methods(router) == READS and worker_id in router.workers
 
 
 def test_the_url_matches_with_case_and_trailing_slash_aside(clock):
@@ -160,7 +162,7 @@ def test_present_in_check_mode_posts_nothing(clock):
     router = FakeRouter(clock)
     outcome, result = worker(router, clock, check=True, api_key=KEY)
     assert outcome == "exit" and result["changed"] and "would add" in result["msg"]
-    assert methods(router) == [("GET", "/workers")]
+    assert methods(router) == READS
 
 
 def test_a_failed_add_job_fails_with_the_routers_words(clock):
@@ -216,6 +218,126 @@ def test_bad_input_fails_before_any_request(clock, args, needle):
 ])
 def test_progress_reads_a_worker_record(status, body, state):
     assert progress(status, body)[0] == state
+
+
+# --- sglang_router_worker against smg 1.13.0 (its recorded answers: tests/data/smg-1.13.0) ------------------------
+
+SMG = smg_answers()
+
+
+def test_the_gateway_is_told_by_its_get_loads_answer():
+    assert gateway_of(200, SMG["get_loads"]["body"]) == {"name": "smg", "version": "1.13.0"}
+    assert gateway_of(200, SMG["get_loads_no_worker"]["body"]) == {"name": "smg", "version": "1.13.0"}
+    old = SMG["sglang_router_0_3_2"]["get_loads"]
+    assert gateway_of(old["status"], old["body"]) == {"name": "sglang-router", "version": None}
+    assert gateway_of(404, {"error": "not found"})["name"] == "unknown"
+    assert gateway_of(200, {"loads": []})["name"] == "unknown"
+
+
+@pytest.mark.parametrize("name, state, words", [
+    ("get_worker_adding", "pending", "AddWorker processing"),
+    ("get_worker_ready", "ready", "listed and ready"),
+    ("get_worker_not_ready", "pending", "the gateway calls it not_ready"),
+    ("get_worker_failed", "pending", "the gateway calls it failed"),
+    ("get_worker_draining", "pending", "RemoveWorker processing"),
+    ("get_worker_recovered_after_failed", "ready", "listed and ready"),
+    ("get_worker_removed", "gone", "not listed"),
+])
+def test_progress_reads_smgs_recorded_worker_states(name, state, words):
+    assert progress(SMG[name]["status"], SMG[name]["body"]) == (state, words)
+
+
+def test_a_draining_worker_is_going_and_not_serving():
+    draining, ready = SMG["get_workers_one_draining"]["body"]["workers"]
+    assert draining["status"] == "draining" and going(draining) and not serving(draining)
+    assert ready["status"] == "ready" and not going(ready) and serving(ready)
+    assert going(SMG["get_worker_draining"]["body"])  # its job, as GET /workers/{id} shows it
+    old = SMG["sglang_router_0_3_2"]["get_workers"]["body"]["workers"][0]
+    assert serving(old) and not going(old)  # no status field: is_healthy decides
+
+
+def test_smg_present_waits_until_the_gateway_says_ready(clock):
+    router = FakeSmg(clock, add_seconds=0.5, after_add=[("not_ready", 1.0), ("ready", None)])
+    outcome, result = worker(router, clock, api_key=KEY)
+    assert outcome == "exit" and result["changed"], result
+    assert result["gateway"] == {"name": "smg", "version": "1.13.0"}
+    assert result["worker"]["status"] == "ready" and result["worker"]["is_healthy"] is True
+    assert result["msg"].endswith("listed and ready") and clock.now >= 501.5  # not at the add: at ready
+    assert [body for method, path, body, _ in router.calls if method == "POST"] == [{"url": URL, "api_key": KEY}]
+    assert KEY not in json.dumps(result)
+
+
+def test_smg_present_times_out_with_the_gateways_health_state(clock):
+    router = FakeSmg(clock, add_seconds=0.5, after_add=[("not_ready", 1.0), ("failed", None)])
+    outcome, result = worker(router, clock, api_key=KEY, timeout=4)
+    assert outcome == "fail" and "not added and healthy after 4 s (the gateway calls it failed)" in result["msg"]
+    assert result["worker"]["status"] == "failed"
+
+
+def test_smg_absent_deletes_once_and_waits_out_the_drain(clock):
+    router = FakeSmg(clock, settle_seconds=5.0)
+    worker_id = router.listed(URL)
+    router.listed("http://127.0.0.1:30181")
+    outcome, result = worker(router, clock, state="absent", min_healthy_others=1, poll_interval=1.0)
+    assert outcome == "exit" and result["changed"] and worker_id not in router.workers
+    assert [m for m in methods(router) if m[0] == "DELETE"] == [("DELETE", "/workers/" + worker_id)]
+    assert result["elapsed"] == 5.0 and result["gateway"]["name"] == "smg"
+    assert result["msg"] == "removed worker %s (%s) from the router" % (URL, worker_id)
+
+
+def test_smg_absent_of_a_draining_worker_waits_without_a_second_delete(clock):
+    router = FakeSmg(clock, settle_seconds=5.0)
+    worker_id = router.listed(URL)
+    router(ROUTER + "/workers/" + worker_id, method="DELETE")  # someone else's removal, draining
+    clock.now += 2.0
+    outcome, result = worker(router, clock, state="absent", min_healthy_others=1, poll_interval=1.0)
+    assert outcome == "exit" and result["changed"] and worker_id not in router.workers
+    assert [m for m in methods(router) if m[0] == "DELETE"] == [("DELETE", "/workers/" + worker_id)]  # theirs only
+    assert result["elapsed"] == 3.0 and result["msg"].endswith("(it was already going)")
+
+
+def test_smg_present_of_a_draining_worker_waits_until_gone_then_posts(clock):
+    router = FakeSmg(clock, settle_seconds=5.0, add_seconds=0.5)
+    old_id = router.listed(URL)
+    router(ROUTER + "/workers/" + old_id, method="DELETE")
+    outcome, result = worker(router, clock, api_key=KEY, poll_interval=1.0)
+    assert outcome == "exit" and result["changed"] and result["worker_id"] != old_id
+    posts = [(method, path) for method, path in methods(router) if method in ("POST", "DELETE")]
+    assert posts == [("DELETE", "/workers/" + old_id), ("POST", "/workers")]  # posted once, after the removal
+    assert list(router.workers) == [result["worker_id"]] and result["worker"]["status"] == "ready"
+    assert result["elapsed"] >= 5.5
+
+
+def test_smg_409_of_an_add_in_progress_is_waited_on(clock):
+    router = FakeSmg(clock, add_seconds=2.0)
+    router(ROUTER + "/workers", data=json.dumps({"url": URL, "api_key": KEY}).encode(), method="POST")
+    outcome, result = worker(router, clock, api_key=KEY, poll_interval=0.5)
+    assert outcome == "exit" and result["worker"]["status"] == "ready", result
+    assert [(method, path) for method, path, _, _ in router.calls if method == "POST"] == [("POST", "/workers")] * 2
+    assert list(router.workers) == [result["worker_id"]]
+
+
+def test_a_409_without_an_id_fails_with_the_gateways_words():
+    answer = type("Answer", (), {"status": 409, "body": {"error": "conflict", "code": "OTHER"}})()
+    with pytest.raises(RouterError) as raised:
+        RouterWorkers._already(answer)  # pylint: disable=protected-access
+    assert "409" in str(raised.value) and "conflict" in str(raised.value)
+
+
+def test_smg_check_mode_only_reads(clock):
+    router = FakeSmg(clock)
+    worker_id = router.listed(URL)
+    outcome, result = worker(router, clock, check=True, state="absent")
+    assert outcome == "exit" and result["changed"] and "would remove" in result["msg"]
+    assert methods(router) == READS and router.workers[worker_id]["status"] == "ready"
+    outcome, result = worker(router, clock, check=True, url="http://127.0.0.1:30181")
+    assert outcome == "exit" and "would add" in result["msg"] and result["gateway"]["name"] == "smg"
+
+
+def test_smg_needs_the_admin_key_like_sglang_router(clock):
+    router = FakeSmg(clock, admin_key=ADMIN)
+    outcome, result = worker(router, clock, api_key=KEY)
+    assert outcome == "fail" and "401" in result["msg"] and "router_api_key" in result["msg"]
 
 
 # --- wait_for_drain -----------------------------------------------------------------------------------------------
