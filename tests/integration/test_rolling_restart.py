@@ -452,6 +452,32 @@ def test_the_rerun_after_a_fix_adds_the_crashed_replica_back(fleet, gateway):
     fixed = os.path.join(fleet["workdir"], "inventory-fixed")
     write_inventory(fixed, {"hosts": {n: replica_vars(r["prefix"], r["port"], sglang_server_context_length=65536)
                                       for n, r in replicas.items()}})
+    if router.kind.startswith("smg-"):
+        # Once, on the last gateway: with sglang_server_rollback, the still broken version on replica2 is rolled back
+        # to its last good deployment (the fixed one of the first gateway's re-run: its patched file put back from
+        # the record's copy), which goes back into the gateway; the run fails naming the replica and the crash, and
+        # no client sees an error.
+        broken = os.path.join(fleet["workdir"], "inventory-broken")
+        hosts = {n: replica_vars(r["prefix"], r["port"], sglang_server_context_length=65536) for n, r in replicas.items()}
+        hosts["replica2"].update(sglang_patch_enabled=False, sglang_emulator_scenario="eagle", sglang_server_rollback=True)
+        write_inventory(broken, {"hosts": hosts})
+        good = json.load(open(os.path.join(r2["prefix"], "var/lib/eagle-deploy/run/sglang.good.json")))["deployments"][0]
+        clients = Clients(router.url)
+        try:
+            until("client traffic through the router", lambda: clients.ok >= 10)
+            run = fleet["play"]("rolling_restart.yml", broken, "--limit", "replica2",
+                                *router.play_args("-e", "sglang_fleet_poll_interval=0.25"))
+            time.sleep(2)
+        finally:
+            clients.stop()
+        assert run.rc != 0, run
+        msg = " ".join(run.failures()["replica2"].split())
+        assert msg.startswith("replica replica2 (%s) failed and was rolled back to %s, SGLang 0.5.23, serving, pid %d"
+                              % (r2["url"], good["fingerprint"][:16], run_state(r2)["pid"])), msg
+        assert "eagle_worker_v2.py); back in the router, and no replica after it was touched." in msg, msg
+        assert "crash class: first_request_crash" in run.result("replica2", "Show why the smoke test failed")["msg"]
+        assert run_state(r2)["fingerprint"] == good["fingerprint"] and router.serving(r2["url"])
+        assert clients.errors == [], clients.errors
     others = {url: w for url, w in router.registry().items() if url != r2["url"]}
     run = fleet["play"]("rolling_restart.yml", fixed, "--limit", "replica2",
                         *router.play_args("-e", "sglang_fleet_poll_interval=0.25"))
