@@ -123,7 +123,7 @@ attributes:
   platform:
     platforms: posix
 author:
-  - eagle-deploy contributors
+  - eagle-deploy contributors (!UNKNOWN)
 """
 
 EXAMPLES = r"""

@@ -16,12 +16,13 @@ the counters behind it: ``metrics_reporter.reset_metrics``). The smoke test read
 warm-up request and the smoke's own); the benchmark client flushes the cache before each run, so it reads that run's.
 """
 
+import math
+
 
 def _rank_figure(state):
     """A rank's avg_spec_accept_length (a finite number, never a bool), else None."""
     value = state.get("avg_spec_accept_length") if isinstance(state, dict) else None
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value in (
-            float("inf"), float("-inf")):
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value):
         return None
     return float(value)
 
