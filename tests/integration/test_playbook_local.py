@@ -627,9 +627,10 @@ def test_a_failed_upgrade_rolls_back_and_the_fixed_upgrade_reinstalls_repatches_
     assert rec["fingerprint"] == good["fingerprint"] and rec["fingerprint_data"]["sglang_version"] == "0.5.23"
     assert stat.S_IMODE(os.stat(os.path.join(run_dir(host), "sglang.good.json")).st_mode) == 0o600
     # the key's one copy on disk is the server's config: the record's copy of it holds a mark in its place
-    for fname in os.listdir(run_dir(host)):
-        with open(os.path.join(run_dir(host), fname), "rb") as handle:
-            assert API_KEY.encode() not in handle.read(), fname
+    for top, _dirs, files in os.walk(run_dir(host)):
+        for fname in files:
+            with open(os.path.join(top, fname), "rb") as handle:
+                assert API_KEY.encode() not in handle.read(), os.path.join(top, fname)
     new = ("-e", "sglang_emulator_scenario=eagle", "-e", "sglang_install_version=0.5.20",
            "-e", "sglang_patch_enabled=false", "-e", "sglang_server_rollback=true")
     # --check says what a failure of the start it would make would roll back to, and touches nothing
