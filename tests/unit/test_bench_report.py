@@ -407,3 +407,58 @@ def test_the_gpu_runs_page_has_its_marks_and_says_what_the_figures_are():
     assert "random weights" in text and "accept length is about 1" in text
     assert not any(t == "script" for t, _ in page.tags)  # self-contained, nothing to run or fetch
     assert not any(a.get("src", "").startswith("http") or a.get("href", "").startswith("http") for _, a in page.tags)
+
+
+# -- the same benchmark with repeats (tests/data/h100-bench-repeats): 3 counted runs a point on each side -------------
+REPEATS_RUN = os.path.join(REPO, "tests", "data", "h100-bench-repeats", "reports", "localhost",
+                           "20261207T084220.241645Z")
+
+
+def _kept_repeats(name):
+    with open(os.path.join(REPEATS_RUN, name)) as handle:
+        return handle.read() if name.endswith(".html") else json.load(handle)
+
+
+def test_the_gpu_repeats_give_three_runs_a_point_a_spread_and_a_verdict_from_it():
+    data, summary = _kept_repeats("bench.json"), _kept_repeats("summary.json")
+    assert data["client"]["module"] == "sglang.benchmark.serving" and data["sweep"] == [1, 16]
+    by = report.runs_by_point(data)
+    # 3 counted runs per side and point; the calibration runs (a first run shorter than sglang_bench_min_seconds)
+    # do not count.
+    assert {key: len(runs) for key, runs in by.items()} == {
+        (side, c): 3 for side in ("speculative", "baseline") for c in (1, 16)}
+    assert any(r.get("calibration") for r in data["runs"])
+    for runs in by.values():
+        assert all(r["seconds"] >= 10 for r in runs)
+    rows = report.speedups(data)
+    assert [r["concurrency"] for r in rows] == [s["concurrency"] for s in summary["rows"]] == [1, 16]
+    for row, kept in zip(rows, summary["rows"]):
+        for side in ("speculative", "baseline"):
+            assert row[side] == pytest.approx(kept[side]) and row[side]["n"] == 3
+            assert row[side]["min"] < row[side]["median"] < row[side]["max"]
+        # a random draft: the whole spread is below 1.0x, so the verdict is given, and it is "does not pay"
+        assert row["speedup_low"] <= row["speedup"] <= row["speedup_high"] < 1.0
+        assert row["verdict"] == kept["verdict"] == report.VERDICT_LOSES
+        assert row["accept_length"] == 1.0
+    interval = report.crossover_interval(rows)
+    assert interval == summary["crossover_interval"] and (interval["above"], interval["at_most"]) == (None, 1)
+    assert report.recommendation(rows, interval, data["recommend"]) == summary["recommendation"]
+    assert "does not pay at any concurrency measured" in summary["recommendation"]
+    assert data["deployment"]["fingerprint_before"] == data["deployment"]["fingerprint_after"]
+
+
+def test_the_gpu_repeats_page_shows_the_spread_and_the_verdicts():
+    page = Marks(_kept_repeats("report.html"))
+    assert len(page.having("circle", "speedup-point")) == 2
+    text = " ".join(page.text)
+    assert "random weights" in text and "does not pay" in text
+
+
+def test_the_gpu_repeats_console_keeps_the_speculation_checks_figure_with_the_check_off():
+    # The smoke test after the restore: SGLang's accept length of a random draft, shown, not checked (set to 0).
+    with open(os.path.join(REPO, "tests", "data", "h100-bench-repeats", "console", "bench.console.txt")) as handle:
+        console = handle.read()
+    line = next(i for i, text in enumerate(console.splitlines()) if "msg: 'speculation: accept length" in text)
+    shown = " ".join(text.split(None, 1)[1].strip() for text in console.splitlines()[line:line + 2])
+    assert "speculation: accept length 1.02 (7 requests: 508 tokens in 499 verify steps)" in shown
+    assert "(not checked: sglang_server_min_accept_length is 0)" in shown

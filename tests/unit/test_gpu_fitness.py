@@ -527,3 +527,38 @@ def test_a_forged_xid_in_kmsg_is_no_finding(monkeypatch):
     lines = gpu_fitness.Host(None).kmsg_xid_lines()
     assert lines == ["NVRM: Xid (PCI:0000:18:00): 31, pid=0, GPU has fallen off the bus."] and closed == [42]
     assert [x["xid"] for x in fitness.parse_xids(lines)] == [31]
+
+
+# -- the real check on a lent H100, in the playbook (tests/data/h200-playbook/fitness-h100, README there) ------------
+GPU_PLAY = os.path.join(REPO, "tests", "data", "h200-playbook", "fitness-h100", "console")
+
+
+def _task_block(console, task):
+    """The lines of one task's output in a stamped console (``<stamp> <text>``), stamps dropped."""
+    lines = [line.split(" ", 1)[1] if " " in line else "" for line in console.splitlines()]
+    start = next(i for i, line in enumerate(lines) if line.startswith("TASK [sglang_server : %s]" % task))
+    end = next(i for i in range(start + 1, len(lines)) if lines[i].startswith("TASK ["))
+    return "\n".join(lines[start + 1:end])
+
+
+def _console(name):
+    with open(os.path.join(GPU_PLAY, name)) as handle:
+        return handle.read()
+
+
+def test_the_real_check_on_the_h100_passes_and_reads_torch_from_a_site_dir_outside_the_venv():
+    block = _task_block(_console("fresh.console.txt"), "Check the host is fit to serve")
+    result = yaml.safe_load(block.split("=>", 1)[1])
+    assert result["fit"] is True and result["findings"] == [] and result["checked"] is True
+    assert (result["driver_version"], result["cuda_version"], result["torch_cuda"]) == ("580.159.04", "13.0", "13.0")
+    assert [g["name"] for g in result["gpus"]] == ["NVIDIA H100 80GB HBM3"]
+    # the SGLang venv (/opt/sglang/venv-0.5.17) has no torch of its own: its python imports the device's torch from a
+    # site dir (sglang_install_site_dirs, a .pth of the venv), and the check found its version.py without importing torch
+    assert result["sources"]["torch"] == "/opt/torch/.venv/lib/python3.12/site-packages/torch/version.py"
+    assert result["sources"]["kernel_log"] == "/dev/kmsg" and result["sources"]["fabric_manager"] == "no NVSwitch"
+    assert result["elapsed"] < 1.0
+
+
+def test_the_check_adds_nothing_to_the_no_op_rerun_on_the_h100():
+    block = _task_block(_console("noop.console.txt"), "Check the host is fit to serve")
+    assert block.lstrip().startswith("skipping: [localhost]")
