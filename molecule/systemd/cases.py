@@ -10,7 +10,7 @@ where it must (a state that never comes) raises: side_effect fails, loudly.
   reboot      `podman restart` of the host: the enabled unit sglang-sglang.service loads again (`activating`, the
               phase in StatusText, /health_generate silent), turns `active` once the model answers; a re-run of the
               playbook then changes nothing and keeps MainPID.
-  ssh_drop    deployment `slow` (a 90 s load): its converge is cut mid-wait (SIGKILL to the sshd session process of
+  ssh_drop    deployment `slow` (a 60 s load): its converge is cut mid-wait (SIGKILL to the sshd session process of
               its connection, inside the host), the server loads on in its unit; the playbook again picks up the same
               attempt and its wait completes. Then playbooks/stop.yml stops `slow`.
   crash       deployment `crash`: kill -9 of a scheduler each time the server is ready: the unit restarts it
@@ -72,7 +72,7 @@ RUN_DIR = "/var/lib/eagle-deploy/run"  # sglang_install_run_dir's default (tests
 EMULATOR = "{{ sglang_install_venv }}/bin/sglang-emulator"
 
 # The deployments besides the scenario's own `sglang` (port 30000): name -> port, emulator load (s), shards.
-SLOW = ("slow", 30001, 90, 18)
+SLOW = ("slow", 30001, 60, 18)
 CRASH = ("crash", 30002, 2, 2)
 CRASH_LOAD = ("crashload", 30003, 40, 8)
 UNHEALTHY = ("unhealthy", 30020, 2, 2)
