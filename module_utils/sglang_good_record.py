@@ -117,7 +117,7 @@ def record(run_dir, name, state, inputs, keep, wall, secrets=()):
             writes.append((f["copy"], data))
     writes.append((GOOD_FILE % name, json.dumps({"format": FORMAT, "deployments": kept}, indent=1,
                                                 sort_keys=True).encode("utf-8")))
-    _write(run_dir, writes)  # the copies first: a record never names a copy that is not there
+    sglang_proc.write_files(run_dir, writes, mode=0o600, fsync=True)  # the copies first: a record never names a copy that is not there
     live = {f.get("copy") for d in kept for f in d.get("fingerprint_files") or [] if isinstance(f, dict)}
     for d in deployments:
         for f in d.get("fingerprint_files") or []:
@@ -149,29 +149,6 @@ def unredact(data, secrets):
         raise GoodRecordError("a kept copy holds a secret (the API key) that this run does not give: give the server's "
                               "secrets (sglang_server_api_key) to the rollback")
     return data
-
-
-def _write(run_dir, files):
-    """Write (name, bytes) pairs into the trusted run dir, each atomically, root-only (mode 0600)."""
-    dir_fd = sglang_proc.open_run_dir(run_dir)
-    try:
-        for fname, text in files:
-            tmp = fname + ".tmp"
-            try:
-                os.unlink(tmp, dir_fd=dir_fd)
-            except OSError as e:
-                if e.errno != errno.ENOENT:
-                    raise
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                         dir_fd=dir_fd)
-            with os.fdopen(fd, "wb") as fh:
-                os.fchmod(fh.fileno(), 0o600)
-                fh.write(text)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.rename(tmp, fname, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def _summary(d):

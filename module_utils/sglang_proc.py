@@ -286,9 +286,10 @@ def write_state(run_dir, name, state):
                           ("%s.pid" % name, "%d\n" % state["pid"])))
 
 
-def write_files(run_dir, files, mode=0o644):
-    """Write each (file name, text) in the trusted run dir atomically: a temporary name created with O_EXCL, then a
-    rename relative to the checked directory. ``mode`` 0o600 for a file that holds secrets."""
+def write_files(run_dir, files, mode=0o644, fsync=False):
+    """Write each (file name, text or bytes) in the trusted run dir atomically: a temporary name created with O_EXCL,
+    then a rename relative to the checked directory. ``mode`` 0o600 for a file that holds secrets; ``fsync``: each
+    file's data reaches the disk before its rename (a record that must survive a crash)."""
     dir_fd = open_run_dir(run_dir)
     try:
         for fname, text in files:
@@ -299,10 +300,12 @@ def write_files(run_dir, files, mode=0o644):
                 if e.errno != errno.ENOENT:
                     raise
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
-            with os.fdopen(fd, "w") as fh:
+            with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as fh:
                 os.fchmod(fh.fileno(), mode)
                 fh.write(text)
                 fh.flush()
+                if fsync:
+                    os.fsync(fh.fileno())
             os.rename(tmp, fname, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     finally:
         os.close(dir_fd)
