@@ -111,6 +111,11 @@ options:
   restore:
     description:
       - With O(state=chosen), put back the chosen deployment's changed files from their copies (not in check mode).
+      - A file is written back only into a directory that nobody less privileged can write or swap, checked as the
+        run dir is (owned by root or this module's user, not writable by group or others, every directory above it
+        likewise, no symlink on the path), relative to that directory and never through a symlink at the file's path.
+        When one changed file's directory or path fails that check, nothing is restored and the module fails naming
+        the file, why and the fix.
     type: bool
     default: false
 extends_documentation_fragment: action_common_attributes

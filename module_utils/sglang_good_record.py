@@ -117,7 +117,8 @@ def record(run_dir, name, state, inputs, keep, wall, secrets=()):
             writes.append((f["copy"], data))
     writes.append((GOOD_FILE % name, json.dumps({"format": FORMAT, "deployments": kept}, indent=1,
                                                 sort_keys=True).encode("utf-8")))
-    _write(run_dir, writes)  # the copies first: a record never names a copy that is not there
+    # the copies first: a record never names a copy that is not there
+    sglang_proc.write_files(run_dir, writes, mode=0o600, fsync=True)
     live = {f.get("copy") for d in kept for f in d.get("fingerprint_files") or [] if isinstance(f, dict)}
     for d in deployments:
         for f in d.get("fingerprint_files") or []:
@@ -149,29 +150,6 @@ def unredact(data, secrets):
         raise GoodRecordError("a kept copy holds a secret (the API key) that this run does not give: give the server's "
                               "secrets (sglang_server_api_key) to the rollback")
     return data
-
-
-def _write(run_dir, files):
-    """Write (name, bytes) pairs into the trusted run dir, each atomically, root-only (mode 0600)."""
-    dir_fd = sglang_proc.open_run_dir(run_dir)
-    try:
-        for fname, text in files:
-            tmp = fname + ".tmp"
-            try:
-                os.unlink(tmp, dir_fd=dir_fd)
-            except OSError as e:
-                if e.errno != errno.ENOENT:
-                    raise
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600,
-                         dir_fd=dir_fd)
-            with os.fdopen(fd, "wb") as fh:
-                os.fchmod(fh.fileno(), 0o600)
-                fh.write(text)
-                fh.flush()
-                os.fsync(fh.fileno())
-            os.rename(tmp, fname, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
-    finally:
-        os.close(dir_fd)
 
 
 def _summary(d):
@@ -241,37 +219,104 @@ def choose(run_dir, name, failed_fingerprint, secrets=()):
 
 def restore(run_dir, d, secrets=()):
     """Put back each fingerprint file of ``d`` that changed, from its copy (owner and mode as recorded). Returns
-    the paths restored. Call only after :func:`why_not_intact` said None."""
-    restored = []
-    for f in d.get("fingerprint_files") or []:
-        path = f["path"]
-        try:
-            if file_sha256(path) == f["sha256"]:
+    the paths restored. Call only after :func:`why_not_intact` said None.
+
+    A file is written only into a directory that nobody less privileged can write or swap (checked as the run dir
+    is: :func:`sglang_proc.open_trusted_dir`); the look at the file there, the write and the rename are relative to
+    that directory's descriptor, and a symlink at the file's path is never followed. Every changed file's directory
+    and copy are checked before anything is written: when one is not trusted (or its path is a symlink or not a
+    regular file), nothing is restored, and :class:`GoodRecordError` says which file, why and what to fix."""
+    targets = []
+    try:
+        for f in d.get("fingerprint_files") or []:
+            path = f["path"]
+            try:
+                if file_sha256(path) == f["sha256"]:
+                    continue  # as recorded: nothing is written there
+            except (OSError, TypeError):
+                pass
+            dir_fd, base = _open_dir_of(path)
+            targets.append((f, dir_fd, base))
+        writes = []
+        for f, dir_fd, base in targets:
+            if _sha256_at(dir_fd, base, f["path"]) == f["sha256"]:
                 continue
-        except OSError:
-            pass
-        data = sglang_proc.read_file(run_dir, f["copy"], limit=COPY_LIMIT + 1, raw=True)
-        if data is None or hashlib.sha256(data).hexdigest() != f.get("copy_sha256", f["sha256"]):
-            raise GoodRecordError("the kept copy %s of %s no longer matches the record: nothing was restored"
-                                  % (f["copy"], path))
-        data = unredact(data, secrets)
-        directory = os.path.dirname(path) or "."
-        tmp = os.path.join(directory, ".%s.eagle-rollback" % os.path.basename(path))
-        try:
-            os.unlink(tmp)
-        except OSError as e:
-            if e.errno != errno.ENOENT:
-                raise
-        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-        with os.fdopen(fd, "wb") as fh:
-            fh.write(data)
-            fh.flush()
-            os.fsync(fh.fileno())
-            os.fchown(fh.fileno(), f["uid"], f["gid"])
-            os.fchmod(fh.fileno(), f["mode"])
-        os.rename(tmp, path)
-        restored.append(path)
-    return restored
+            data = sglang_proc.read_file(run_dir, f["copy"], limit=COPY_LIMIT + 1, raw=True)
+            if data is None or hashlib.sha256(data).hexdigest() != f.get("copy_sha256", f["sha256"]):
+                raise GoodRecordError("the kept copy %s of %s no longer matches the record: nothing was restored"
+                                      % (f["copy"], f["path"]))
+            writes.append((f, dir_fd, base, unredact(data, secrets)))
+        for f, dir_fd, base, data in writes:
+            _put_back(dir_fd, base, data, f)
+        return [f["path"] for f, _fd, _base, _data in writes]
+    finally:
+        for _f, dir_fd, _base in targets:
+            os.close(dir_fd)
+
+
+def _refused(path):
+    return "%s was not restored, nor any other file of this rollback (left as they are)" % path
+
+
+def _open_dir_of(path):
+    """(descriptor of the directory of ``path``, the file's name in it), the directory checked as the run dir is.
+    GoodRecordError, naming the fix, when someone less privileged could write or swap it."""
+    directory, base = os.path.split(path)
+    if not os.path.isabs(path) or not base:
+        raise GoodRecordError("%s: the recorded path is not the absolute path of a file" % _refused(path))
+    fix = ("the rollback writes a file back only where nobody less privileged can swap it: keep it in a directory "
+           "that is root's and not writable by its group or others, with every directory above it likewise, on a "
+           "path without symlinks (group-readable is fine, e.g. root:sglang 0750), then run again")
+    try:
+        dir_fd = sglang_proc.open_trusted_dir(directory, "directory", fix, "restore %s by hand" % path,
+                                              "chown root %s; chmod go-w %s" % (directory, directory))
+    except sglang_proc.UntrustedState as e:
+        raise GoodRecordError("%s: %s" % (_refused(path), e))
+    except OSError as e:
+        raise GoodRecordError("%s: its directory %s cannot be opened: %s" % (_refused(path), directory, e))
+    return dir_fd, base
+
+
+def _sha256_at(dir_fd, base, path):
+    """SHA-256 of the regular file ``base`` in the opened directory, None when it is gone; never through a symlink
+    (GoodRecordError, as for anything but a regular file)."""
+    try:
+        fd = os.open(base, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError as e:
+        if e.errno == errno.ENOENT:
+            return None
+        if e.errno == errno.ELOOP:
+            raise GoodRecordError("%s: it is a symlink (to %s), and the rollback never writes through one: put the "
+                                  "file itself there, or restore it by hand"
+                                  % (_refused(path), os.readlink(base, dir_fd=dir_fd)))
+        raise GoodRecordError("%s: %s" % (_refused(path), e))
+    with os.fdopen(fd, "rb") as fh:
+        if not stat.S_ISREG(os.fstat(fh.fileno()).st_mode):
+            raise GoodRecordError("%s: it is not a regular file: remove it, or restore it by hand" % _refused(path))
+        digest = hashlib.sha256()
+        for chunk in iter(lambda: fh.read(1 << 20), b""):
+            digest.update(chunk)
+        return digest.hexdigest()
+
+
+def _put_back(dir_fd, base, data, f):
+    """Write ``data`` as ``base`` in the opened directory: a new file under a temporary name (O_EXCL, never through
+    a symlink) with the recorded owner and mode, renamed over ``base`` within that directory."""
+    tmp = ".%s.eagle-rollback" % base
+    try:
+        os.unlink(tmp, dir_fd=dir_fd)
+    except OSError as e:
+        if e.errno != errno.ENOENT:
+            raise
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+    with os.fdopen(fd, "wb") as fh:
+        fh.write(data)
+        fh.flush()
+        os.fsync(fh.fileno())
+        os.fchown(fh.fileno(), f["uid"], f["gid"])
+        os.fchmod(fh.fileno(), f["mode"])
+    os.rename(tmp, base, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    os.fsync(dir_fd)
 
 
 def judge(run_dir, name, state, verdict, reason, wall):

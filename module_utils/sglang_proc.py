@@ -165,16 +165,16 @@ def _why_untrusted(st, what, path):
     return None
 
 
-def _why_untrusted_above(st, path):
+def _why_untrusted_above(st, path, elsewhere="choose another run_dir"):
     """Why a directory above the run dir lets someone else swap what lies below it, or None. A sticky
     directory (``/tmp``, mode 1777) is fine: nobody but its owner and an entry's owner may rename or remove
     an entry in it."""
     if st.st_uid not in (0, os.geteuid()):
         return ("directory %s above it is owned by uid %d, not by root or uid %d (the user running this module); "
-                "chown root: %s, or choose another run_dir" % (path, st.st_uid, os.geteuid(), path))
+                "chown root: %s, or %s" % (path, st.st_uid, os.geteuid(), path, elsewhere))
     if st.st_mode & 0o022 and not st.st_mode & stat.S_ISVTX:
         return ("directory %s above it is writable by its group or by others (mode %04o) and not sticky; chmod go-w %s, "
-                "or choose another run_dir" % (path, stat.S_IMODE(st.st_mode), path))
+                "or %s" % (path, stat.S_IMODE(st.st_mode), path, elsewhere))
     return None
 
 
@@ -186,32 +186,43 @@ def open_run_dir(run_dir):
     except that a sticky directory owned by root (``/tmp``) may be writable by others.
 
     Raises :class:`UntrustedState` (naming the fix) or OSError (missing)."""
-    path = run_dir if os.path.isabs(run_dir) else os.path.join(os.getcwd(), run_dir)
-    parts = [c for c in path.split("/") if c not in ("", ".")]
-    if ".." in parts:
-        raise UntrustedState("run_dir %s contains '..': give its real path" % run_dir)
     fix = ("run state there is not trusted, so nothing is signalled. Keep run_dir where only root can write, on a "
            "path without symlinks (e.g. /run/eagle-deploy or /var/lib/eagle-deploy/run, root-owned, mode 0755)")
+    return open_trusted_dir(run_dir, "run_dir", fix, "choose another run_dir",
+                            "chown root: %s; chmod 0755 %s" % (run_dir, run_dir))
+
+
+def open_trusted_dir(directory, what, fix, elsewhere, fix_here):
+    """A descriptor of ``directory``, checked as :func:`open_run_dir` checks the run dir (its rules), for any
+    directory whose files this module writes as root where someone less privileged must not swap them. Messages
+    name it as ``what``, end with ``fix`` (what the refusal means, where to keep it instead), and say how to fix a
+    directory above it (``chown``/``chmod``, or ``elsewhere``) or the directory itself (``fix_here``).
+
+    Raises :class:`UntrustedState` (naming the fix) or OSError (missing)."""
+    path = directory if os.path.isabs(directory) else os.path.join(os.getcwd(), directory)
+    parts = [c for c in path.split("/") if c not in ("", ".")]
+    if ".." in parts:
+        raise UntrustedState("%s %s contains '..': give its real path" % (what, directory))
     fd = os.open("/", os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
     cur = "/"
     try:
-        for i, comp in enumerate(parts + [None]):
+        for comp in parts + [None]:
             st = os.fstat(fd)
             if comp is None:
-                reason = _why_untrusted(st, "run_dir", run_dir)
+                reason = _why_untrusted(st, what, directory)
                 if reason:
-                    raise UntrustedState("%s: %s (chown root: %s; chmod 0755 %s)" % (reason, fix, run_dir, run_dir))
+                    raise UntrustedState("%s: %s (%s)" % (reason, fix, fix_here))
                 return fd
-            reason = _why_untrusted_above(st, cur)
+            reason = _why_untrusted_above(st, cur, elsewhere)
             if reason:
-                raise UntrustedState("run_dir %s: %s: %s" % (run_dir, reason, fix))
+                raise UntrustedState("%s %s: %s: %s" % (what, directory, reason, fix))
             nxt = os.path.join(cur, comp)
             try:
                 nfd = os.open(comp, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
             except OSError as e:
                 if e.errno in (errno.ELOOP, errno.ENOTDIR) and stat.S_ISLNK(os.lstat(comp, dir_fd=fd).st_mode):
-                    raise UntrustedState("run_dir %s: %s is a symlink (to %s): %s" % (
-                        run_dir, nxt, os.readlink(comp, dir_fd=fd), fix))
+                    raise UntrustedState("%s %s: %s is a symlink (to %s): %s" % (
+                        what, directory, nxt, os.readlink(comp, dir_fd=fd), fix))
                 raise
             os.close(fd)
             fd, cur = nfd, nxt
@@ -286,9 +297,10 @@ def write_state(run_dir, name, state):
                           ("%s.pid" % name, "%d\n" % state["pid"])))
 
 
-def write_files(run_dir, files, mode=0o644):
-    """Write each (file name, text) in the trusted run dir atomically: a temporary name created with O_EXCL, then a
-    rename relative to the checked directory. ``mode`` 0o600 for a file that holds secrets."""
+def write_files(run_dir, files, mode=0o644, fsync=False):
+    """Write each (file name, text or bytes) in the trusted run dir atomically: a temporary name created with O_EXCL,
+    then a rename relative to the checked directory. ``mode`` 0o600 for a file that holds secrets; ``fsync``: each
+    file's data reaches the disk before its rename (a record that must survive a crash)."""
     dir_fd = open_run_dir(run_dir)
     try:
         for fname, text in files:
@@ -299,10 +311,12 @@ def write_files(run_dir, files, mode=0o644):
                 if e.errno != errno.ENOENT:
                     raise
             fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, mode, dir_fd=dir_fd)
-            with os.fdopen(fd, "w") as fh:
+            with os.fdopen(fd, "wb" if isinstance(text, bytes) else "w") as fh:
                 os.fchmod(fh.fileno(), mode)
                 fh.write(text)
                 fh.flush()
+                if fsync:
+                    os.fsync(fh.fileno())
             os.rename(tmp, fname, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     finally:
         os.close(dir_fd)

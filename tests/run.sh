@@ -108,9 +108,9 @@ if [[ ${mode} == full ]]; then
     bash molecule/setup-host.sh
 fi
 stage "set up the real sglang-router the rolling-restart test runs (.cache/sglang-router; tests never download)"
-python tests/integration/sglang_router_src.py
+python tests/integration/gateway_src.py sglang-router
 stage "set up the real smg, SGLang's gateway after sglang-router, the same test runs too (.cache/smg; tests never download)"
-python tests/integration/smg_src.py
+python tests/integration/gateway_src.py smg
 stage "fetch the huggingface_hub wheels the model role's tests install (.cache/hf-wheels)"
 python tests/integration/hf_wheels.py
 stage "pytest: unit tests"

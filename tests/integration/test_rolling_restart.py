@@ -5,7 +5,7 @@ after sglang-router), the same replicas (converged once) moving from the one to 
 The replicas are three inventory hosts on this machine (local connection, a prefix and a port each, the group vars of
 inventory/local: real SGLang 0.5.23 files, the SGLang EMULATOR as the server, its requests made to take 0.5 s so that
 a replica taken out of the router still holds some). The gateway is the real one from PyPI, set up in .cache by
-tests/integration/sglang_router_src.py and tests/integration/smg_src.py, with control-plane keys and a 1 s
+tests/integration/gateway_src.py, with control-plane keys and a 1 s
 health-check interval (smg: its workers' drain settle time 1 s instead of 5, through their POST /workers body). The
 fleet is converged with serve_eagle3.yml and registered with the gateway; then a client sends /generate through the
 gateway from four threads while rolling_restart.yml rolls out a "new version" (a changed --context-length) whose
@@ -35,14 +35,13 @@ import urllib.request
 
 import pytest
 
-import sglang_router_src
-import smg_src
+import gateway_src
 from ansible_run import free_port, local_hosts, run_playbook, write_inventory
 
 API_KEY = "local-rehearsal-key"  # inventory/local's sglang_server_api_key
 ADMIN_KEY = "router-admin-key-0123456789abcdef"
 REPLICAS = ("replica1", "replica2", "replica3")
-GATEWAYS = ("sglang-router-%s" % sglang_router_src.VERSION, "smg-%s" % smg_src.VERSION)
+GATEWAYS = ("sglang-router-%s" % gateway_src.SGLANG_ROUTER.version, "smg-%s" % gateway_src.SMG.version)
 CLIENTS = 4
 
 pytestmark = pytest.mark.slow
@@ -92,11 +91,11 @@ class Router:
                   "--prometheus-port", str(self.metrics_port),
                   "--control-plane-api-keys", "fleet-test:fleet test:admin:" + ADMIN_KEY]
         if kind.startswith("smg-"):
-            argv = [smg_src.program(), "launch", "--shutdown-grace-period-secs", "1"] + common
+            argv = [gateway_src.SMG.program(), "launch", "--shutdown-grace-period-secs", "1"] + common
             # smg drains a worker it removes for its health.drain_settle_secs (5 s by default): 1 s here
             self.worker_config = {"health": {"drain_settle_secs": 1}}
         else:
-            argv = [sglang_router_src.python(), "-m", "sglang_router.launch_router"] + common
+            argv = [gateway_src.SGLANG_ROUTER.program(), "-m", "sglang_router.launch_router"] + common
             self.worker_config = {}
         with open(self.log_path, "wb") as log:
             self.proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=log, stderr=subprocess.STDOUT,

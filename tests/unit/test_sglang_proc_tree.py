@@ -225,6 +225,21 @@ def test_write_state_refuses_an_untrusted_dir(tmp_path):
         sp.write_state(str(tmp_path), "s", {"pid": 5})
 
 
+def test_write_files_takes_text_or_bytes_and_fsyncs_when_asked(tmp_path, monkeypatch):
+    synced = []
+    real_fsync = os.fsync
+    monkeypatch.setattr(sp.os, "fsync", lambda fd: synced.append(fd) or real_fsync(fd))
+    d = str(tmp_path)
+    os.chmod(d, 0o755)
+    sp.write_files(d, (("t", "text\n"),))
+    assert synced == [] and open(os.path.join(d, "t")).read() == "text\n"
+    assert oct(os.stat(os.path.join(d, "t")).st_mode & 0o777) == "0o644"
+    sp.write_files(d, (("b", b"\x00bytes\xff"), ("t", "again")), mode=0o600, fsync=True)
+    assert len(synced) == 2 and sorted(os.listdir(d)) == ["b", "t"]  # no temporary file left
+    assert open(os.path.join(d, "b"), "rb").read() == b"\x00bytes\xff" and open(os.path.join(d, "t")).read() == "again"
+    assert {oct(os.stat(os.path.join(d, f)).st_mode & 0o777) for f in ("b", "t")} == {"0o600"}
+
+
 # ------------------------------------------------------------------ the path to the run dir
 def _trusted_dir(path, mode=0o755):
     os.makedirs(path)
