@@ -608,9 +608,17 @@ def case_rollback(host):
     evars = extra_vars(ROLLBACK)
     evars["sglang_server_command"][2] = "crash_loading"
     evars["sglang_server_rollback"] = True
+    # a changed server argument too: the new config is written over the good one, which the rollback puts back (as
+    # root, into the config dir sglang_install made root's: nobody less privileged can swap it)
+    evars["sglang_server_context_length"] = 8192
+    config = "/etc/sglang/%s.yaml" % name
     failed_run = playbook(host, "rollback-crash", converge_path(), evars)
     after = host.until(name, port, 60, "ActiveState=active", "health_generate=200")[-1]
+    config_after = {"sha256": sh(host, "sha256sum", config)[1].split()[0],
+                    "stat": sh(host, "stat", "-c", "%U %G %a", config)[1].strip(),
+                    "dir_stat": sh(host, "stat", "-c", "%U %G %a", "/etc/sglang")[1].strip()}
     save("rollback", {"good_run": good_run, "good_state": good_state, "record": record, "record_stat": record_stat,
+                      "config": config, "config_after": config_after,
                       "failed_run": failed_run, "after": after, "state_after": _run_file(host, "%s.json" % name)[0],
                       "status_after": host.status(name),
                       "stop": stop_deployment(host, "rollback-stop", ROLLBACK), "after_stop": host.show(name),

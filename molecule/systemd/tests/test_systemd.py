@@ -506,6 +506,12 @@ def test_rollback_a_crash_while_loading_put_the_good_deployment_back_under_its_u
            "serving, pid %d" % (good["fingerprint"][:16], V["sglang_install_version"], now["pid"]) in told, told[-3000:]
     assert (r["after"]["ActiveState"], r["after"]["health_generate"]) == ("active", 200)
     assert r["status_after"]["verdict"] == "ready"
+    # the new deployment's config (another context length) was put back: the good one's bytes, owner and mode, in
+    # the config dir that is root's (the service user's group reads it)
+    (entry,) = [f for f in r["record"]["deployments"][0]["fingerprint_files"] if f["path"] == r["config"]]
+    assert r["config_after"]["sha256"] == entry["sha256"]
+    assert r["config_after"]["stat"] == "sglang sglang 600" and r["config_after"]["dir_stat"] == "root sglang 750"
+    assert "(put back: %s" % r["config"] in told, told[-3000:]
     assert not r["stop"]["result"].get("failed") and r["after_stop"]["ActiveState"] == "inactive"
     assert r["listening_after_stop"] is False
 
