@@ -299,9 +299,10 @@ def test_a_crashing_new_version_stops_the_rollout_with_no_client_error(fleet, ga
     try:
         until("client traffic through the router", lambda: clients.ok >= 10)
         # A long request already on replica1 when the rollout begins: it must finish before the server stops (the
-        # drain), or the stop cuts it and the client sees an error. 40 s: still running when the drain begins, after
-        # the first play's checks and replica1's look, leave and router poll (about 15 s; this file runs alone).
-        clients.held(replicas["replica1"]["url"], 40)
+        # drain), or the stop cuts it and the client sees an error. 60 s: still running when the drain begins, after
+        # the first play's checks and replica1's look, leave and router poll, on a machine busy with other jobs (40 s
+        # was too short there: the drain found nothing running).
+        clients.held(replicas["replica1"]["url"], 60)
         until("the long request running", lambda: loads(replicas["replica1"])[0] >= 1)
         run = fleet["play"]("rolling_restart.yml", new, *router.play_args("-e", "sglang_fleet_poll_interval=0.25",
                                                                           "-e", "sglang_fleet_drain_timeout=120"))
