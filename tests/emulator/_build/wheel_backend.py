@@ -12,6 +12,7 @@ the same bytes.
 from __future__ import annotations
 
 import base64
+import fcntl
 import hashlib
 import io
 import os
@@ -134,6 +135,15 @@ def main(argv):
     atomically, so concurrent builds never show a half-written wheel."""
     out = os.path.abspath(argv[1])
     os.makedirs(out, exist_ok=True)
+    # Every host of a play asks at once (the lookup runs in each fork), and so do the test workers: one builds, the
+    # others wait on this lock and then find its stamp. Without it, two builders removed each other's stamps.
+    with open(os.path.join(out, ".lock"), "a", encoding="utf-8") as lock:
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        return _built_or_build(out)
+
+
+def _built_or_build(out):
+    """The wheel's path in ``out``: the one the stamp of these sources names, else a new build (under the lock)."""
     # The inventory asks on every run: sources unchanged since the last build (their paths, sizes and mtimes, and
     # this file's) and its wheel still there, the path is printed without building again.
     stamp = os.path.join(out, ".built-" + _sources_stamp())
