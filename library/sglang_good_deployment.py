@@ -128,10 +128,10 @@ options:
     description:
       - With O(state=chosen), a multi-node server's choice, from every node's report - C(nodes), the group's hosts in
         rank order, C(candidates), in the same order, the RV(candidates) each node's own O(state=chosen) reported
-        (null for a node that did not report), and C(failed_group), the generation that failed (never chosen; give
-        O(failed_fingerprint) empty: a node whose own deployment did not change is in that generation too). This node
-        then chooses the newest generation that every node holds intact, and none (RV(why_not) naming the node) when
-        a node holds none.
+        (null or false for a node that did not report), and C(failed_group), the generation that failed (never
+        chosen; give O(failed_fingerprint) empty, as a node whose own deployment did not change is in that generation
+        too). This node then chooses the newest generation that every node holds intact, and none (RV(why_not) naming
+        the node) when a node holds none.
     type: dict
   lock_timeout:
     description:

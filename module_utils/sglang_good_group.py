@@ -20,7 +20,7 @@ def _node_name(i, host):
 
 def choose_group(nodes, candidates, failed_group=None):
     """``nodes``: the group's hosts in rank order; ``candidates``: in the same order, each node's reported
-    candidates (``[{"group", "intact", "why_not", ...}]``, newest first) or None (the node did not report);
+    candidates (``[{"group", "intact", "why_not", ...}]``, newest first) or anything else (the node did not report);
     ``failed_group``: the generation that failed (never chosen: a node whose own deployment did not change is in it
     too). Returns ``(group id, None)`` for the newest generation (rank 0's order) that every node holds intact, else
     ``(None, why)``, the why naming a node."""
