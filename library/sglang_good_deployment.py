@@ -26,6 +26,12 @@ description:
     O(failed_fingerprint) whose inputs are intact (each file as recorded, or restorable from its intact copy; its python
     still there and still the same file); with O(restore=true) the changed files are put back from their copies, with
     their recorded owner and mode. Launching it is M(ansible.legacy.wait_for_model)'s, with RV(deployment)'s inputs.
+  - A multi-node server rolls back as a group, all or nothing. Each node records its good deployment with the
+    group's generation (O(group)); after a failed start each node reports its RV(candidates), and O(group_choice),
+    the candidates of every node in rank order, makes each node choose and restore the newest generation that every
+    node holds intact, or none when a node holds none.
+  - Recording, judging and restoring hold the lock of M(ansible.legacy.wait_for_model) for this server
+    (C(flock) on C(<run_dir>/<name>.lock)), so that two runs never write the record or the files at once.
   - A record or a verdict that someone less privileged than this module could have written (the run dir's or the
     file's owner or mode) is refused, never used.
 version_added: "0.1.0"
@@ -118,6 +124,26 @@ options:
         the file, why and the fix.
     type: bool
     default: false
+  group:
+    description:
+      - With O(state=good), the generation of a multi-node server this node's deployment belongs to (the nodes group's
+        name and a digest of every node's fingerprint in rank order), recorded with it.
+    type: str
+  group_choice:
+    description:
+      - With O(state=chosen), a multi-node server's choice, from every node's report - C(nodes), the group's hosts in
+        rank order, C(candidates), in the same order, the RV(candidates) each node's own O(state=chosen) reported
+        (null or false for a node that did not report), and C(failed_group), the generation that failed (never
+        chosen; give O(failed_fingerprint) empty, as a node whose own deployment did not change is in that generation
+        too). This node then chooses the newest generation that every node holds intact, and none (RV(why_not) naming
+        the node) when a node holds none.
+    type: dict
+  lock_timeout:
+    description:
+      - Seconds to wait for the server's lock (the one M(ansible.legacy.wait_for_model) holds for a run) before a
+        record, a verdict or a restore; then the task fails, naming the holder.
+    type: float
+    default: 60.0
 extends_documentation_fragment: action_common_attributes
 attributes:
   check_mode:
@@ -178,6 +204,17 @@ why_not:
   description: With O(state=chosen), why no good deployment can be rolled back to (null when one is chosen).
   returned: when state is chosen
   type: str
+candidates:
+  description:
+    - With O(state=chosen), each good deployment other than O(failed_fingerprint), newest first, with its fingerprint,
+      description, group (null for a single node's), recorded_at, intact (bool) and why_not.
+  returned: when state is chosen
+  type: list
+  elements: dict
+group:
+  description: With O(state=chosen) and O(group_choice), the generation chosen for the whole group (null when none).
+  returned: when group_choice is given
+  type: str
 restored:
   description: With O(state=chosen) and O(restore=true), the files put back from their copies.
   returned: when state is chosen
@@ -189,10 +226,24 @@ judged:
   type: dict
 """
 
+import fcntl
 import time
+from types import SimpleNamespace
 
 from ansible.module_utils.basic import AnsibleModule
-from ansible.module_utils import sglang_good_record, sglang_plan, sglang_proc
+from ansible.module_utils import sglang_good_group, sglang_good_record, sglang_plan, sglang_proc
+from ansible.module_utils.sglang_input_checks import WaitError
+from ansible.module_utils.sglang_lock import RunLock
+
+
+def locked(p, check, clock=time.monotonic, sleep=time.sleep, locker=fcntl.flock):
+    """Take wait_for_model's lock of this server (``<run_dir>/<name>.lock``) as its runs take it: the RunLock, which
+    the caller lets go (``unlock``). Raises WaitError when another run holds it past ``lock_timeout``."""
+    lock = RunLock()
+    s = SimpleNamespace(p={"name": p["name"], "lock_timeout": p["lock_timeout"], "state": "good-%s" % p["state"]},
+                        run_dir=p["run_dir"], check=check)
+    lock.lock(s, SimpleNamespace(clock=clock, sleep=sleep, locker=locker, wall=time.time))
+    return lock
 
 
 def _running_ours(module, p):
@@ -219,6 +270,8 @@ def _record(module, p):
         module.exit_json(changed=True, good={"fingerprint": inputs["fingerprint"],
                                              "sglang_version": p["fingerprint_data"].get("sglang_version")},
                          good_kept=[], msg="would record the running server as good")
+    if p["group"]:
+        inputs["group"] = p["group"]
     changed, report = sglang_good_record.record(p["run_dir"], p["name"], state, inputs, p["keep"], time.time(),
                                                 p["secrets"])
     module.exit_json(changed=changed, **report)
@@ -235,9 +288,19 @@ def _judge_failed(module, p):
 
 
 def _chosen(module, p):
-    d, why = sglang_good_record.choose(p["run_dir"], p["name"], p["failed_fingerprint"], p["secrets"])
+    extra = {"candidates": sglang_good_record.candidates(p["run_dir"], p["name"], p["failed_fingerprint"],
+                                                         p["secrets"])}
+    group = None
+    if p["group_choice"] is not None:
+        group, why = sglang_good_group.choose_group(p["group_choice"].get("nodes") or [],
+                                                    p["group_choice"].get("candidates"),
+                                                    p["group_choice"].get("failed_group"))
+        extra["group"] = group
+        if group is None:
+            module.exit_json(changed=False, deployment=None, why_not=why, restored=[], **extra)
+    d, why = sglang_good_record.choose(p["run_dir"], p["name"], p["failed_fingerprint"], p["secrets"], group=group)
     if d is None:
-        module.exit_json(changed=False, deployment=None, why_not=why, restored=[])
+        module.exit_json(changed=False, deployment=None, why_not=why, restored=[], **extra)
     restored = []
     if p["restore"] and not module.check_mode:
         restored = sglang_good_record.restore(p["run_dir"], d, p["secrets"])
@@ -246,8 +309,8 @@ def _chosen(module, p):
                   "fingerprint_files": [f.get("path") for f in d.get("fingerprint_files") or []],
                   "fingerprint_data": data, "fingerprint": d.get("fingerprint"),
                   "sglang_version": data.get("sglang_version"), "recorded_at": d.get("recorded_at"),
-                  "description": sglang_good_record.describe(d)}
-    module.exit_json(changed=bool(restored), deployment=deployment, why_not=None, restored=restored)
+                  "description": sglang_good_record.describe(d), "group": d.get("group")}
+    module.exit_json(changed=bool(restored), deployment=deployment, why_not=None, restored=restored, **extra)
 
 
 def main():
@@ -268,6 +331,9 @@ def main():
             secrets=dict(type="list", elements="str", default=[], no_log=True),
             failed_fingerprint=dict(type="str", default=""),
             restore=dict(type="bool", default=False),
+            group=dict(type="str"),
+            group_choice=dict(type="dict"),
+            lock_timeout=dict(type="float", default=60.0),
         ),
         required_if=[("state", "good", ("argv",))],
         supports_check_mode=True,
@@ -276,7 +342,11 @@ def main():
     if p["keep"] < 1:
         module.fail_json(msg="keep must be at least 1 (got %d): the good deployment just recorded is always kept"
                              % p["keep"])
+    lock = None
     try:
+        # the writes (a record, a verdict, a restore) under the server's lock, as wait_for_model's runs
+        if not module.check_mode and (p["state"] != "chosen" or p["restore"]):
+            lock = locked(p, module.check_mode)
         if p["state"] == "good":
             _record(module, p)
         elif p["state"] == "failed":
@@ -287,8 +357,13 @@ def main():
         module.fail_json(msg=str(e))
     except sglang_proc.UntrustedState as e:
         module.fail_json(msg="the run dir is not trusted, nothing was recorded or restored: %s" % e)
+    except WaitError as e:
+        module.fail_json(msg="nothing was recorded or restored: %s" % e)
     except (IOError, OSError) as e:
         module.fail_json(msg="%s: %s" % (type(e).__name__, e))
+    finally:
+        if lock is not None:
+            lock.unlock()
 
 
 if __name__ == "__main__":

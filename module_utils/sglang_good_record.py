@@ -93,7 +93,7 @@ def record(run_dir, name, state, inputs, keep, wall, secrets=()):
             % (state.get("pid"), (state.get("fingerprint") or "none")[:16], fp[:16]))
     deployments = read_good(run_dir, name)
     if deployments and deployments[0].get("fingerprint") == fp and deployments[0].get("run_token") == state.get(
-            "run_token"):
+            "run_token") and deployments[0].get("group") == inputs.get("group"):
         return False, {"good": _summary(deployments[0]), "good_kept": [_summary(d) for d in deployments]}
     files = [_file_entry(path, i, name, fp) for i, path in enumerate(inputs["fingerprint_files"])]
     python = inputs["argv"][0] if inputs["argv"] else None
@@ -104,6 +104,8 @@ def record(run_dir, name, state, inputs, keep, wall, secrets=()):
         "fingerprint_data": inputs["fingerprint_data"], "fingerprint_files": files,
         "python": python, "python_realpath": os.path.realpath(python) if python else None,
     }
+    if inputs.get("group"):  # a node of a multi-node server: its generation (sglang_good_group.group_id)
+        entry["group"] = inputs["group"]
     kept = [entry] + [d for d in deployments if d.get("fingerprint") != fp][:max(keep, 1) - 1]
     writes = []
     for f in files:
@@ -199,13 +201,14 @@ def why_not_intact(run_dir, d, secrets=()):
     return None
 
 
-def choose(run_dir, name, failed_fingerprint, secrets=()):
+def choose(run_dir, name, failed_fingerprint, secrets=(), group=None):
     """(deployment, why_not): the newest good deployment other than ``failed_fingerprint`` whose inputs are intact
-    (why_not None), else (None, why none can be: each one's reason)."""
+    (why_not None), else (None, why none can be: each one's reason). ``group``: only that generation of a multi-node
+    server (its ``group`` as recorded)."""
     deployments = read_good(run_dir, name)
     reasons = []
     for d in deployments:
-        if d.get("fingerprint") == failed_fingerprint:
+        if d.get("fingerprint") == failed_fingerprint or (group is not None and d.get("group") != group):
             continue
         why = why_not_intact(run_dir, d, secrets)
         if why is None:
@@ -215,6 +218,19 @@ def choose(run_dir, name, failed_fingerprint, secrets=()):
         return None, ("no good deployment of %s is recorded in %s other than the one that failed (a start records "
                       "one when it passes its smoke test)" % (name, run_dir))
     return None, "no recorded good deployment is intact: " + "; ".join(reasons)
+
+
+def candidates(run_dir, name, failed_fingerprint, secrets=()):
+    """Each good deployment other than ``failed_fingerprint``, newest first: its fingerprint, description, group
+    (None for a single node's), recorded_at, and whether it is intact (``why_not`` when not)."""
+    out = []
+    for d in read_good(run_dir, name):
+        if d.get("fingerprint") == failed_fingerprint:
+            continue
+        why = why_not_intact(run_dir, d, secrets)
+        out.append({"fingerprint": d.get("fingerprint"), "description": describe(d), "group": d.get("group"),
+                    "recorded_at": d.get("recorded_at"), "intact": why is None, "why_not": why})
+    return out
 
 
 def restore(run_dir, d, secrets=()):

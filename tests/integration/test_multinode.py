@@ -306,3 +306,96 @@ def test_stop_stops_both_rank0_first(pair):
     assert run.result("node0", "Stop the other nodes of a multi-node server")["skipped"]
     assert not any(alive(p) for p in pids.values())
     assert all(run_state(n) is None for n in nodes.values())
+
+
+PUT_BACK = "Put the last good deployment back and wait for health"
+
+
+def good_record(node):
+    path = os.path.join(node["prefix"], "var/lib/eagle-deploy/run/sglang.good.json")
+    with open(path) as handle:
+        return json.load(handle)["deployments"]
+
+
+def recorded_pair(pair):
+    """The pair serving, its deployment recorded as good on both nodes with one generation (a smoke test that runs on
+    the kept pair records it). {node: (fingerprint, pid)} and the generation."""
+    run = pair["play"]("serve_eagle3.yml", pair["base"], "-e", "sglang_server_smoke_always=true")
+    assert run.rc == 0, run
+    for name in NODES:
+        assert not run.result(name, "Record the deployment as good").get("failed"), name
+    before = {name: (run_state(n)["fingerprint"], run_state(n)["pid"]) for name, n in pair["nodes"].items()}
+    records = {name: good_record(n)[0] for name, n in pair["nodes"].items()}
+    generation = records["node0"]["group"]
+    assert generation.startswith(GROUP + "/") and records["node1"]["group"] == generation, records
+    assert {name: r["fingerprint"] for name, r in records.items()} == {name: fp for name, (fp, _) in before.items()}
+    return before, generation
+
+
+def crash_on_node1(pair):
+    return pair["inventory"](node1={"extra_command": ["--emulator-load-seconds", "3"],
+                                    "sglang_emulator_scenario": "crash_loading"})
+
+
+def test_a_group_that_crashes_while_loading_rolls_back_on_both_nodes(pair):
+    """Issue 38: a group rolls back together. node1's new deployment crashes while loading; the group fails at once and
+    both nodes go back to the good generation, launched together; rank 0 decodes."""
+    nodes = pair["nodes"]
+    before, generation = recorded_pair(pair)
+    inv = crash_on_node1(pair)
+    check = pair["play"]("serve_eagle3.yml", inv, "--check", "-e", "sglang_server_rollback=true")
+    assert check.rc == 0, check
+    for name in NODES:
+        said = check.result(name, "Say what a failed start would roll back to")["msg"]
+        assert "if this start fails: would roll back to %s" % before[name][0][:16] in said, (name, said)
+        assert "(generation %s of every node)" % generation in said, (name, said)
+    assert {name: (run_state(n)["fingerprint"], run_state(n)["pid"]) for name, n in nodes.items()} == before
+
+    run = pair["play"]("serve_eagle3.yml", inv, "-e", "sglang_server_rollback=true")
+    assert run.rc != 0, run
+    assert run.result("node1", LAUNCH)["crash_class"] == "cuda_oom"
+    failures = run.failures()
+    assert set(failures) == set(NODES), failures
+    for name in NODES:
+        assert run.result(name, LAUNCH).get("failed_rank") == 1, name
+        put_back = run.result(name, PUT_BACK)
+        assert not put_back.get("failed") and put_back.get("nodes_group", {}).get("node1", {}).get("state") == "ready"
+        msg = failures[name]
+        assert msg.startswith("server sglang did not come up: why is shown just above; rolled back to %s"
+                              % before[name][0][:16]), (name, msg)
+        assert "(generation %s of every node), serving, pid " % generation in msg, (name, msg)
+    after = {name: (run_state(n)["fingerprint"], run_state(n)["pid"]) for name, n in nodes.items()}
+    for name in NODES:  # the good deployment again on each node, a new process
+        assert after[name][0] == before[name][0] and after[name][1] != before[name][1], (name, before, after)
+        assert alive(after[name][1]), name
+    assert not any(alive(pid) for _, pid in before.values())
+    # rank 0 decodes (its result is censored: the request carries the API key; "serving" above says it answered)
+    assert not run.result("node0", "Decode on the rolled-back server").get("skipped")
+    assert run.result("node1", "Decode on the rolled-back server").get("skipped")
+    assert http_status("http://127.0.0.1:%d/health_generate" % nodes["node0"]["port"], API_KEY) == 200
+    # the base inputs are the running deployment again: nothing to do
+    again = pair["play"]("serve_eagle3.yml", pair["base"])
+    assert again.rc == 0, again
+    assert {h: again.out["stats"][h]["changed"] for h in NODES} == {"node0": 0, "node1": 0}, again
+
+
+def test_a_group_rolls_back_no_node_when_one_node_lacks_the_good_generation(pair):
+    """All or nothing: node1's good record is gone; the group's crash is not answered on either node, and the message
+    names node1."""
+    nodes = pair["nodes"]
+    before, generation = recorded_pair(pair)
+    os.unlink(os.path.join(nodes["node1"]["prefix"], "var/lib/eagle-deploy/run/sglang.good.json"))
+    run = pair["play"]("serve_eagle3.yml", crash_on_node1(pair), "-e", "sglang_server_rollback=true")
+    assert run.rc != 0, run
+    failures = run.failures()
+    assert set(failures) == set(NODES), failures
+    for name in NODES:
+        assert ("not rolled back: node node1 (rank 1): holds no good deployment of generation %s" % generation
+                in failures[name]), (name, failures[name])
+        assert [n for n, r in run.results(name) if n == PUT_BACK] == [], name
+        choice = run.result(name, "Choose the group's last good generation and put back its files on every node")
+        assert choice["restored"] == [] and choice["deployment"] is None, (name, choice)
+    for name, n in nodes.items():  # the group failed and stayed down: nothing was launched again
+        state = run_state(n)
+        assert not (state and alive(state["pid"])), name
+    converge(pair)

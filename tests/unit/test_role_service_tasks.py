@@ -15,11 +15,12 @@ from ansible.plugins.filter.core import FilterModule
 from ansible.plugins.test.core import TestModule as AnsibleTests
 
 REPO = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
-SERVICE = os.path.join(REPO, "roles", "sglang_server", "tasks", "service.yml")
+TASKS = os.path.join(REPO, "roles", "sglang_server", "tasks")
+SERVICE = os.path.join(TASKS, "service.yml")
 
 
-def tasks():
-    with open(SERVICE, encoding="utf-8") as fh:
+def tasks(path=SERVICE):
+    with open(path, encoding="utf-8") as fh:
         top = yaml.safe_load(fh)
     out = []
     for task in top:
@@ -34,8 +35,13 @@ def by_name(name):
 
 
 def test_one_wait_for_model_call_and_no_gpu_facts_wait():
-    calls = [t for t in tasks() if "ansible.legacy.wait_for_model" in t]
-    assert [t["name"] for t in calls] == ["Launch SGLang and wait for health"]
+    # the launch is tasks/launch.yml's one call, included by service.yml (and by rollback.yml: the same launch)
+    assert not [t for t in tasks() if "ansible.legacy.wait_for_model" in t]
+    include = by_name("Launch the deployment")
+    assert include["ansible.builtin.include_tasks"]["file"] == "launch.yml"
+    assert include["vars"]["_sglang_server_launch_name"] == "Launch SGLang and wait for health"
+    calls = [t for t in tasks(os.path.join(TASKS, "launch.yml")) if "ansible.legacy.wait_for_model" in t]
+    assert [t["name"] for t in calls] == ["{{ _sglang_server_launch_name }}"]
     assert not [t for t in tasks() if "ansible.legacy.gpu_facts" in t]
     launch = calls[0]["ansible.legacy.wait_for_model"]
     assert "check_mode" not in calls[0] and "prove_launch" not in launch
@@ -43,6 +49,43 @@ def test_one_wait_for_model_call_and_no_gpu_facts_wait():
     assert "sglang_server_gpu_expected" in launch["gpu_release_below_mib"]
     assert "sglang_server_gpu_count" in launch["gpu_release_indices"]
     assert "sglang_server_gpu_release_timeout" in launch["gpu_release_timeout"]
+    # a multi-node server's nodes launch together, joined (the action plugin), the rollback's launch included
+    assert "_sglang_server_join" in launch["join"] and "_sglang_server_multinode" in launch["join"]
+
+
+def test_the_rollback_launches_through_the_same_launch_joined():
+    rollback = tasks(os.path.join(TASKS, "rollback.yml"))
+    assert not [t for t in rollback if "ansible.legacy.wait_for_model" in t]
+    include = [t for t in rollback if t.get("name") == "Put the last good deployment back"][0]
+    assert include["ansible.builtin.include_tasks"]["file"] == "launch.yml"
+    assert include["vars"]["_sglang_server_launch_name"] == "Put the last good deployment back and wait for health"
+    # a group: each node reports (read only), then every node chooses from all the reports and restores
+    names = [t.get("name") for t in rollback]
+    assert names.index("Choose the last good deployment and put back its files") < names.index(
+        "Choose the group's last good generation and put back its files on every node") < names.index(
+        "Put the last good deployment back")
+    report = rollback[names.index("Choose the last good deployment and put back its files")]
+    assert "not _sglang_server_multinode" in report["ansible.legacy.sglang_good_deployment"]["restore"]
+    group = rollback[names.index("Choose the group's last good generation and put back its files on every node")]
+    assert group["ansible.legacy.sglang_good_deployment"]["restore"] is True
+    assert "__sglang_server_rollback_choice" in group["ansible.legacy.sglang_good_deployment"]["group_choice"][
+        "candidates"]
+    decode = rollback[names.index("Decode on the rolled-back server")]
+    assert "(_sglang_server_node_rank | int) <= 0" in decode["when"]
+
+
+def test_a_group_records_and_rolls_back_on_every_node_after_rank0s_smoke():
+    main = tasks(os.path.join(TASKS, "main.yml"))
+    names = [t.get("name") for t in main]
+    assert names.index("Smoke") < names.index("Record the group's deployment as good on every node") < names.index(
+        "Roll the group back after rank 0's smoke test failed") < names.index("Fail when the group's smoke test failed")
+    record = main[names.index("Record the group's deployment as good on every node")]
+    assert record["ansible.builtin.include_tasks"]["file"] == "record_good.yml"
+    recorded = tasks(os.path.join(TASKS, "record_good.yml"))[0]["ansible.legacy.sglang_good_deployment"]
+    assert "_sglang_server_good_group" in recorded["group"]
+    smoke = tasks(os.path.join(TASKS, "smoke.yml"))
+    one = [t for t in smoke if t.get("name") == "Roll back to the last good deployment"][0]
+    assert "not _sglang_server_multinode | bool" in one["when"]  # a group rolls back on every node, in main.yml
 
 
 def environment():
@@ -120,7 +163,7 @@ def test_the_failure_is_printed_as_the_result_composed_it():
 
 
 def test_the_failure_is_printed_once_and_the_task_that_fails_repeats_none_of_it():
-    launch = by_name("Launch SGLang and wait for health")
+    launch = tasks(os.path.join(TASKS, "launch.yml"))[0]
     # its own failure is not printed (ansible-core prints a failed task's message twice and its whole result)
     assert launch["failed_when"] is False
     show, fail = by_name("Show why the server did not come up"), by_name("Fail when the server did not come up")
@@ -138,7 +181,7 @@ def test_the_failure_is_printed_once_and_the_task_that_fails_repeats_none_of_it(
     assert msg.strip() == ("server sglang did not come up: why is shown just above; rolled back to "
                            "0123456789abcdef, SGLang 0.5.23, serving, pid 7")
     names = [t.get("name") for t in tasks()]
-    launch_at = names.index("Launch SGLang and wait for health")
+    launch_at = names.index("Launch the deployment")
     assert names[launch_at + 1:names.index(fail["name"])] == [
-        "Show why the server did not come up", "Roll back to the last good deployment",
+        "Keep the launch's result", "Show why the server did not come up", "Roll back to the last good deployment",
         "Say what a failed start would roll back to"]
