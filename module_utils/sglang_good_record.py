@@ -198,6 +198,12 @@ def why_not_intact(run_dir, d, secrets=()):
             unredact(text, secrets)
         except GoodRecordError as e:
             return "%s changed since it was good, and %s" % (path, e)
+        # where it would be put back: a directory nobody less privileged can write or swap (restore's own check, made
+        # here too, so that a deployment that could not be put back is never chosen: for a group, on no node)
+        try:
+            os.close(_open_dir_of(path, "%s changed since it was good, and cannot be put back" % path)[0])
+        except GoodRecordError as e:
+            return str(e)
     return None
 
 
@@ -274,12 +280,14 @@ def _refused(path):
     return "%s was not restored, nor any other file of this rollback (left as they are)" % path
 
 
-def _open_dir_of(path):
+def _open_dir_of(path, refused=None):
     """(descriptor of the directory of ``path``, the file's name in it), the directory checked as the run dir is.
-    GoodRecordError, naming the fix, when someone less privileged could write or swap it."""
+    GoodRecordError, naming the fix, when someone less privileged could write or swap it (its text begins with
+    ``refused``, by default that nothing was restored)."""
+    refused = refused or _refused(path)
     directory, base = os.path.split(path)
     if not os.path.isabs(path) or not base:
-        raise GoodRecordError("%s: the recorded path is not the absolute path of a file" % _refused(path))
+        raise GoodRecordError("%s: the recorded path is not the absolute path of a file" % refused)
     fix = ("the rollback writes a file back only where nobody less privileged can swap it: keep it in a directory "
            "that is root's and not writable by its group or others, with every directory above it likewise, on a "
            "path without symlinks (group-readable is fine, e.g. root:sglang 0750), then run again")
@@ -287,9 +295,9 @@ def _open_dir_of(path):
         dir_fd = sglang_proc.open_trusted_dir(directory, "directory", fix, "restore %s by hand" % path,
                                               "chown root %s; chmod go-w %s" % (directory, directory))
     except sglang_proc.UntrustedState as e:
-        raise GoodRecordError("%s: %s" % (_refused(path), e))
+        raise GoodRecordError("%s: %s" % (refused, e))
     except OSError as e:
-        raise GoodRecordError("%s: its directory %s cannot be opened: %s" % (_refused(path), directory, e))
+        raise GoodRecordError("%s: its directory %s cannot be opened: %s" % (refused, directory, e))
     return dir_fd, base
 
 

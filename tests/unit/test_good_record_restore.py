@@ -124,3 +124,18 @@ def test_an_unchanged_file_is_not_looked_at_in_its_directory(place):
     # nothing is written where a file is as recorded: its directory's trust does not matter
     os.chmod(os.path.dirname(place["worker"]), 0o777)
     assert good.restore(place["run_dir"], place["d"]) == [place["config"]]
+
+
+def test_a_deployment_that_could_not_be_put_back_is_never_chosen(place):
+    # the same check before the choice: a single node says why not, and a group's report marks it not intact, so
+    # that no node of the group restores anything (sglang_good_group)
+    os.chmod(place["etc"], 0o770)
+    d, why = good.choose(place["run_dir"], NAME, "f" * 64)
+    assert d is None
+    assert "%s changed since it was good, and cannot be put back" % place["config"] in why, why
+    assert "is writable by its group or by others (mode 0770)" in why, why
+    (cand,) = good.candidates(place["run_dir"], NAME, "f" * 64)
+    assert cand["intact"] is False and "cannot be put back" in cand["why_not"]
+    assert _read(place["config"]) == NEW
+    os.chmod(place["etc"], 0o750)
+    assert good.choose(place["run_dir"], NAME, "f" * 64)[1] is None
