@@ -379,6 +379,36 @@ def test_a_group_that_crashes_while_loading_rolls_back_on_both_nodes(pair):
     assert {h: again.out["stats"][h]["changed"] for h in NODES} == {"node0": 0, "node1": 0}, again
 
 
+def test_a_group_whose_rank0_fails_its_smoke_test_rolls_back_on_both_nodes(pair):
+    """Issue 38, the incident on a group: the new deployment (SGLang left unpatched on both nodes) loads and answers
+    health, then rank 0 dies on its first decode; both nodes go back to the good generation together (the patched
+    file put back from the record's copy), rank 0 decodes, and the run fails on both nodes naming rank 0's smoke test."""
+    nodes = pair["nodes"]
+    before, generation = recorded_pair(pair)
+    incident = {"sglang_emulator_scenario": "eagle", "sglang_patch_enabled": False}
+    run = pair["play"]("serve_eagle3.yml", pair["inventory"](node0=dict(incident), node1=dict(incident)),
+                       "-e", "sglang_server_rollback=true")
+    assert run.rc != 0, run
+    failures = run.failures()
+    assert set(failures) == set(NODES), failures
+    shown = run.result("node0", "Show why the smoke test failed")["msg"]
+    assert "crash class: " in shown and "early-init patch" in shown, shown
+    for name in NODES:
+        msg = " ".join(failures[name].split())
+        assert msg.startswith("smoke test of sglang (multi-node server %s) failed on rank 0 (node0)" % GROUP), (name, msg)
+        assert "rolled back to %s" % before[name][0][:16] in msg, (name, msg)
+        assert "(generation %s of every node), serving, pid " % generation in msg, (name, msg)
+    after = {name: (run_state(n)["fingerprint"], run_state(n)["pid"]) for name, n in nodes.items()}
+    for name in NODES:  # the good deployment again on each node (its patched file back), a new process
+        assert after[name][0] == before[name][0] and after[name][1] != before[name][1], (name, before, after)
+        assert alive(after[name][1]), name
+    assert http_status("http://127.0.0.1:%d/health_generate" % nodes["node0"]["port"], API_KEY) == 200
+    # the base inputs (the patch on) are the running deployment again: nothing to do
+    again = pair["play"]("serve_eagle3.yml", pair["base"])
+    assert again.rc == 0, again
+    assert {h: again.out["stats"][h]["changed"] for h in NODES} == {"node0": 0, "node1": 0}, again
+
+
 def test_a_group_rolls_back_no_node_when_one_node_lacks_the_good_generation(pair):
     """All or nothing: node1's good record is gone; the group's crash is not answered on either node, and the message
     names node1."""
