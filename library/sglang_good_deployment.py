@@ -228,7 +228,6 @@ judged:
 
 import fcntl
 import time
-from types import SimpleNamespace
 
 from ansible.module_utils.basic import AnsibleModule
 from ansible.module_utils import sglang_good_group, sglang_good_record, sglang_plan, sglang_proc
@@ -236,13 +235,12 @@ from ansible.module_utils.sglang_input_checks import WaitError
 from ansible.module_utils.sglang_lock import RunLock
 
 
-def locked(p, check, clock=time.monotonic, sleep=time.sleep, locker=fcntl.flock):
+def locked(p, clock=time.monotonic, sleep=time.sleep, locker=fcntl.flock):
     """Take wait_for_model's lock of this server (``<run_dir>/<name>.lock``) as its runs take it: the RunLock, which
     the caller lets go (``unlock``). Raises WaitError when another run holds it past ``lock_timeout``."""
     lock = RunLock()
-    s = SimpleNamespace(p={"name": p["name"], "lock_timeout": p["lock_timeout"], "state": "good-%s" % p["state"]},
-                        run_dir=p["run_dir"], check=check)
-    lock.lock(s, SimpleNamespace(clock=clock, sleep=sleep, locker=locker, wall=time.time))
+    lock.take(p["run_dir"], p["name"], p["lock_timeout"], "good-%s" % p["state"], clock=clock, sleep=sleep,
+              locker=locker)
     return lock
 
 
@@ -288,8 +286,9 @@ def _judge_failed(module, p):
 
 
 def _chosen(module, p):
+    assessed = sglang_good_record.assess(p["run_dir"], p["name"], p["failed_fingerprint"], p["secrets"])
     extra = {"candidates": sglang_good_record.candidates(p["run_dir"], p["name"], p["failed_fingerprint"],
-                                                         p["secrets"])}
+                                                         assessed=assessed)}
     group = None
     if p["group_choice"] is not None:
         group, why = sglang_good_group.choose_group(p["group_choice"].get("nodes") or [],
@@ -298,7 +297,8 @@ def _chosen(module, p):
         extra["group"] = group
         if group is None:
             module.exit_json(changed=False, deployment=None, why_not=why, restored=[], **extra)
-    d, why = sglang_good_record.choose(p["run_dir"], p["name"], p["failed_fingerprint"], p["secrets"], group=group)
+    d, why = sglang_good_record.choose(p["run_dir"], p["name"], p["failed_fingerprint"], group=group,
+                                       assessed=assessed)
     if d is None:
         module.exit_json(changed=False, deployment=None, why_not=why, restored=[], **extra)
     restored = []
@@ -346,7 +346,7 @@ def main():
     try:
         # the writes (a record, a verdict, a restore) under the server's lock, as wait_for_model's runs
         if not module.check_mode and (p["state"] != "chosen" or p["restore"]):
-            lock = locked(p, module.check_mode)
+            lock = locked(p)
         if p["state"] == "good":
             _record(module, p)
         elif p["state"] == "failed":

@@ -27,13 +27,18 @@ class RunLock(object):
         self.lock_fd = None  # the held lock file
 
     def lock(self, s, host):
-        """Hold ``<run_dir>/<name>.lock`` (flock) for the whole operation; wait up to lock_timeout. Returns the
-        report: ``lock_wait``.
+        """Hold ``<run_dir>/<name>.lock`` (flock) for a wait_for_model run (its settings ``s``, its host port for
+        the clock, sleep, flock and wall time); wait up to lock_timeout. Returns the report: ``lock_wait``."""
+        return self.take(s.run_dir, s.p["name"], s.p["lock_timeout"], s.p["state"], s.check, host.clock,
+                         host.sleep, host.locker, host.wall)
+
+    def take(self, run_dir, name, lock_timeout, state, check=False, clock=time.monotonic, sleep=time.sleep,
+             locker=fcntl.flock, wall=time.time):
+        """Hold ``<run_dir>/<name>.lock`` (flock) for the whole operation, written as held by ``state``; wait up to
+        ``lock_timeout`` seconds. Returns the report: ``lock_wait``.
 
         Check mode takes it shared and only when the file exists (it creates nothing)."""
-        p, run_dir = s.p, s.run_dir
-        check = s.check
-        fname = "%s.lock" % p["name"]
+        fname = "%s.lock" % name
         try:
             dir_fd = sglang_proc.open_run_dir(run_dir)
         except sglang_proc.UntrustedState as e:
@@ -52,16 +57,16 @@ class RunLock(object):
             os.close(fd)
             raise WaitError("lock file %s/%s is not a root-owned file writable only by its owner: remove it" % (run_dir, fname))
         mode = fcntl.LOCK_SH if check else fcntl.LOCK_EX
-        t0 = host.clock()
+        t0 = clock()
         while True:
             try:
-                host.locker(fd, mode | fcntl.LOCK_NB)
+                locker(fd, mode | fcntl.LOCK_NB)
                 break
             except OSError as e:
                 if e.errno not in (errno.EAGAIN, errno.EACCES, errno.EWOULDBLOCK):
                     os.close(fd)
                     raise
-            if host.clock() - t0 >= p["lock_timeout"]:
+            if clock() - t0 >= lock_timeout:
                 holder = {}
                 try:
                     holder = json.loads(os.pread(fd, 4096, 0).decode("utf-8", "replace") or "{}")
@@ -72,14 +77,14 @@ class RunLock(object):
                 raise WaitError(
                     "another run holds the lock for %s since %s (pid %s, state %s); waited %g s (lock_timeout). Nothing "
                     "was stopped or launched: wait for it to finish, or stop that run." % (
-                        p["name"], time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since)) if isinstance(since, (int, float))
-                        else "an unknown time", holder.get("pid", "?"), holder.get("state", "?"), p["lock_timeout"]))
-            host.sleep(min(0.2, max(p["lock_timeout"], 0.01)))
+                        name, time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(since)) if isinstance(since, (int, float))
+                        else "an unknown time", holder.get("pid", "?"), holder.get("state", "?"), lock_timeout))
+            sleep(min(0.2, max(lock_timeout, 0.01)))
         self.lock_fd = fd
         report = {}
-        report["lock_wait"] = round(host.clock() - t0, 3)
+        report["lock_wait"] = round(clock() - t0, 3)
         if not check:
-            text = json.dumps({"pid": os.getpid(), "since": host.wall(), "state": p["state"]}).encode("utf-8")
+            text = json.dumps({"pid": os.getpid(), "since": wall(), "state": state}).encode("utf-8")
             os.ftruncate(fd, 0)
             os.pwrite(fd, text + b"\n", 0)
         return report

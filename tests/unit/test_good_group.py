@@ -10,8 +10,7 @@ import sglang_good_deployment as module
 from ansible.module_utils import sglang_good_group as group
 from ansible.module_utils import sglang_good_record as good
 from ansible.module_utils.sglang_input_checks import WaitError
-from ansible.module_utils.testing import patch_module_args
-from module_harness import ExitJson, FailJson, module_exits  # noqa: F401 - module_exits is a fixture
+from module_harness import module_exits, module_result  # noqa: F401 - module_exits is a fixture
 from test_good_record import NAME, inputs, place, running  # noqa: F401 - place is a fixture
 
 NODES = ["node0", "node1"]
@@ -79,9 +78,9 @@ def test_a_write_waits_for_the_run_that_holds_the_lock_and_then_fails_naming_it(
         fcntl.flock(fd, fcntl.LOCK_EX)  # another run (a wait_for_model launch) holds it
         clock = iter(range(100))
         with pytest.raises(WaitError, match=r"another run holds the lock for sglang .*pid 777, state started"):
-            module.locked(params(place["run_dir"], 2.0), False, clock=lambda: next(clock), sleep=lambda s: None)
+            module.locked(params(place["run_dir"], 2.0), clock=lambda: next(clock), sleep=lambda s: None)
         fcntl.flock(fd, fcntl.LOCK_UN)
-        held = module.locked(params(place["run_dir"]), False)
+        held = module.locked(params(place["run_dir"]))
         try:  # now this write holds it: a launch would wait
             with pytest.raises(BlockingIOError):
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -93,14 +92,7 @@ def test_a_write_waits_for_the_run_that_holds_the_lock_and_then_fails_naming_it(
 
 
 def run_module(args):
-    with patch_module_args(args):
-        try:
-            module.main()
-        except ExitJson as e:
-            return e.args[0]
-        except FailJson as e:
-            return e.args[0]
-    raise AssertionError("the module neither exited nor failed")
+    return module_result(module.main, args)
 
 
 def test_the_module_restores_nothing_while_another_run_holds_the_lock(place, module_exits):
@@ -148,3 +140,16 @@ def test_the_generation_that_failed_is_never_chosen():
     gid, why = group.choose_group(NODES, [[cand("kimi_a/new")], [cand("kimi_a/new")]], failed_group="kimi_a/new")
     assert gid is None and why == ("node node0 (rank 0): no good generation of the group is recorded other than the "
                                    "one that failed (kimi_a/new)")
+
+
+def test_the_module_looks_at_each_good_deployment_once(place, module_exits, monkeypatch):
+    # the candidates it reports and the one it chooses come from one look (each file hashed once), not two
+    first = dict(inputs(place), group="kimi_a/g1")
+    good.record(place["run_dir"], NAME, running(first["fingerprint"]), first, 1, 1000.0)
+    looked = []
+    real = good.why_not_intact
+    monkeypatch.setattr(good, "why_not_intact", lambda run_dir, d, secrets=(): looked.append(d["fingerprint"]) or
+                        real(run_dir, d, secrets))
+    out = run_module({"name": NAME, "run_dir": place["run_dir"], "state": "chosen", "failed_fingerprint": "f" * 64})
+    assert out["deployment"]["fingerprint"] == first["fingerprint"] and len(out["candidates"]) == 1, out
+    assert looked == [first["fingerprint"]]
