@@ -207,16 +207,22 @@ def why_not_intact(run_dir, d, secrets=()):
     return None
 
 
-def choose(run_dir, name, failed_fingerprint, secrets=(), group=None):
+def assess(run_dir, name, failed_fingerprint, secrets=()):
+    """Each good deployment other than ``failed_fingerprint``, newest first, with why it is not intact (None when it
+    is): ``[(deployment, why_not)]``, each looked at once (its files hashed, its copies and directories checked) for
+    both :func:`candidates` and :func:`choose`."""
+    return [(d, why_not_intact(run_dir, d, secrets)) for d in read_good(run_dir, name)
+            if d.get("fingerprint") != failed_fingerprint]
+
+
+def choose(run_dir, name, failed_fingerprint, secrets=(), group=None, assessed=None):
     """(deployment, why_not): the newest good deployment other than ``failed_fingerprint`` whose inputs are intact
     (why_not None), else (None, why none can be: each one's reason). ``group``: only that generation of a multi-node
-    server (its ``group`` as recorded)."""
-    deployments = read_good(run_dir, name)
+    server (its ``group`` as recorded). ``assessed``: :func:`assess`'s list when the caller has it already."""
     reasons = []
-    for d in deployments:
-        if d.get("fingerprint") == failed_fingerprint or (group is not None and d.get("group") != group):
+    for d, why in assess(run_dir, name, failed_fingerprint, secrets) if assessed is None else assessed:
+        if group is not None and d.get("group") != group:
             continue
-        why = why_not_intact(run_dir, d, secrets)
         if why is None:
             return d, None
         reasons.append("%s: %s" % (describe(d), why))
@@ -226,17 +232,13 @@ def choose(run_dir, name, failed_fingerprint, secrets=(), group=None):
     return None, "no recorded good deployment is intact: " + "; ".join(reasons)
 
 
-def candidates(run_dir, name, failed_fingerprint, secrets=()):
-    """Each good deployment other than ``failed_fingerprint``, newest first: its fingerprint, description, group
-    (None for a single node's), recorded_at, and whether it is intact (``why_not`` when not)."""
-    out = []
-    for d in read_good(run_dir, name):
-        if d.get("fingerprint") == failed_fingerprint:
-            continue
-        why = why_not_intact(run_dir, d, secrets)
-        out.append({"fingerprint": d.get("fingerprint"), "description": describe(d), "group": d.get("group"),
-                    "recorded_at": d.get("recorded_at"), "intact": why is None, "why_not": why})
-    return out
+def candidates(run_dir, name, failed_fingerprint, secrets=(), assessed=None):
+    """Each good deployment other than ``failed_fingerprint``, newest first, as a node reports it: its fingerprint,
+    description, group (None for a single node's), recorded_at, and whether it is intact (``why_not`` when not).
+    ``assessed``: :func:`assess`'s list when the caller has it already."""
+    return [{"fingerprint": d.get("fingerprint"), "description": describe(d), "group": d.get("group"),
+             "recorded_at": d.get("recorded_at"), "intact": why is None, "why_not": why}
+            for d, why in (assess(run_dir, name, failed_fingerprint, secrets) if assessed is None else assessed)]
 
 
 def restore(run_dir, d, secrets=()):

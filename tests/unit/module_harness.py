@@ -59,6 +59,17 @@ def module_exits(monkeypatch):
     monkeypatch.setattr(basic.AnsibleModule, "fail_json", fail_json)
 
 
+def module_result(main, args):
+    """The result of one call of a module's ``main`` with ``args``: what exit_json or fail_json was given (the
+    ``module_exits`` fixture, or a test's own raising pair, in place)."""
+    with patch_module_args(args):
+        try:
+            main()
+        except (ExitJson, FailJson) as e:
+            return e.args[0]
+    raise AssertionError("the module neither exited nor failed")
+
+
 # ------------------------------------------------------------------ wait_for_model's fake world
 SCHED_CRASH = (
     "[2026-12-02 10:00:05 TP0] Scheduler hit an exception: Traceback (most recent call last):\n"

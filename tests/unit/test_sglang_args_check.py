@@ -55,7 +55,7 @@ SERVER_ARGS = {
 }
 
 
-from module_harness import ExitJson, FailJson  # noqa: E402 - test helper next to this file, importable once sys.path has this directory
+from module_harness import ExitJson, FailJson, module_result  # noqa: E402 - test helper next to this file, importable once sys.path has this directory
 from module_harness import exit_json as _exit_json  # noqa: E402 - test helper next to this file, importable once sys.path has this directory
 from module_harness import fail_json as _fail_json  # noqa: E402 - test helper next to this file, importable once sys.path has this directory
 
@@ -87,14 +87,7 @@ def run(monkeypatch, tmp_path):
 
     def _run(check_mode=False, **args):
         args = dict(args, _ansible_check_mode=check_mode, _ansible_remote_tmp=str(remote_tmp))
-        with patch_module_args(args):
-            try:
-                sac.main()
-            except ExitJson as exc:
-                return exc.args[0]
-            except FailJson as exc:
-                return exc.args[0]
-        raise AssertionError("module returned without exit_json or fail_json")
+        return module_result(sac.main, args)
 
     return _run
 
