@@ -48,6 +48,18 @@ class Gateway:
     def _runs_it(self):
         return os.path.join(self._venv(), "bin", self.runs_it)
 
+    def _ready(self):
+        """Set up, and still runnable: the ready marker, and the interpreter the venv's launcher names is there (a
+        venv made through another checkout's path to a shared cache names a python that may be gone)."""
+        if not os.path.exists(self._ready_marker()):
+            return False
+        try:
+            with open(self._runs_it(), "rb") as handle:
+                first = handle.readline()
+        except OSError:
+            return False
+        return not first.startswith(b"#!") or os.path.exists(first[2:].split()[0].decode("utf-8", "replace"))
+
     def _cached_wheel(self):
         found = sorted(glob.glob(os.path.join(glob.escape(self.cache), "%s-%s-*.whl" % (
             self.package.replace("-", "_"), self.version))))
@@ -55,7 +67,7 @@ class Gateway:
 
     def program(self):
         """The venv's file that runs the gateway (fails, naming the set-up command, if the set-up has not run)."""
-        if os.path.exists(self._ready_marker()):
+        if self._ready():
             return self._runs_it()
         msg = "%s %s not set up in %s; run first: %s (tests/run.sh does)" % (
             self.package, self.version, self.cache, self.fetch_command)
@@ -63,7 +75,7 @@ class Gateway:
 
     def fetch(self):
         """Download the wheel unless cached, make the venv unless ready; return the venv's file that runs it."""
-        if os.path.exists(self._ready_marker()):
+        if self._ready():
             return self._runs_it()
         os.makedirs(self.cache, exist_ok=True)
         if not self._cached_wheel():
